@@ -1,0 +1,41 @@
+# lumen — the two set-up commands are `make run` and `make test` (see README.md).
+SHELL := /bin/bash
+JOBS ?= $(shell nproc)
+MODEL ?= ../shared/models/TinyStories-656K/TinyStories-656K-Q8_0.gguf
+PROMPT ?= Once upon a time
+export LUMEN_SHARED ?= $(abspath ../shared)
+
+.PHONY: all deps build build-dev run test test-release test-asan clean
+
+all: build
+
+deps:
+	@./scripts/setup.sh
+
+build/build.ninja: | deps
+	cmake --preset release > /dev/null
+
+build-dev/build.ninja: | deps
+	cmake --preset dev > /dev/null
+
+build: deps build/build.ninja
+	cmake --build build -j $(JOBS)
+
+build-dev: deps build-dev/build.ninja
+	cmake --build build-dev -j $(JOBS) --target lumen_gguf_tests lumen_tokenizer_tests
+
+run: build
+	build/lumen run -m "$(MODEL)" -p "$(PROMPT)" -n 64
+
+# Every test: the release build's full suite, then the untrusted-input parsers
+# (GGUF, safetensors, tokenizer) again under AddressSanitizer + UBSan.
+test: test-release test-asan
+
+test-release: build
+	cd build && ctest --output-on-failure -j $(JOBS)
+
+test-asan: build-dev
+	cd build-dev && ctest --output-on-failure -j $(JOBS) -R 'Fuzz|Gguf|Safetensors|Llama2c|Tokenizer'
+
+clean:
+	rm -rf build build-dev build-bench

@@ -1,0 +1,38 @@
+# lumen_add_layer(NAME DEPS ...)
+#   Builds src/NAME/*.cc (except *_test.cc, *_fuzz.cc and main.cc) into the static
+#   library lumen_NAME, and src/NAME/*_test.cc into the gtest binary lumen_NAME_tests.
+#   Per-ISA translation units are recognised by suffix and get their own flags:
+#     *_avx2.cc    -mavx2 -mfma -mf16c
+#     *_avx512.cc  -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mfma -mf16c
+#   Never set ISA flags globally: one binary must run on any x86-64.
+function(lumen_add_layer NAME)
+  cmake_parse_arguments(ARG "" "" "DEPS" ${ARGN})
+  set(dir ${CMAKE_SOURCE_DIR}/src/${NAME})
+  file(GLOB srcs CONFIGURE_DEPENDS ${dir}/*.cc)
+  file(GLOB tests CONFIGURE_DEPENDS ${dir}/*_test.cc)
+  list(FILTER srcs EXCLUDE REGEX "(_test|_fuzz)\\.cc$")
+  list(FILTER srcs EXCLUDE REGEX "/main\\.cc$")
+  if(NOT srcs)  # header-only so far
+    add_library(lumen_${NAME} INTERFACE)
+    target_include_directories(lumen_${NAME} INTERFACE ${CMAKE_SOURCE_DIR}/src)
+    target_link_libraries(lumen_${NAME} INTERFACE ${ARG_DEPS})
+    return()
+  endif()
+  add_library(lumen_${NAME} STATIC ${srcs})
+  target_include_directories(lumen_${NAME} PUBLIC ${CMAKE_SOURCE_DIR}/src)
+  target_link_libraries(lumen_${NAME} PUBLIC ${ARG_DEPS})
+  foreach(src ${srcs})
+    if(src MATCHES "_avx2\\.cc$")
+      set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
+    elseif(src MATCHES "_avx512\\.cc$")
+      set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS
+        "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx512bf16;-mavx2;-mfma;-mf16c")
+    endif()
+  endforeach()
+  if(LUMEN_BUILD_TESTS AND tests)
+    add_executable(lumen_${NAME}_tests ${tests})
+    target_link_libraries(lumen_${NAME}_tests PRIVATE lumen_${NAME} GTest::gtest GTest::gtest_main)
+    gtest_discover_tests(lumen_${NAME}_tests DISCOVERY_MODE PRE_TEST
+      PROPERTIES ENVIRONMENT "LUMEN_SHARED=${LUMEN_SHARED_DIR}" TIMEOUT 600)
+  endif()
+endfunction()

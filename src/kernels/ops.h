@@ -1,0 +1,100 @@
+// The operations the model forward pass is made of. Each op dispatches through a
+// KernelTable (scalar reference -> AVX2 -> AVX-512 VNNI, chosen once at start-up) and,
+// where it is worth it, splits its work over the ThreadPool.
+//
+// Layout conventions: activations are row-major f32, one row per token:
+//   x [n_tokens][n]  (row t starts at x + t * n)
+// Weight matrices are GGUF/GGML tensors W with ne[0] = n_in, ne[1] = n_out:
+//   y[t][o] = sum_i W[o][i] * x[t][i]
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "base/thread_pool.h"
+#include "tensor/paged_kv_view.h"
+#include "tensor/tensor_view.h"
+
+namespace lumen::kernels {
+
+struct KernelTable;  // kernel_table.h
+
+// The best table this CPU supports (logged once by the caller), and the scalar reference.
+const KernelTable& best_kernel_table();
+const KernelTable& reference_kernel_table();
+std::string_view kernel_table_name(const KernelTable& table);  // "scalar", "avx2", "avx512"
+
+// True if W's dtype can be used as a matmul weight.
+bool matmul_supports(DType w_dtype);
+
+// Scratch bytes matmul() needs for n_tokens rows of n_in activations against a W of this
+// dtype (the activations are quantized to the weight's dot-product type first:
+// Q8_0/Q4_0 -> Q8_0 blocks, Q4_K/Q6_K -> Q8_K blocks, F16 -> F16, BF16 -> BF16, F32 -> none).
+size_t matmul_scratch_bytes(DType w_dtype, int64_t n_in, int64_t n_tokens);
+
+// y [n_tokens][n_out] = x [n_tokens][n_in] * W^T. Reads each weight row once for all
+// n_tokens rows (layer-major prefill). `scratch` holds matmul_scratch_bytes(...) bytes.
+// Activation quantization follows ggml-cpu exactly, so results track llama.cpp.
+void matmul(const KernelTable& k, ThreadPool& pool, const TensorView& w, const float* x,
+            int64_t n_tokens, float* y, std::byte* scratch);
+
+// out [n_ids][ne0] = dequantized rows ids[i] of W (embedding lookup).
+void get_rows(const TensorView& w, const int32_t* ids, int64_t n_ids, float* out);
+
+// Dequantizes one row of n elements (n a multiple of the block size) to f32.
+void dequantize_row(DType dtype, const std::byte* src, float* dst, int64_t n);
+
+// out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, for n_rows rows of n.
+void rms_norm(const KernelTable& k, const float* x, const float* weight, int64_t n_rows,
+              int64_t n, float eps, float* out);
+
+enum class RopeLayout : uint8_t {
+  kInterleaved,  // pairs (x[2i], x[2i+1]) — GGUF llama ("normal" rope)
+  kNeox,         // pairs (x[i], x[i + d/2]) — GGUF qwen2, HF-layout llama
+};
+
+struct RopeParams {
+  int32_t head_dim = 0;       // rotated dims = head_dim (full rotation)
+  float theta = 10000.0f;     // rope_theta (freq_base)
+  float freq_scale = 1.0f;    // linear scaling: position * freq_scale
+  const float* freq_factors = nullptr;  // [head_dim/2] or null: theta_i /= factor[i] (llama3)
+  RopeLayout layout = RopeLayout::kInterleaved;
+};
+
+// Rotates x [n_tokens][n_heads][head_dim] in place; token t is at position pos[t].
+void rope(const KernelTable& k, const RopeParams& p, float* x, int64_t n_tokens,
+          int32_t n_heads, const int32_t* pos);
+
+// gate[i] = silu(gate[i]) * up[i]
+void silu_mul(const KernelTable& k, float* gate, const float* up, int64_t n);
+// x[i] += y[i]
+void add_in_place(const KernelTable& k, float* x, const float* y, int64_t n);
+// x [n_rows][n] += bias[n]
+void add_bias(float* x, const float* bias, int64_t n_rows, int64_t n);
+
+// Writes K and V rows of n_tokens tokens at positions pos0.. into the cache (converting to
+// the cache dtype; F16 rounds to nearest even). k, v: [n_tokens][n_kv_head][head_dim].
+void kv_store(const PagedKvView& kv, int64_t pos0, int64_t n_tokens, const float* k,
+              const float* v);
+
+struct AttentionParams {
+  int32_t n_head = 0;         // query heads
+  int32_t n_kv_head = 0;      // n_head % n_kv_head == 0 (GQA / MQA: head h reads kv head h / (n_head / n_kv_head))
+  int32_t head_dim = 0;
+  float scale = 1.0f;         // usually 1/sqrt(head_dim)
+};
+
+// Causal attention of one sequence. q [n_tokens][n_head][head_dim] holds queries at
+// positions pos0 .. pos0+n_tokens-1; the cache already holds K/V for positions
+// 0 .. pos0+n_tokens-1. out [n_tokens][n_head * head_dim].
+// With an F16 cache, Q and the softmax probabilities are rounded to F16 before the two
+// dot products (F32 accumulation), which is what ggml-cpu does, so logits track llama.cpp.
+// No S x S matrix is materialised (online softmax).
+void attention(const KernelTable& k, ThreadPool& pool, const AttentionParams& p,
+               const PagedKvView& kv, const float* q, int64_t pos0, int64_t n_tokens,
+               float* out, std::byte* scratch);
+size_t attention_scratch_bytes(const AttentionParams& p, int64_t n_tokens, int64_t n_ctx,
+                               int n_threads);
+
+}  // namespace lumen::kernels
