@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -33,6 +34,8 @@ enum class ValueType : uint32_t {
   kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
 };
 std::string_view value_type_name(ValueType type);
+bool is_integer_type(ValueType type);  // u8..i64 (not bool)
+bool is_float_type(ValueType type);    // f32 / f64
 
 // One metadata value. Scalars keep their GGUF type; integers are widened into i64/u64
 // storage, floats into double. Arrays hold elements of one type (no nested arrays are
@@ -51,6 +54,20 @@ struct MetaValue {
   std::vector<std::string> arr_str;   // string element type
 
   size_t array_size() const;  // 0 for scalars
+
+  // Builders. `type` / `element_type` must be an integer type (int builders; arrays also
+  // accept kBool, stored as 0/1) or a float type (float builders).
+  static MetaValue of_int(ValueType type, int64_t v);
+  static MetaValue of_u32(uint32_t v) { return of_int(ValueType::kU32, v); }
+  static MetaValue of_i32(int32_t v) { return of_int(ValueType::kI32, v); }
+  static MetaValue of_u64(uint64_t v) { return of_int(ValueType::kU64, static_cast<int64_t>(v)); }
+  static MetaValue of_float(ValueType type, double v);
+  static MetaValue of_f32(float v) { return of_float(ValueType::kF32, v); }
+  static MetaValue of_bool(bool v);
+  static MetaValue of_string(std::string v);
+  static MetaValue of_string_array(std::vector<std::string> v);
+  static MetaValue of_int_array(ValueType element_type, std::vector<int64_t> v);
+  static MetaValue of_float_array(ValueType element_type, std::vector<double> v);
 };
 
 struct TensorInfo {
