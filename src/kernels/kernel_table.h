@@ -1,0 +1,98 @@
+// KernelTable: one function pointer per op and per weight dtype, filled once at start-up
+// from lumen::cpu_features(): the scalar reference (kernels_ref.cc) first, then each ISA
+// level overrides the entries it implements (kernels_avx2.cc, kernels_avx512.cc):
+//
+//   scalar  ->  avx2 (AVX2 + FMA + F16C)  ->  avx512 (F/BW/VL/DQ + VNNI [+ BF16])
+//
+// The scalar entries are the numerical definition. SIMD entries agree with them:
+//   * activation quantizers: bit-exact (same max, same division, same rounding);
+//   * integer block dot products: exact per block; only the f32 summation order over
+//     blocks differs (relative error ~ n_blocks * 2^-24 of sum |block terms|);
+//   * f32/f16/bf16 dots, rms_norm: f32 lanes instead of a double accumulator;
+//   * silu: same expf-based formula per element (may differ in the last ulp).
+// The parity tests (kernels_parity_test.cc) check every entry of every table the host can
+// run against the scalar table with those tolerances.
+//
+// Tables are immutable after construction (function-local statics); pass them by const&.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "tensor/dtype.h"
+
+namespace lumen::kernels {
+
+// Converts an f32 row of n elements (n a multiple of the block size) to n elements of a
+// dot-product activation dtype (Q8_0, Q8_K, F16, BF16) at y.
+using QuantizeRowFn = void (*)(const float* x, std::byte* y, int64_t n);
+
+// Dot product of one weight row w and one activation row x, both n elements long.
+using VecDotFn = float (*)(int64_t n, const std::byte* w, const std::byte* x);
+
+// A tile of a matmul: for r < n_rows, t < n_cols:
+//   y[t * y_stride + r] = vec_dot(n, w + r * w_stride, x + t * x_stride)
+// (must equal the vec_dot entry of the same table bit for bit, so results do not depend on
+// how the work was tiled or how many threads ran it).
+using GemmFn = void (*)(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows,
+                        const std::byte* x, size_t x_stride, int64_t n_cols, float* y,
+                        int64_t y_stride);
+
+struct MatmulKernels {
+  DType act_dtype = DType::kF32;         // dtype the activations are converted to
+  QuantizeRowFn quantize_act = nullptr;  // null: f32 activations are used as they are
+  VecDotFn vec_dot = nullptr;
+  GemmFn gemm = nullptr;
+};
+
+// out[i] = x[i] * (1 / sqrt(mean(x^2) + eps)) * w[i] for one row of n.
+using RmsNormRowFn = void (*)(const float* x, const float* w, int64_t n, float eps, float* out);
+// gate[i] = gate[i] / (1 + exp(-gate[i])) * up[i]
+using SiluMulFn = void (*)(float* gate, const float* up, int64_t n);
+// x[i] += y[i]
+using AddFn = void (*)(float* x, const float* y, int64_t n);
+
+// Attention inner loops over one head (n = head_dim).
+// sum_i a[i] * b[i] of two fp16 vectors (products are exact in f32).
+using DotF16Fn = float (*)(const uint16_t* a, const uint16_t* b, int64_t n);
+// y[i] += a * x[i], x fp16.
+using AxpyF16Fn = void (*)(float a, const uint16_t* x, float* y, int64_t n);
+using DotF32Fn = float (*)(const float* a, const float* b, int64_t n);
+using AxpyF32Fn = void (*)(float a, const float* x, float* y, int64_t n);
+
+struct KernelTable {
+  const char* name = "scalar";  // "scalar", "avx2", "avx512"
+  // Matmul kernels per weight dtype; act_dtype: F32 -> F32, F16 -> F16, BF16 -> BF16,
+  // Q8_0 and Q4_0 -> Q8_0, Q4_K and Q6_K -> Q8_K.
+  MatmulKernels mm_f32;
+  MatmulKernels mm_f16;
+  MatmulKernels mm_bf16;
+  MatmulKernels mm_q8_0;
+  MatmulKernels mm_q4_0;
+  MatmulKernels mm_q4_k;
+  MatmulKernels mm_q6_k;
+  RmsNormRowFn rms_norm_row = nullptr;
+  SiluMulFn silu_mul = nullptr;
+  AddFn add = nullptr;
+  DotF16Fn dot_f16 = nullptr;
+  AxpyF16Fn axpy_f16 = nullptr;
+  DotF32Fn dot_f32 = nullptr;
+  AxpyF32Fn axpy_f32 = nullptr;
+};
+
+// The matmul kernels for weights of dtype w_dtype, or null if W can't be a matmul weight.
+const MatmulKernels* find_matmul_kernels(const KernelTable& table, DType w_dtype);
+
+// Every table this CPU can run, scalar reference first, best last (for parity tests and
+// benchmarks).
+std::span<const KernelTable* const> available_kernel_tables();
+
+// The scalar reference table (kernels_ref.cc).
+KernelTable make_reference_kernel_table();
+// Per-ISA overrides, each defined in its own translation unit. Call only when
+// cpu_features() reports the ISA (has_avx2_fma() / has_avx512_vnni()).
+void override_kernels_avx2(KernelTable& table);
+void override_kernels_avx512(KernelTable& table, bool has_bf16);
+
+}  // namespace lumen::kernels

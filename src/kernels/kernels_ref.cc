@@ -1,0 +1,392 @@
+// Scalar reference kernels (see kernels_ref.h). Compiled for baseline x86-64.
+#include "kernels/kernels_ref.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "base/check.h"
+#include "base/fp16.h"
+#include "kernels/kernel_table.h"
+#include "kernels/quant_blocks.h"
+
+namespace lumen::kernels::ref {
+namespace {
+
+template <typename Block>
+const Block* blocks(const std::byte* p) {
+  return reinterpret_cast<const Block*>(p);
+}
+template <typename Block>
+Block* blocks(std::byte* p) {
+  return reinterpret_cast<Block*>(p);
+}
+
+void dequantize_q8_0(const BlockQ8_0* b, float* y, int64_t n) {
+  for (int64_t ib = 0; ib < n / kQk; ++ib, y += kQk) {
+    const float d = fp16_to_f32(b[ib].d_f16);
+    for (int i = 0; i < kQk; ++i) y[i] = b[ib].qs[i] * d;
+  }
+}
+
+void dequantize_q4_0(const BlockQ4_0* b, float* y, int64_t n) {
+  for (int64_t ib = 0; ib < n / kQk; ++ib, y += kQk) {
+    const float d = fp16_to_f32(b[ib].d_f16);
+    for (int i = 0; i < kQk / 2; ++i) {
+      y[i] = ((b[ib].qs[i] & 15) - 8) * d;
+      y[i + kQk / 2] = ((b[ib].qs[i] >> 4) - 8) * d;
+    }
+  }
+}
+
+// As ggml's dequantize_row_q4_K: y = (d * sc) * q - (dmin * m), the two products rounded
+// to f32 first.
+void dequantize_q4_k(const BlockQ4_K* b, float* y, int64_t n) {
+  for (int64_t ib = 0; ib < n / kQkK; ++ib) {
+    const float d = fp16_to_f32(b[ib].d_f16);
+    const float dmin = fp16_to_f32(b[ib].dmin_f16);
+    const uint8_t* q = b[ib].qs;
+    for (int c = 0; c < 4; ++c, q += 32) {
+      uint8_t sc, m;
+      q4_k_scale_min(b[ib].scales, 2 * c, &sc, &m);
+      const float d1 = d * sc, m1 = dmin * m;
+      q4_k_scale_min(b[ib].scales, 2 * c + 1, &sc, &m);
+      const float d2 = d * sc, m2 = dmin * m;
+      for (int l = 0; l < 32; ++l) *y++ = d1 * (q[l] & 15) - m1;
+      for (int l = 0; l < 32; ++l) *y++ = d2 * (q[l] >> 4) - m2;
+    }
+  }
+}
+
+// As ggml's dequantize_row_q6_K: y = d * scale * (q - 32), evaluated left to right.
+void dequantize_q6_k(const BlockQ6_K* b, float* y, int64_t n) {
+  for (int64_t ib = 0; ib < n / kQkK; ++ib) {
+    const float d = fp16_to_f32(b[ib].d_f16);
+    const uint8_t* ql = b[ib].ql;
+    const uint8_t* qh = b[ib].qh;
+    const int8_t* sc = b[ib].scales;
+    for (int h = 0; h < 2; ++h, y += 128, ql += 64, qh += 32, sc += 8) {
+      for (int l = 0; l < 32; ++l) {
+        const int is = l / 16;
+        const int q1 = ((ql[l] & 15) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int q2 = ((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        y[l + 0] = d * sc[is + 0] * q1;
+        y[l + 32] = d * sc[is + 2] * q2;
+        y[l + 64] = d * sc[is + 4] * q3;
+        y[l + 96] = d * sc[is + 6] * q4;
+      }
+    }
+  }
+}
+
+void dequantize_q8_k(const BlockQ8_K* b, float* y, int64_t n) {
+  for (int64_t ib = 0; ib < n / kQkK; ++ib, y += kQkK)
+    for (int i = 0; i < kQkK; ++i) y[i] = b[ib].d * b[ib].qs[i];
+}
+
+// The unpacked 6-bit scales and mins of a q4_K block.
+void q4_k_scales_mins(const BlockQ4_K& b, int32_t* sc, int32_t* m) {
+  for (int j = 0; j < 8; ++j) {
+    uint8_t s, mm;
+    q4_k_scale_min(b.scales, j, &s, &mm);
+    sc[j] = s;
+    m[j] = mm;
+  }
+}
+
+}  // namespace
+
+bool dequantize_row(DType dtype, const std::byte* src, float* dst, int64_t n) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+      return true;
+    case DType::kF16: {
+      const auto* h = reinterpret_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(h[i]);
+      return true;
+    }
+    case DType::kBF16: {
+      const auto* h = reinterpret_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(h[i]);
+      return true;
+    }
+    case DType::kQ8_0: dequantize_q8_0(blocks<BlockQ8_0>(src), dst, n); return true;
+    case DType::kQ4_0: dequantize_q4_0(blocks<BlockQ4_0>(src), dst, n); return true;
+    case DType::kQ4_K: dequantize_q4_k(blocks<BlockQ4_K>(src), dst, n); return true;
+    case DType::kQ6_K: dequantize_q6_k(blocks<BlockQ6_K>(src), dst, n); return true;
+    case DType::kQ8_K: dequantize_q8_k(blocks<BlockQ8_K>(src), dst, n); return true;
+    default: return false;
+  }
+}
+
+// ggml-cpu's x86 (AVX) quantize_row_q8_0, which is what llama.cpp runs on this hardware:
+//   amax = max |x|, d = fp16(amax / 127), q = round_half_even(x * (127 / amax)).
+// Note the quants use 127/amax in f32, not 1/d, and ties round to even (vroundps), which
+// differs from ggml's scalar reference (roundf, half away from zero).
+void quantize_row_q8_0(const float* x, std::byte* y, int64_t n) {
+  LUMEN_DCHECK(n % kQk == 0);
+  BlockQ8_0* b = blocks<BlockQ8_0>(y);
+  for (int64_t ib = 0; ib < n / kQk; ++ib, x += kQk) {
+    float amax = 0.0f;
+    for (int i = 0; i < kQk; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+    b[ib].d_f16 = f32_to_fp16(amax / 127.0f);
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    for (int i = 0; i < kQk; ++i) b[ib].qs[i] = static_cast<int8_t>(std::nearbyint(x[i] * id));
+  }
+}
+
+// ggml's quantize_row_q8_K_ref (also used by ggml-cpu on x86): the scale comes from the
+// signed value of largest magnitude (first one on ties), iscale = -127 / max, so that value
+// maps to -127 and |q| <= 127; q = nearest_int(iscale * x) clamped to 127; d = 1 / iscale.
+void quantize_row_q8_k(const float* x, std::byte* y, int64_t n) {
+  LUMEN_DCHECK(n % kQkK == 0);
+  BlockQ8_K* b = blocks<BlockQ8_K>(y);
+  for (int64_t ib = 0; ib < n / kQkK; ++ib, x += kQkK) {
+    float amax = 0.0f, max = 0.0f;
+    for (int i = 0; i < kQkK; ++i) {
+      const float ax = std::fabs(x[i]);
+      if (ax > amax) {
+        amax = ax;
+        max = x[i];
+      }
+    }
+    if (amax == 0.0f) {
+      std::memset(&b[ib], 0, sizeof(BlockQ8_K));
+      continue;
+    }
+    const float iscale = -127.0f / max;
+    for (int i = 0; i < kQkK; ++i) {
+      const int v = nearest_int(iscale * x[i]);
+      b[ib].qs[i] = static_cast<int8_t>(v < 127 ? v : 127);
+    }
+    for (int j = 0; j < kQkK / 16; ++j) {
+      int sum = 0;
+      for (int i = 0; i < 16; ++i) sum += b[ib].qs[16 * j + i];
+      b[ib].bsums[j] = static_cast<int16_t>(sum);
+    }
+    b[ib].d = 1.0f / iscale;
+  }
+}
+
+// F16 / BF16 weights: ggml converts the activations to the weight type (round to nearest
+// even) and then multiplies in f32.
+void quantize_row_f16(const float* x, std::byte* y, int64_t n) {
+  auto* h = reinterpret_cast<uint16_t*>(y);
+  for (int64_t i = 0; i < n; ++i) h[i] = f32_to_fp16(x[i]);
+}
+
+void quantize_row_bf16(const float* x, std::byte* y, int64_t n) {
+  auto* h = reinterpret_cast<uint16_t*>(y);
+  for (int64_t i = 0; i < n; ++i) h[i] = f32_to_bf16(x[i]);
+}
+
+// Float dots: like ggml's scalar paths, each product is rounded to f32 (exact for f16 and
+// bf16 inputs) and the sum is kept in double.
+float vec_dot_f32_f32(int64_t n, const std::byte* w, const std::byte* x) {
+  return dot_f32(reinterpret_cast<const float*>(w), reinterpret_cast<const float*>(x), n);
+}
+
+float vec_dot_f16_f16(int64_t n, const std::byte* w, const std::byte* x) {
+  return dot_f16(reinterpret_cast<const uint16_t*>(w), reinterpret_cast<const uint16_t*>(x), n);
+}
+
+float vec_dot_bf16_bf16(int64_t n, const std::byte* w, const std::byte* x) {
+  const auto* a = reinterpret_cast<const uint16_t*>(w);
+  const auto* b = reinterpret_cast<const uint16_t*>(x);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(bf16_to_f32(a[i]) * bf16_to_f32(b[i]));
+  return static_cast<float>(sum);
+}
+
+// Integer block dots: each block's sum of int8 products is exact; it is scaled by
+// (d_w * d_x) in f32 and accumulated in f32 in block order, as ggml does
+// (sumf += (float)sumi * (d_w * d_x)).
+float vec_dot_q8_0_q8_0(int64_t n, const std::byte* w, const std::byte* x) {
+  const BlockQ8_0* bw = blocks<BlockQ8_0>(w);
+  const BlockQ8_0* bx = blocks<BlockQ8_0>(x);
+  float sumf = 0.0f;
+  for (int64_t ib = 0; ib < n / kQk; ++ib) {
+    int32_t sumi = 0;
+    for (int i = 0; i < kQk; ++i) sumi += bw[ib].qs[i] * bx[ib].qs[i];
+    sumf += static_cast<float>(sumi) * (fp16_to_f32(bw[ib].d_f16) * fp16_to_f32(bx[ib].d_f16));
+  }
+  return sumf;
+}
+
+float vec_dot_q4_0_q8_0(int64_t n, const std::byte* w, const std::byte* x) {
+  const BlockQ4_0* bw = blocks<BlockQ4_0>(w);
+  const BlockQ8_0* bx = blocks<BlockQ8_0>(x);
+  float sumf = 0.0f;
+  for (int64_t ib = 0; ib < n / kQk; ++ib) {
+    int32_t sumi = 0;
+    for (int i = 0; i < kQk / 2; ++i) {
+      sumi += ((bw[ib].qs[i] & 15) - 8) * bx[ib].qs[i];
+      sumi += ((bw[ib].qs[i] >> 4) - 8) * bx[ib].qs[i + kQk / 2];
+    }
+    sumf += static_cast<float>(sumi) * (fp16_to_f32(bw[ib].d_f16) * fp16_to_f32(bx[ib].d_f16));
+  }
+  return sumf;
+}
+
+// Per super-block: sumi = sum_s sc[s] * (q4 . q8 over sub-block s) and
+// summ = sum_s m[s] * (sum of q8 over sub-block s, from bsums), both exact integers; then
+// as ggml's AVX2 kernel: acc += (d_x * d) * sumi, acc_m += (-d_x * dmin) * summ, and the
+// result is acc + acc_m.
+float vec_dot_q4_k_q8_k(int64_t n, const std::byte* w, const std::byte* x) {
+  const BlockQ4_K* bw = blocks<BlockQ4_K>(w);
+  const BlockQ8_K* bx = blocks<BlockQ8_K>(x);
+  float acc = 0.0f, acc_m = 0.0f;
+  for (int64_t ib = 0; ib < n / kQkK; ++ib) {
+    int32_t sc[8], m[8];
+    q4_k_scales_mins(bw[ib], sc, m);
+    int32_t summ = 0;
+    for (int j = 0; j < 16; ++j) summ += bx[ib].bsums[j] * m[j / 2];
+    int32_t sumi = 0;
+    const uint8_t* q4 = bw[ib].qs;
+    const int8_t* q8 = bx[ib].qs;
+    for (int c = 0; c < 4; ++c, q4 += 32, q8 += 64) {
+      int32_t lo = 0, hi = 0;
+      for (int l = 0; l < 32; ++l) {
+        lo += (q4[l] & 15) * q8[l];
+        hi += (q4[l] >> 4) * q8[l + 32];
+      }
+      sumi += sc[2 * c] * lo + sc[2 * c + 1] * hi;
+    }
+    const float d = bx[ib].d * fp16_to_f32(bw[ib].d_f16);
+    const float dmin = -bx[ib].d * fp16_to_f32(bw[ib].dmin_f16);
+    acc += d * static_cast<float>(sumi);
+    acc_m += dmin * static_cast<float>(summ);
+  }
+  return acc + acc_m;
+}
+
+// Per super-block: sumi = sum_s scales[s] * ((q6 - 32) . q8 over sub-block s), exact;
+// acc += (d_x * d) * sumi.
+float vec_dot_q6_k_q8_k(int64_t n, const std::byte* w, const std::byte* x) {
+  const BlockQ6_K* bw = blocks<BlockQ6_K>(w);
+  const BlockQ8_K* bx = blocks<BlockQ8_K>(x);
+  float acc = 0.0f;
+  for (int64_t ib = 0; ib < n / kQkK; ++ib) {
+    const uint8_t* ql = bw[ib].ql;
+    const uint8_t* qh = bw[ib].qh;
+    const int8_t* q8 = bx[ib].qs;
+    int32_t sub[16] = {};  // per 16-element sub-block
+    for (int h = 0; h < 2; ++h, ql += 64, qh += 32, q8 += 128) {
+      for (int l = 0; l < 32; ++l) {
+        const int is = 8 * h + l / 16;
+        const int q1 = ((ql[l] & 15) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int q2 = ((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        sub[is + 0] += q1 * q8[l];
+        sub[is + 2] += q2 * q8[l + 32];
+        sub[is + 4] += q3 * q8[l + 64];
+        sub[is + 6] += q4 * q8[l + 96];
+      }
+    }
+    int32_t sumi = 0;
+    for (int s = 0; s < 16; ++s) sumi += bw[ib].scales[s] * sub[s];
+    const float d = bx[ib].d * fp16_to_f32(bw[ib].d_f16);
+    acc += d * static_cast<float>(sumi);
+  }
+  return acc;
+}
+
+// ggml's rms_norm: sum of squares (each square rounded to f32) in double, mean converted
+// to f32, scale = 1 / sqrtf(mean + eps); y = x * scale, then the separate ggml_mul by the
+// norm weight rounds again.
+void rms_norm_row(const float* x, const float* w, int64_t n, float eps, float* out) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+  const float mean = static_cast<float>(sum / static_cast<double>(n));
+  const float scale = 1.0f / std::sqrt(mean + eps);
+  if (w) {
+    for (int64_t i = 0; i < n; ++i) out[i] = (x[i] * scale) * w[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale;
+  }
+}
+
+// silu(g) = g / (1 + expf(-g)) (ggml_silu_f32), then the separate multiply by up.
+void silu_mul(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = (g / (1.0f + std::exp(-g))) * up[i];
+  }
+}
+
+void add(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(fp16_to_f32(a[i]) * fp16_to_f32(b[i]));
+  return static_cast<float>(sum);
+}
+
+void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * fp16_to_f32(x[i]);
+}
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(a[i] * b[i]);
+  return static_cast<float>(sum);
+}
+
+void axpy_f32(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+}  // namespace lumen::kernels::ref
+
+namespace lumen::kernels {
+namespace {
+
+// A gemm tile made of vec_dot calls: rows outer so each weight row is read once per tile
+// and stays in L1 while it meets every activation row of the tile.
+template <VecDotFn kVecDot>
+void gemm_from_vec_dot(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows,
+                       const std::byte* x, size_t x_stride, int64_t n_cols, float* y,
+                       int64_t y_stride) {
+  for (int64_t r = 0; r < n_rows; ++r)
+    for (int64_t t = 0; t < n_cols; ++t)
+      y[t * y_stride + r] = kVecDot(n, w + r * w_stride, x + t * x_stride);
+}
+
+template <VecDotFn kVecDot>
+MatmulKernels make_mm(DType act_dtype, QuantizeRowFn quantize) {
+  MatmulKernels mk;
+  mk.act_dtype = act_dtype;
+  mk.quantize_act = quantize;
+  mk.vec_dot = kVecDot;
+  mk.gemm = &gemm_from_vec_dot<kVecDot>;
+  return mk;
+}
+
+}  // namespace
+
+KernelTable make_reference_kernel_table() {
+  KernelTable t;
+  t.name = "scalar";
+  t.mm_f32 = make_mm<&ref::vec_dot_f32_f32>(DType::kF32, nullptr);
+  t.mm_f16 = make_mm<&ref::vec_dot_f16_f16>(DType::kF16, &ref::quantize_row_f16);
+  t.mm_bf16 = make_mm<&ref::vec_dot_bf16_bf16>(DType::kBF16, &ref::quantize_row_bf16);
+  t.mm_q8_0 = make_mm<&ref::vec_dot_q8_0_q8_0>(DType::kQ8_0, &ref::quantize_row_q8_0);
+  t.mm_q4_0 = make_mm<&ref::vec_dot_q4_0_q8_0>(DType::kQ8_0, &ref::quantize_row_q8_0);
+  t.mm_q4_k = make_mm<&ref::vec_dot_q4_k_q8_k>(DType::kQ8_K, &ref::quantize_row_q8_k);
+  t.mm_q6_k = make_mm<&ref::vec_dot_q6_k_q8_k>(DType::kQ8_K, &ref::quantize_row_q8_k);
+  t.rms_norm_row = &ref::rms_norm_row;
+  t.silu_mul = &ref::silu_mul;
+  t.add = &ref::add;
+  t.dot_f16 = &ref::dot_f16;
+  t.axpy_f16 = &ref::axpy_f16;
+  t.dot_f32 = &ref::dot_f32;
+  t.axpy_f32 = &ref::axpy_f32;
+  return t;
+}
+
+}  // namespace lumen::kernels

@@ -1,0 +1,42 @@
+// The scalar reference kernels: the numerical definition every SIMD variant is tested
+// against, and the fallback that runs on any x86-64. They follow ggml-cpu's arithmetic
+// where llama.cpp's results depend on it (activation quantizers bit for bit, per-block
+// dot-product scaling, rms_norm's double sum); see the comments at each definition.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace lumen::kernels::ref {
+
+// Dequantize n elements (n a multiple of the block size) of a row of this dtype to f32.
+// Supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q8_K. Returns false otherwise.
+bool dequantize_row(DType dtype, const std::byte* src, float* dst, int64_t n);
+
+// Activation quantizers (QuantizeRowFn).
+void quantize_row_q8_0(const float* x, std::byte* y, int64_t n);
+void quantize_row_q8_k(const float* x, std::byte* y, int64_t n);
+void quantize_row_f16(const float* x, std::byte* y, int64_t n);
+void quantize_row_bf16(const float* x, std::byte* y, int64_t n);
+
+// Weight-row x activation-row dot products (VecDotFn).
+float vec_dot_f32_f32(int64_t n, const std::byte* w, const std::byte* x);
+float vec_dot_f16_f16(int64_t n, const std::byte* w, const std::byte* x);
+float vec_dot_bf16_bf16(int64_t n, const std::byte* w, const std::byte* x);
+float vec_dot_q8_0_q8_0(int64_t n, const std::byte* w, const std::byte* x);
+float vec_dot_q4_0_q8_0(int64_t n, const std::byte* w, const std::byte* x);
+float vec_dot_q4_k_q8_k(int64_t n, const std::byte* w, const std::byte* x);
+float vec_dot_q6_k_q8_k(int64_t n, const std::byte* w, const std::byte* x);
+
+// Elementwise / row kernels.
+void rms_norm_row(const float* x, const float* w, int64_t n, float eps, float* out);
+void silu_mul(float* gate, const float* up, int64_t n);
+void add(float* x, const float* y, int64_t n);
+float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n);
+void axpy_f16(float a, const uint16_t* x, float* y, int64_t n);
+float dot_f32(const float* a, const float* b, int64_t n);
+void axpy_f32(float a, const float* x, float* y, int64_t n);
+
+}  // namespace lumen::kernels::ref

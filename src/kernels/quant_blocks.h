@@ -1,0 +1,88 @@
+// GGUF / GGML quantized block formats, byte-for-byte (a GGUF tensor of these types is an
+// array of these structs, rows contiguous). fp16 fields are raw IEEE half bits.
+//
+// Everything in this header is a plain struct or a `static inline` helper on purpose: the
+// per-ISA translation units (*_avx2.cc, *_avx512.cc) include it, and an `inline` function
+// with external linkage compiled there could be merged by the linker with the baseline
+// copy and then run AVX-512 code on a CPU without it. `static` keeps one copy per TU.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace lumen::kernels {
+
+inline constexpr int kQk = 32;    // elements per block of the "0" formats
+inline constexpr int kQkK = 256;  // elements per super-block of the K formats
+
+// q8_0: 32 weights per block; w[i] = d * qs[i]
+struct BlockQ8_0 {
+  uint16_t d_f16;
+  int8_t qs[32];
+};
+static_assert(sizeof(BlockQ8_0) == 34);
+
+// q4_0: 32 weights per block; w[i] = d * (q[i] - 8), q[i] = i < 16 ? qs[i] & 15 : qs[i-16] >> 4
+struct BlockQ4_0 {
+  uint16_t d_f16;
+  uint8_t qs[16];
+};
+static_assert(sizeof(BlockQ4_0) == 18);
+
+// q4_K: 256 weights in 8 sub-blocks s of 32; w = d * sc[s] * q - dmin * m[s], q 4-bit, sc/m
+// 6-bit packed in `scales` (see q4_k_scale_min). qs[32c + l] holds element 64c + l in the
+// low nibble (sub-block 2c) and element 64c + 32 + l in the high nibble (sub-block 2c + 1).
+struct BlockQ4_K {
+  uint16_t d_f16;
+  uint16_t dmin_f16;
+  uint8_t scales[12];
+  uint8_t qs[128];
+};
+static_assert(sizeof(BlockQ4_K) == 144);
+
+// q6_K: 256 weights in 16 sub-blocks s of 16; w = d * scales[s] * (q - 32), q 6-bit: low 4
+// bits in ql, high 2 bits in qh. Per half h (128 elements) and l < 32:
+//   element 128h +  0 + l: ql[64h + l] & 15      | ((qh[32h + l] >> 0) & 3) << 4
+//   element 128h + 32 + l: ql[64h + 32 + l] & 15 | ((qh[32h + l] >> 2) & 3) << 4
+//   element 128h + 64 + l: ql[64h + l] >> 4      | ((qh[32h + l] >> 4) & 3) << 4
+//   element 128h + 96 + l: ql[64h + 32 + l] >> 4 | ((qh[32h + l] >> 6) & 3) << 4
+struct BlockQ6_K {
+  uint8_t ql[128];
+  uint8_t qh[64];
+  int8_t scales[16];
+  uint16_t d_f16;
+};
+static_assert(sizeof(BlockQ6_K) == 210);
+
+// q8_K (activations for the K formats): x[i] = d * qs[i]; bsums[j] = sum(qs[16j .. 16j+15])
+struct BlockQ8_K {
+  float d;
+  int8_t qs[256];
+  int16_t bsums[16];
+};
+static_assert(sizeof(BlockQ8_K) == 292);
+
+// The 6-bit scale and min of q4_K sub-block j (0..7) from the 12 packed bytes b:
+//   j < 4:  sc = b[j] & 63,                          m = b[j + 4] & 63
+//   j >= 4: sc = (b[j + 4] & 15) | (b[j - 4] >> 6) << 4, m = (b[j + 4] >> 4) | (b[j] >> 6) << 4
+static inline void q4_k_scale_min(const uint8_t* b, int j, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = b[j] & 63;
+    *m = b[j + 4] & 63;
+  } else {
+    *sc = static_cast<uint8_t>((b[j + 4] & 15) | ((b[j - 4] >> 6) << 4));
+    *m = static_cast<uint8_t>((b[j + 4] >> 4) | ((b[j] >> 6) << 4));
+  }
+}
+
+// Round to nearest, ties to even, for |f| <= 2^22, exactly as ggml's nearest_int: adding
+// 1.5 * 2^23 puts the integer part into the low mantissa bits under the default rounding
+// mode. Used by the q8_K quantizer so its ties break the same way as ggml's.
+static inline int nearest_int(float f) {
+  const float v = f + 12582912.0f;
+  int32_t i;
+  std::memcpy(&i, &v, sizeof(i));
+  return (i & 0x007fffff) - 0x00400000;
+}
+
+}  // namespace lumen::kernels
