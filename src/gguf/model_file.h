@@ -157,4 +157,12 @@ Result<ModelFile> open_model(const std::string& path);
 // directly). Tensor views point into `bytes`, which must outlive the result.
 Result<ModelFile> parse_gguf(std::span<const std::byte> bytes, const std::string& name);
 
+// Parses a llama2.c checkpoint image from memory, without its tokenizer (what open_llama2c
+// uses after mmap; fuzz tests call it directly). Views point into `bytes`.
+Result<ModelFile> parse_llama2c(std::span<const std::byte> bytes, const std::string& name);
+// Parses a llama2.c tokenizer.bin image that must hold exactly `vocab_size` tokens into
+// GGUF SPM metadata (tokenizer.ggml.model/tokens/scores/token_type, unk/bos/eos ids) of `file`.
+Status parse_llama2c_tokenizer(std::span<const std::byte> bytes, const std::string& name,
+                               int64_t vocab_size, ModelFile* file);
+
 }  // namespace lumen::gguf
