@@ -1,0 +1,381 @@
+// matmul, rms_norm, rope, silu_mul, add, kv_store and attention against naive double
+// references, through the public op API (best table of this host and the scalar table).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "base/fp16.h"
+#include "base/thread_pool.h"
+#include "kernels/kernel_table.h"
+#include "kernels/kernels_test_util.h"
+#include "kernels/ops.h"
+
+namespace lumen::kernels {
+namespace {
+
+TensorView make_weight(DType dt, int64_t n_in, int64_t n_out, const std::vector<std::byte>& data) {
+  TensorView w;
+  w.dtype = dt;
+  w.n_dims = 2;
+  w.ne[0] = n_in;
+  w.ne[1] = n_out;
+  w.data = data.data();
+  w.n_bytes = data.size();
+  return w;
+}
+
+struct MatmulCase {
+  DType dtype;
+  int64_t n_in;
+  int64_t n_out;
+  int64_t n_tokens;
+};
+
+// y against a double reference on the dequantized weights and the *same* quantized
+// activations (so the comparison isolates the kernel), and results must not depend on the
+// thread count or on how many tokens share the call.
+TEST(KernelsMatmul, MatchesNaiveDoubleReference) {
+  std::mt19937 rng(4);
+  std::vector<MatmulCase> cases;
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0})
+    for (int64_t n_tokens : {1, 3, 7, 70})
+      cases.push_back({dt, 32 * 7, 37, n_tokens});
+  for (DType dt : {DType::kQ4_K, DType::kQ6_K})
+    for (int64_t n_tokens : {1, 5, 67})
+      cases.push_back({dt, 256 * 3, 19, n_tokens});
+  ThreadPool pool1(1), pool3(3);
+  for (const KernelTable* table : available_kernel_tables()) {
+    for (const MatmulCase& c : cases) {
+      SCOPED_TRACE(std::string(table->name) + " " + std::string(dtype_name(c.dtype)) +
+                   " n_tokens=" + std::to_string(c.n_tokens));
+      const std::vector<std::byte> wdata = testing::random_weights(rng, c.dtype, c.n_out, c.n_in);
+      const TensorView w = make_weight(c.dtype, c.n_in, c.n_out, wdata);
+      const std::vector<float> x = testing::random_floats(rng, c.n_in * c.n_tokens);
+      std::vector<std::byte> scratch(matmul_scratch_bytes(c.dtype, c.n_in, c.n_tokens) + 64);
+      std::vector<float> y1(c.n_out * c.n_tokens), y3(c.n_out * c.n_tokens);
+      matmul(*table, pool1, w, x.data(), c.n_tokens, y1.data(), scratch.data());
+      matmul(*table, pool3, w, x.data(), c.n_tokens, y3.data(), scratch.data());
+      EXPECT_EQ(y1, y3) << "result depends on the thread count";
+
+      const MatmulKernels* mk = find_matmul_kernels(*table, c.dtype);
+      for (int64_t t = 0; t < c.n_tokens; ++t) {
+        const float* xt = x.data() + t * c.n_in;
+        std::vector<float> xd(xt, xt + c.n_in);
+        if (mk->quantize_act) {
+          std::vector<std::byte> xq(row_bytes(mk->act_dtype, c.n_in));
+          mk->quantize_act(xt, xq.data(), c.n_in);
+          xd = testing::dequantize(mk->act_dtype, xq.data(), c.n_in);
+        }
+        // One token alone gives bit-identical rows (tiling independence).
+        std::vector<float> y_single(c.n_out);
+        matmul(*table, pool1, w, xt, 1, y_single.data(), scratch.data());
+        for (int64_t o = 0; o < c.n_out; ++o) {
+          const std::vector<float> wd =
+              testing::dequantize(c.dtype, w.row(o), c.n_in);
+          const double want = testing::dot_double(wd.data(), xd.data(), c.n_in);
+          const double mag = testing::abs_dot_double(wd.data(), xd.data(), c.n_in);
+          const float got = y1[t * c.n_out + o];
+          ASSERT_NEAR(got, want, 1e-5 * mag + 1e-30) << "t=" << t << " o=" << o;
+          ASSERT_EQ(got, y_single[o]) << "t=" << t << " o=" << o;
+        }
+      }
+    }
+  }
+}
+
+TEST(KernelsMatmul, ScratchSizes) {
+  EXPECT_EQ(matmul_scratch_bytes(DType::kF32, 896, 5), 0u);
+  EXPECT_EQ(matmul_scratch_bytes(DType::kQ4_0, 896, 5), 5u * 28 * 34);
+  EXPECT_EQ(matmul_scratch_bytes(DType::kQ8_0, 896, 1), 28u * 34);
+  EXPECT_EQ(matmul_scratch_bytes(DType::kQ4_K, 512, 3), 3u * 2 * 292);
+  EXPECT_EQ(matmul_scratch_bytes(DType::kQ6_K, 256, 1), 292u);
+  EXPECT_EQ(matmul_scratch_bytes(DType::kF16, 64, 2), 2u * 128);
+  EXPECT_TRUE(matmul_supports(DType::kQ6_K));
+  EXPECT_FALSE(matmul_supports(DType::kQ5_K));
+}
+
+TEST(KernelsOps, GetRowsDequantizes) {
+  std::mt19937 rng(5);
+  const std::vector<std::byte> data = testing::random_weights(rng, DType::kQ4_K, 9, 512);
+  const TensorView w = make_weight(DType::kQ4_K, 512, 9, data);
+  const int32_t ids[3] = {8, 0, 8};
+  std::vector<float> out(3 * 512);
+  get_rows(w, ids, 3, out.data());
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<float> want = testing::dequantize(DType::kQ4_K, w.row(ids[i]), 512);
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), out.begin() + i * 512));
+  }
+}
+
+TEST(KernelsOps, RmsNormMatchesDouble) {
+  std::mt19937 rng(6);
+  const int64_t n = 896, n_rows = 3;
+  const std::vector<float> x = testing::random_floats(rng, n * n_rows, 5.0f);
+  const std::vector<float> wt = testing::random_floats(rng, n);
+  for (const KernelTable* table : available_kernel_tables()) {
+    std::vector<float> out(n * n_rows);
+    rms_norm(*table, x.data(), wt.data(), n_rows, n, 1e-6f, out.data());
+    for (int64_t r = 0; r < n_rows; ++r) {
+      double ss = 0;
+      for (int64_t i = 0; i < n; ++i) ss += double(x[r * n + i]) * x[r * n + i];
+      const double scale = 1.0 / std::sqrt(ss / n + 1e-6);
+      for (int64_t i = 0; i < n; ++i) {
+        const double want = x[r * n + i] * scale * wt[i];
+        EXPECT_NEAR(out[r * n + i], want, 1e-6 * std::fabs(want) + 1e-7) << table->name;
+      }
+    }
+  }
+}
+
+TEST(KernelsOps, SiluMulAndAdd) {
+  std::mt19937 rng(7);
+  const int64_t n = 1000;
+  const std::vector<float> g = testing::random_floats(rng, n, 4.0f);
+  const std::vector<float> u = testing::random_floats(rng, n);
+  for (const KernelTable* table : available_kernel_tables()) {
+    std::vector<float> out = g;
+    silu_mul(*table, out.data(), u.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = g[i] / (1.0 + std::exp(-double(g[i]))) * u[i];
+      EXPECT_NEAR(out[i], want, 1e-6 * std::fabs(want) + 1e-7) << table->name;
+    }
+    std::vector<float> a = g;
+    add_in_place(*table, a.data(), u.data(), n);
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(a[i], g[i] + u[i]);
+  }
+  std::vector<float> x = {1, 2, 3, 4, 5, 6};
+  const float bias[3] = {10, 20, 30};
+  add_bias(x.data(), bias, 2, 3);
+  EXPECT_EQ(x, (std::vector<float>{11, 22, 33, 14, 25, 36}));
+}
+
+// Direct formula: pair i rotates by pos * freq_scale * theta^(-2i/d) / ff[i].
+void rope_reference(const RopeParams& p, std::vector<double>& x, int64_t n_tokens, int32_t n_heads,
+                    const int32_t* pos) {
+  const int32_t d = p.head_dim;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int32_t h = 0; h < n_heads; ++h) {
+      double* v = x.data() + (t * n_heads + h) * d;
+      for (int32_t i = 0; i < d / 2; ++i) {
+        const double ff = p.freq_factors ? p.freq_factors[i] : 1.0;
+        const double angle = pos[t] * double(p.freq_scale) * std::pow(double(p.theta), -2.0 * i / d) / ff;
+        const int32_t ia = p.layout == RopeLayout::kInterleaved ? 2 * i : i;
+        const int32_t ib = p.layout == RopeLayout::kInterleaved ? 2 * i + 1 : i + d / 2;
+        const double a = v[ia], b = v[ib];
+        v[ia] = a * std::cos(angle) - b * std::sin(angle);
+        v[ib] = a * std::sin(angle) + b * std::cos(angle);
+      }
+    }
+  }
+}
+
+TEST(KernelsRope, MatchesDirectFormulaBothLayouts) {
+  std::mt19937 rng(8);
+  const int32_t n_heads = 3, d = 64;
+  const int64_t n_tokens = 4;
+  const int32_t pos[4] = {0, 1, 17, 150};
+  std::vector<float> ff(d / 2);
+  for (int i = 0; i < d / 2; ++i) ff[i] = 1.0f + 0.1f * i;
+  for (RopeLayout layout : {RopeLayout::kInterleaved, RopeLayout::kNeox}) {
+    for (bool use_ff : {false, true}) {
+      RopeParams p;
+      p.head_dim = d;
+      p.theta = 1e6f;
+      p.freq_scale = use_ff ? 0.5f : 1.0f;
+      p.freq_factors = use_ff ? ff.data() : nullptr;
+      p.layout = layout;
+      const std::vector<float> x0 = testing::random_floats(rng, n_tokens * n_heads * d);
+      std::vector<float> x = x0;
+      rope(best_kernel_table(), p, x.data(), n_tokens, n_heads, pos);
+      std::vector<double> want(x0.begin(), x0.end());
+      rope_reference(p, want, n_tokens, n_heads, pos);
+      // ggml builds theta_i by repeated f32 multiplication: relative angle error grows
+      // to ~i ulp, i.e. ~1e-5 * pos radians at pos 150.
+      for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], want[i], 2e-4) << i;
+    }
+  }
+}
+
+TEST(KernelsRope, InterleavedEqualsNeoxAfterPermutingPairs) {
+  std::mt19937 rng(9);
+  const int32_t n_heads = 2, d = 128;
+  const int64_t n_tokens = 3;
+  const int32_t pos[3] = {5, 1000, 4095};
+  const std::vector<float> xi = testing::random_floats(rng, n_tokens * n_heads * d);
+  // neox[i] = interleaved[2i], neox[i + d/2] = interleaved[2i + 1]
+  std::vector<float> xn(xi.size());
+  for (int64_t r = 0; r < n_tokens * n_heads; ++r)
+    for (int32_t i = 0; i < d / 2; ++i) {
+      xn[r * d + i] = xi[r * d + 2 * i];
+      xn[r * d + i + d / 2] = xi[r * d + 2 * i + 1];
+    }
+  RopeParams p;
+  p.head_dim = d;
+  p.theta = 10000.0f;
+  std::vector<float> yi = xi, yn = xn;
+  p.layout = RopeLayout::kInterleaved;
+  rope(best_kernel_table(), p, yi.data(), n_tokens, n_heads, pos);
+  p.layout = RopeLayout::kNeox;
+  rope(best_kernel_table(), p, yn.data(), n_tokens, n_heads, pos);
+  for (int64_t r = 0; r < n_tokens * n_heads; ++r)
+    for (int32_t i = 0; i < d / 2; ++i) {
+      ASSERT_EQ(yn[r * d + i], yi[r * d + 2 * i]);
+      ASSERT_EQ(yn[r * d + i + d / 2], yi[r * d + 2 * i + 1]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Attention
+
+struct KvFixture {
+  PagedKvView view;
+  std::vector<std::byte> k_storage, v_storage;
+  std::vector<int32_t> block_table;
+
+  KvFixture(DType dtype, int32_t n_kv_head, int32_t head_dim, int32_t block_size,
+            int32_t n_blocks, std::mt19937& rng) {
+    view.dtype = dtype;
+    view.block_size = block_size;
+    view.n_kv_head = n_kv_head;
+    view.head_dim = head_dim;
+    view.block_stride_bytes = size_t(n_kv_head) * block_size * head_dim * view.elem_bytes();
+    // Physical storage has spare blocks; the sequence's blocks are shuffled within it.
+    const int32_t n_physical = n_blocks + 3;
+    k_storage.assign(view.block_stride_bytes * n_physical, std::byte{0x7f});
+    v_storage.assign(view.block_stride_bytes * n_physical, std::byte{0x7f});
+    std::vector<int32_t> perm(n_physical);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    block_table.assign(perm.begin(), perm.begin() + n_blocks);
+    view.k_base = k_storage.data();
+    view.v_base = v_storage.data();
+    view.block_table = block_table;
+  }
+};
+
+// Naive causal attention in double. With round_f16, Q, K, V and the normalised P are
+// rounded to f16 (what ggml's F16-cache path does); K and V come from the f32 inputs.
+std::vector<double> attention_reference(const AttentionParams& p, const std::vector<float>& q,
+                                        const std::vector<float>& k, const std::vector<float>& v,
+                                        int64_t pos0, int64_t n_tokens, bool round_f16) {
+  const int32_t hd = p.head_dim;
+  auto r = [&](float f) { return round_f16 ? double(round_fp16(f)) : double(f); };
+  std::vector<double> out(n_tokens * p.n_head * hd, 0.0);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const int64_t n_kv = pos0 + t + 1;
+    for (int32_t h = 0; h < p.n_head; ++h) {
+      const int32_t kvh = h / (p.n_head / p.n_kv_head);
+      const float* qv = q.data() + (t * p.n_head + h) * hd;
+      std::vector<double> s(n_kv);
+      double max = -INFINITY;
+      for (int64_t j = 0; j < n_kv; ++j) {
+        const float* kj = k.data() + (j * p.n_kv_head + kvh) * hd;
+        double dot = 0;
+        for (int32_t i = 0; i < hd; ++i) dot += r(qv[i]) * r(kj[i]);
+        s[j] = dot * p.scale;
+        max = std::max(max, s[j]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < n_kv; ++j) sum += std::exp(s[j] - max);
+      double* o = out.data() + (t * p.n_head + h) * hd;
+      for (int64_t j = 0; j < n_kv; ++j) {
+        double pj = std::exp(s[j] - max) / sum;
+        if (round_f16) pj = round_fp16(float(pj));
+        const float* vj = v.data() + (j * p.n_kv_head + kvh) * hd;
+        for (int32_t i = 0; i < hd; ++i) o[i] += pj * r(vj[i]);
+      }
+    }
+  }
+  return out;
+}
+
+struct AttentionCase {
+  int32_t n_head, n_kv_head, head_dim, block_size;
+  int64_t pos0, n_tokens;
+};
+
+TEST(KernelsAttention, MatchesNaiveSoftmaxAttention) {
+  const AttentionCase cases[] = {
+      {4, 4, 32, 16, 0, 37},    // MHA prefill over 3 blocks
+      {8, 2, 64, 16, 0, 50},    // GQA
+      {6, 1, 64, 8, 0, 21},     // MQA
+      {8, 2, 64, 16, 37, 1},    // decode at pos 37
+      {8, 2, 64, 16, 20, 13},   // chunked prefill starting mid-block
+      {14, 2, 64, 32, 100, 3},  // qwen-like heads, pos0 > 0
+  };
+  ThreadPool pool(2);
+  std::mt19937 rng(10);
+  for (const KernelTable* table : available_kernel_tables()) {
+    for (DType dtype : {DType::kF32, DType::kF16}) {
+      for (const AttentionCase& c : cases) {
+        SCOPED_TRACE(std::string(table->name) + (dtype == DType::kF16 ? " f16" : " f32") +
+                     " n_head=" + std::to_string(c.n_head) + " n_kv_head=" +
+                     std::to_string(c.n_kv_head) + " pos0=" + std::to_string(c.pos0) +
+                     " n_tokens=" + std::to_string(c.n_tokens));
+        AttentionParams p;
+        p.n_head = c.n_head;
+        p.n_kv_head = c.n_kv_head;
+        p.head_dim = c.head_dim;
+        p.scale = 1.0f / std::sqrt(float(c.head_dim));
+        const int64_t n_ctx = c.pos0 + c.n_tokens;
+        const int32_t n_blocks = int32_t((n_ctx + c.block_size - 1) / c.block_size);
+        KvFixture kv(dtype, c.n_kv_head, c.head_dim, c.block_size, n_blocks, rng);
+        const std::vector<float> k = testing::random_floats(rng, n_ctx * c.n_kv_head * c.head_dim, 1.5f);
+        const std::vector<float> v = testing::random_floats(rng, n_ctx * c.n_kv_head * c.head_dim);
+        const std::vector<float> q = testing::random_floats(rng, c.n_tokens * c.n_head * c.head_dim, 1.5f);
+        // Earlier positions as one store, the new tokens as another (as the model does).
+        kv_store(kv.view, 0, c.pos0, k.data(), v.data());
+        const size_t off = size_t(c.pos0) * c.n_kv_head * c.head_dim;
+        kv_store(kv.view, c.pos0, c.n_tokens, k.data() + off, v.data() + off);
+
+        std::vector<std::byte> scratch(attention_scratch_bytes(p, c.n_tokens, n_ctx, pool.n_threads()));
+        std::vector<float> out(c.n_tokens * c.n_head * c.head_dim);
+        attention(*table, pool, p, kv.view, q.data(), c.pos0, c.n_tokens, out.data(), scratch.data());
+        const std::vector<double> want =
+            attention_reference(p, q, k, v, c.pos0, c.n_tokens, dtype == DType::kF16);
+        // F32: f32 vs double rounding only. F16: the same, except where an f32-vs-double
+        // difference moves the f16 rounding of one probability by one ulp (2^-11
+        // relative): allow that in at most 1% of the outputs, up to 1e-3. (Skipping the
+        // P rounding altogether gives errors ~1e-4 almost everywhere.)
+        double max_err = 0;
+        int64_t n_loose = 0;
+        for (size_t i = 0; i < out.size(); ++i) {
+          const double err = std::fabs(out[i] - want[i]);
+          max_err = std::max(max_err, err);
+          n_loose += err > 1e-5;
+        }
+        EXPECT_LE(max_err, dtype == DType::kF32 ? 1e-5 : 1e-3);
+        EXPECT_LE(n_loose, int64_t(out.size() / 100));
+        // Chunking must not change a token's result: recompute the last token alone.
+        std::vector<float> last(c.n_head * c.head_dim);
+        attention(*table, pool, p, kv.view, q.data() + (c.n_tokens - 1) * c.n_head * c.head_dim,
+                  n_ctx - 1, 1, last.data(), scratch.data());
+        EXPECT_TRUE(std::equal(last.begin(), last.end(),
+                               out.begin() + (c.n_tokens - 1) * c.n_head * c.head_dim));
+      }
+    }
+  }
+}
+
+TEST(KernelsAttention, KvStoreRoundsToNearestEven) {
+  std::mt19937 rng(11);
+  KvFixture kv(DType::kF16, 2, 8, 4, 3, rng);
+  const std::vector<float> k = testing::random_floats(rng, 10 * 2 * 8);
+  const std::vector<float> v = testing::random_floats(rng, 10 * 2 * 8);
+  kv_store(kv.view, 0, 10, k.data(), v.data());
+  for (int64_t pos = 0; pos < 10; ++pos)
+    for (int32_t h = 0; h < 2; ++h)
+      for (int32_t i = 0; i < 8; ++i) {
+        const auto* kd = reinterpret_cast<const uint16_t*>(kv.view.k_addr(pos, h));
+        const auto* vd = reinterpret_cast<const uint16_t*>(kv.view.v_addr(pos, h));
+        EXPECT_EQ(kd[i], f32_to_fp16(k[(pos * 2 + h) * 8 + i]));
+        EXPECT_EQ(vd[i], f32_to_fp16(v[(pos * 2 + h) * 8 + i]));
+      }
+}
+
+}  // namespace
+}  // namespace lumen::kernels
