@@ -6,9 +6,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "base/shared_dir.h"
 #include "gguf/model_file.h"
@@ -70,6 +73,42 @@ inline bool views_within(const ModelFile& file, std::span<const std::span<const 
     if (!inside) return false;
   }
   return true;
+}
+
+struct StTensor {
+  std::string name;
+  std::string dtype;  // "F32", "F16", "BF16", ...
+  std::vector<int64_t> shape;
+  std::vector<std::byte> data;
+};
+
+// A safetensors image: u64 header length | JSON header (padded with spaces to 8 bytes) | data.
+inline std::vector<std::byte> make_safetensors(const std::vector<StTensor>& tensors,
+                                               const std::map<std::string, std::string>& metadata = {}) {
+  nlohmann::json header = nlohmann::json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const StTensor& t : tensors) {
+    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
+    offset += t.data.size();
+  }
+  std::string text = header.dump();
+  while ((8 + text.size()) % 8 != 0) text.push_back(' ');
+  std::vector<std::byte> out(8 + text.size());
+  const uint64_t n = text.size();
+  std::memcpy(out.data(), &n, 8);
+  std::memcpy(out.data() + 8, text.data(), text.size());
+  for (const StTensor& t : tensors) out.insert(out.end(), t.data.begin(), t.data.end());
+  return out;
+}
+
+inline std::vector<std::byte> f32_bytes(size_t n, float start = 0.0f) {
+  std::vector<std::byte> out(n * 4);
+  for (size_t i = 0; i < n; ++i) {
+    const float f = start + static_cast<float>(i);
+    std::memcpy(out.data() + i * 4, &f, 4);
+  }
+  return out;
 }
 
 }  // namespace lumen::gguf::testing

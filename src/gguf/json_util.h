@@ -1,0 +1,27 @@
+// nlohmann::json adapter for the gguf layer: parsing never throws out of here.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+
+namespace lumen::gguf {
+
+// Parses `text` (`what` names it in errors: "config.json"). Nesting deeper than 64 levels
+// is rejected before parsing, so no recursive json operation can exhaust the stack.
+Result<nlohmann::json> parse_json(std::string_view text, std::string_view what);
+
+// Typed optional fields of a JSON object. Missing or null -> nullopt; wrong type -> error
+// naming `what` and the key.
+Result<std::optional<int64_t>> json_int(const nlohmann::json& obj, std::string_view key, std::string_view what);
+Result<std::optional<double>> json_number(const nlohmann::json& obj, std::string_view key, std::string_view what);
+Result<std::optional<bool>> json_bool(const nlohmann::json& obj, std::string_view key, std::string_view what);
+Result<std::optional<std::string>> json_string(const nlohmann::json& obj, std::string_view key,
+                                               std::string_view what);
+
+}  // namespace lumen::gguf
