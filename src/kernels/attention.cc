@@ -47,46 +47,40 @@ void attend_one(const KernelTable& k, const PagedKvView& kv, const HeadTask& tas
   const int32_t hd = kv.head_dim;
   const int32_t bs = kv.block_size;
   const bool f16 = kv.dtype == DType::kF16;
-  const size_t row_bytes = static_cast<size_t>(hd) * kv.elem_bytes();
   if (f16)
     for (int32_t i = 0; i < hd; ++i) q16[i] = f32_to_fp16(task.q[i]);
 
-  // Pass 1: scores and their max.
-  float max = -INFINITY;
+  // Pass 1: scores, block by block (a block's keys of one head are contiguous).
   for (int64_t j0 = 0; j0 < task.n_kv; j0 += bs) {
     const std::byte* kb = kv.k_addr(j0, task.kv_head);
     const int64_t n = std::min<int64_t>(bs, task.n_kv - j0);
-    for (int64_t s = 0; s < n; ++s) {
-      const std::byte* kr = kb + s * row_bytes;
-      const float dot = f16 ? k.dot_f16(reinterpret_cast<const uint16_t*>(kr), q16, hd)
-                            : k.dot_f32(reinterpret_cast<const float*>(kr), task.q, hd);
-      const float sc = dot * scale;
-      scores[j0 + s] = sc;
-      max = std::max(max, sc);
+    if (f16) {
+      k.attn_scores_f16(reinterpret_cast<const uint16_t*>(kb), n, q16, hd, scale, scores + j0);
+    } else {
+      k.attn_scores_f32(reinterpret_cast<const float*>(kb), n, task.q, hd, scale, scores + j0);
     }
   }
-  // Softmax as ggml_vec_soft_max_f32: f32 exponentials, double sum, f32 reciprocal.
-  double sum = 0.0;
-  for (int64_t j = 0; j < task.n_kv; ++j) {
-    const float e = std::exp(scores[j] - max);
-    scores[j] = e;
-    sum += e;
-  }
+  // Softmax as ggml_vec_soft_max_f32: f32 exponentials, double sum, f32 reciprocal; the
+  // normalised p_j = e_j * (1/sum) is rounded to f16 for the F16 P.V product.
+  float max = -INFINITY;
+  for (int64_t j = 0; j < task.n_kv; ++j) max = std::max(max, scores[j]);
+  const double sum = k.exp_sum(scores, task.n_kv, max);
   const float inv_sum = static_cast<float>(1.0 / sum);
+  if (f16) {
+    for (int64_t j = 0; j < task.n_kv; ++j) scores[j] = round_fp16(scores[j] * inv_sum);
+  } else {
+    for (int64_t j = 0; j < task.n_kv; ++j) scores[j] *= inv_sum;
+  }
 
   // Pass 2: out = sum_j p_j V_j.
   for (int32_t i = 0; i < hd; ++i) acc[i] = 0.0f;
   for (int64_t j0 = 0; j0 < task.n_kv; j0 += bs) {
     const std::byte* vb = kv.v_addr(j0, task.kv_head);
     const int64_t n = std::min<int64_t>(bs, task.n_kv - j0);
-    for (int64_t s = 0; s < n; ++s) {
-      const std::byte* vr = vb + s * row_bytes;
-      const float p = scores[j0 + s] * inv_sum;
-      if (f16) {
-        k.axpy_f16(round_fp16(p), reinterpret_cast<const uint16_t*>(vr), acc, hd);
-      } else {
-        k.axpy_f32(p, reinterpret_cast<const float*>(vr), acc, hd);
-      }
+    if (f16) {
+      k.attn_accum_f16(scores + j0, reinterpret_cast<const uint16_t*>(vb), n, hd, acc);
+    } else {
+      k.attn_accum_f32(scores + j0, reinterpret_cast<const float*>(vb), n, hd, acc);
     }
   }
   for (int32_t i = 0; i < hd; ++i) task.out[i] = acc[i];

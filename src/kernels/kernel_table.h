@@ -9,7 +9,8 @@
 //   * integer block dot products: exact per block; only the f32 summation order over
 //     blocks differs (relative error ~ n_blocks * 2^-24 of sum |block terms|);
 //   * f32/f16/bf16 dots, rms_norm: f32 lanes instead of a double accumulator;
-//   * silu: same expf-based formula per element (may differ in the last ulp).
+//   * silu, softmax exponentials: a polynomial expf (<= 2 ulp from libm's expf);
+//   * attention: f32 lanes and FMA instead of a double dot / separate multiply-add.
 // The parity tests (kernels_parity_test.cc) check every entry of every table the host can
 // run against the scalar table with those tolerances.
 //
@@ -53,13 +54,21 @@ using SiluMulFn = void (*)(float* gate, const float* up, int64_t n);
 // x[i] += y[i]
 using AddFn = void (*)(float* x, const float* y, int64_t n);
 
-// Attention inner loops over one head (n = head_dim).
-// sum_i a[i] * b[i] of two fp16 vectors (products are exact in f32).
-using DotF16Fn = float (*)(const uint16_t* a, const uint16_t* b, int64_t n);
-// y[i] += a * x[i], x fp16.
-using AxpyF16Fn = void (*)(float a, const uint16_t* x, float* y, int64_t n);
-using DotF32Fn = float (*)(const float* a, const float* b, int64_t n);
-using AxpyF32Fn = void (*)(float a, const float* x, float* y, int64_t n);
+// Attention inner loops over n cached rows (one kv head, one block: rows contiguous,
+// head_dim elements each).
+//   scores[s] = (sum_i k[s * head_dim + i] * q[i]) * scale
+using AttnScoresF16Fn = void (*)(const uint16_t* k, int64_t n, const uint16_t* q,
+                                 int32_t head_dim, float scale, float* scores);
+using AttnScoresF32Fn = void (*)(const float* k, int64_t n, const float* q, int32_t head_dim,
+                                 float scale, float* scores);
+//   acc[i] += sum_s p[s] * v[s * head_dim + i], s in increasing order
+using AttnAccumF16Fn = void (*)(const float* p, const uint16_t* v, int64_t n, int32_t head_dim,
+                                float* acc);
+using AttnAccumF32Fn = void (*)(const float* p, const float* v, int64_t n, int32_t head_dim,
+                                float* acc);
+// s[j] = expf(s[j] - max) for j < n; returns the sum of the new s[j], accumulated in double
+// (ggml_vec_soft_max_f32).
+using ExpSumFn = double (*)(float* s, int64_t n, float max);
 
 struct KernelTable {
   const char* name = "scalar";  // "scalar", "avx2", "avx512"
@@ -75,10 +84,11 @@ struct KernelTable {
   RmsNormRowFn rms_norm_row = nullptr;
   SiluMulFn silu_mul = nullptr;
   AddFn add = nullptr;
-  DotF16Fn dot_f16 = nullptr;
-  AxpyF16Fn axpy_f16 = nullptr;
-  DotF32Fn dot_f32 = nullptr;
-  AxpyF32Fn axpy_f32 = nullptr;
+  AttnScoresF16Fn attn_scores_f16 = nullptr;
+  AttnScoresF32Fn attn_scores_f32 = nullptr;
+  AttnAccumF16Fn attn_accum_f16 = nullptr;
+  AttnAccumF32Fn attn_accum_f32 = nullptr;
+  ExpSumFn exp_sum = nullptr;
 };
 
 // The matmul kernels for weights of dtype w_dtype, or null if W can't be a matmul weight.

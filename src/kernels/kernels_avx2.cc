@@ -1,11 +1,499 @@
 // AVX2 + FMA + F16C kernels. Compiled with -mavx2 -mfma -mf16c (cmake/lumen.cmake); only
 // reached through the table when cpu_features().has_avx2_fma().
+//
+// Everything here has internal linkage (anonymous namespace) and no header with external
+// inline functions is used, so no AVX2 code can leak into the baseline build through the
+// linker's choice among duplicate inline definitions (see quant_blocks.h).
+//
+// Numerics against the scalar reference (kernels_ref.cc):
+//   quantize_row_q8_0          bit-exact
+//   q8_0/q4_0/q4_K/q6_K dots   integer products exact; f32 accumulation in 8 lanes (each
+//                              lane sums its share of every block, as ggml's AVX2 kernels)
+//   f32/f16/bf16 dots          4 x 8 f32 lanes with FMA instead of a double sum
+//   rms_norm                   double sum of squares in 4 lanes; then bit-exact
+//   silu_mul, exp_sum          polynomial expf (Cephes), <= 2 ulp
+//   attention                  f32 lanes with FMA
 #include <immintrin.h>
 
+#include <cstdint>
+#include <cstring>
+
 #include "kernels/kernel_table.h"
+#include "kernels/kernels_isa_common.h"
+#include "kernels/quant_blocks.h"
 
 namespace lumen::kernels {
+namespace {
 
-void override_kernels_avx2(KernelTable& table) { table.name = "avx2"; }
+// ---- helpers ---------------------------------------------------------------------------
+
+float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+float hsum128(__m128 s) {
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+double hsum_pd(__m256d v) {
+  __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+  s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
+  return _mm_cvtsd_f64(s);
+}
+
+float f16(uint16_t h) { return _cvtsh_ss(h); }
+
+__m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+__m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+// 8 lanes of int32, each the sum of 4 products a[i] * b[i] of int8 (a != -128 or b != -128:
+// |a| is taken as unsigned, b takes a's sign; maddubs pairs stay below 2 * 128 * 127).
+__m256i dot_i8(__m256i a, __m256i b) {
+  const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+  return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+// 32 4-bit values of a q4_0 block as bytes: elements 0..15 from the low nibbles, 16..31
+// from the high nibbles.
+__m256i unpack_q4_0(const uint8_t* qs) {
+  const __m128i b = load128(qs);
+  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
+  return _mm256_and_si256(both, _mm256_set1_epi8(15));
+}
+
+// expf for 8 lanes (Cephes expf): n = round(x log2 e), r = x - n ln2 (two-part ln2),
+// exp(r) by a degree-7 polynomial, times 2^n (as 2^(n-1) * 2 so that n = 128 works).
+// x > ln(FLT_MAX) gives +inf and x < -87.3 gives 0 (the true result is then below
+// FLT_MIN), like expf up to that flush. Max error ~2 ulp.
+__m256 exp_ps(__m256 x) {
+  const __m256 zero_mask = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ);
+  const __m256 inf_mask = _mm256_cmp_ps(x, _mm256_set1_ps(88.7228394f), _CMP_GT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.7228394f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
+  p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(126)), 23);
+  __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), _mm256_set1_ps(2.0f));
+  y = _mm256_blendv_ps(y, _mm256_set1_ps(__builtin_huge_valf()), inf_mask);
+  return _mm256_andnot_ps(zero_mask, y);
+}
+
+// ---- activation quantizer --------------------------------------------------------------
+
+// Bit-exact with ref::quantize_row_q8_0 (and ggml's AVX path): same max, same f32
+// division, same multiply, round-half-even.
+void quantize_row_q8_0(const float* x, std::byte* y, int64_t n) {
+  auto* b = reinterpret_cast<BlockQ8_0*>(y);
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+  const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t ib = 0; ib < n / kQk; ++ib, x += kQk) {
+    __m256 v[4];
+    __m256 amax = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) {
+      v[k] = _mm256_loadu_ps(x + 8 * k);
+      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_bit, v[k]));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(amax, 1), _mm256_castps256_ps128(amax));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float max_scalar = _mm_cvtss_f32(m4);
+    b[ib].d_f16 = _cvtss_sh(max_scalar / 127.0f, 0);
+    const __m256 id = _mm256_set1_ps(max_scalar != 0.0f ? 127.0f / max_scalar : 0.0f);
+    __m256i q[4];
+    for (int k = 0; k < 4; ++k) {
+      const __m256 r = _mm256_round_ps(_mm256_mul_ps(v[k], id),
+                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      q[k] = _mm256_cvtps_epi32(r);
+    }
+    // packs interleave 128-bit lanes: (0 1 4 5 | 2 3 6 7) in 32-bit groups; undo that.
+    const __m256i p01 = _mm256_packs_epi32(q[0], q[1]);
+    const __m256i p23 = _mm256_packs_epi32(q[2], q[3]);
+    const __m256i p = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23), perm);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(b[ib].qs), p);
+  }
+}
+
+// ---- weight x activation kernels -------------------------------------------------------
+// Each Kernel::cols<NC>(n, w, x, x_stride, out) computes out[c] = dot(w, x + c * x_stride)
+// for NC activation rows at once, so the weight block is unpacked once for all of them.
+// The arithmetic of each column is the same whatever NC is, so vec_dot (NC = 1) and gemm
+// agree bit for bit.
+
+struct Q8_0Kernel {
+  template <int NC>
+  static void cols(int64_t n, const std::byte* w, const std::byte* x, size_t xs, float* out) {
+    const auto* bw = reinterpret_cast<const BlockQ8_0*>(w);
+    __m256 acc[NC];
+    for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / kQk; ++ib) {
+      const __m256i qw = load256(bw[ib].qs);
+      const float dw = f16(bw[ib].d_f16);
+      for (int c = 0; c < NC; ++c) {
+        const BlockQ8_0& bx = reinterpret_cast<const BlockQ8_0*>(x + c * xs)[ib];
+        const __m256 d = _mm256_set1_ps(dw * f16(bx.d_f16));
+        acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qw, load256(bx.qs))), acc[c]);
+      }
+    }
+    for (int c = 0; c < NC; ++c) out[c] = hsum(acc[c]);
+  }
+};
+
+struct Q4_0Kernel {
+  template <int NC>
+  static void cols(int64_t n, const std::byte* w, const std::byte* x, size_t xs, float* out) {
+    const auto* bw = reinterpret_cast<const BlockQ4_0*>(w);
+    __m256 acc[NC];
+    for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / kQk; ++ib) {
+      const __m256i qw = _mm256_sub_epi8(unpack_q4_0(bw[ib].qs), _mm256_set1_epi8(8));
+      const float dw = f16(bw[ib].d_f16);
+      for (int c = 0; c < NC; ++c) {
+        const BlockQ8_0& bx = reinterpret_cast<const BlockQ8_0*>(x + c * xs)[ib];
+        const __m256 d = _mm256_set1_ps(dw * f16(bx.d_f16));
+        acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qw, load256(bx.qs))), acc[c]);
+      }
+    }
+    for (int c = 0; c < NC; ++c) out[c] = hsum(acc[c]);
+  }
+};
+
+struct Q4_KKernel {
+  template <int NC>
+  static void cols(int64_t n, const std::byte* w, const std::byte* x, size_t xs, float* out) {
+    const auto* bw = reinterpret_cast<const BlockQ4_K*>(w);
+    const __m256i m4 = _mm256_set1_epi8(15);
+    __m256 acc[NC];
+    __m128 acc_m[NC];
+    for (int c = 0; c < NC; ++c) {
+      acc[c] = _mm256_setzero_ps();
+      acc_m[c] = _mm_setzero_ps();
+    }
+    for (int64_t ib = 0; ib < n / kQkK; ++ib) {
+      const BlockQ4_K& b = bw[ib];
+      uint8_t sc[8], mn[8];
+      unpack_q4_k_scales(b.scales, sc, mn);
+      const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn)));
+      const float dw = f16(b.d_f16), dminw = f16(b.dmin_f16);
+      __m256i sumi[NC];
+      for (int c = 0; c < NC; ++c) sumi[c] = _mm256_setzero_si256();
+      for (int j = 0; j < 4; ++j) {
+        const __m256i q4 = load256(b.qs + 32 * j);
+        const __m256i q4l = _mm256_and_si256(q4, m4);
+        const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+        const __m256i scl = _mm256_set1_epi16(sc[2 * j]);
+        const __m256i sch = _mm256_set1_epi16(sc[2 * j + 1]);
+        for (int c = 0; c < NC; ++c) {
+          const int8_t* q8 = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib].qs + 64 * j;
+          const __m256i pl = _mm256_madd_epi16(scl, _mm256_maddubs_epi16(q4l, load256(q8)));
+          const __m256i ph = _mm256_madd_epi16(sch, _mm256_maddubs_epi16(q4h, load256(q8 + 32)));
+          sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(pl, ph));
+        }
+      }
+      for (int c = 0; c < NC; ++c) {
+        const BlockQ8_K& bx = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib];
+        // Sub-block sums of the activations from bsums (pairs of 16 -> 8 sums of 32).
+        const __m128i q8s = _mm_hadd_epi16(load128(bx.bsums), load128(bx.bsums + 8));
+        const __m128i prod = _mm_madd_epi16(mins, q8s);
+        acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(-bx.d * dminw), _mm_cvtepi32_ps(prod), acc_m[c]);
+        acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(bx.d * dw), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+      }
+    }
+    for (int c = 0; c < NC; ++c) out[c] = hsum(acc[c]) + hsum128(acc_m[c]);
+  }
+};
+
+// q6 values of one half (128 elements) as 4 x 32 unsigned bytes 0..63 (quarter k holds
+// elements 32k .. 32k+31 of the half; see BlockQ6_K).
+void unpack_q6_k_half(const uint8_t* ql, const uint8_t* qh, __m256i q[4]) {
+  const __m256i m4 = _mm256_set1_epi8(15);
+  const __m256i m2 = _mm256_set1_epi8(3);
+  const __m256i l1 = load256(ql), l2 = load256(ql + 32), h = load256(qh);
+  const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(h, m2), 4);
+  const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4);
+  const __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4);
+  const __m256i h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4);
+  q[0] = _mm256_or_si256(_mm256_and_si256(l1, m4), h0);
+  q[1] = _mm256_or_si256(_mm256_and_si256(l2, m4), h1);
+  q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), h2);
+  q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m4), h3);
+}
+
+// sum (q - 32) x = sum q x - 32 sum x: the q6 values go in unsigned (maddubs), the offset
+// comes from bsums.
+struct Q6_KKernel {
+  template <int NC>
+  static void cols(int64_t n, const std::byte* w, const std::byte* x, size_t xs, float* out) {
+    const auto* bw = reinterpret_cast<const BlockQ6_K*>(w);
+    __m256 acc[NC];
+    for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / kQkK; ++ib) {
+      const BlockQ6_K& b = bw[ib];
+      const __m256i scales16 = _mm256_cvtepi8_epi16(load128(b.scales));
+      __m256i sumi[NC];
+      for (int c = 0; c < NC; ++c) sumi[c] = _mm256_setzero_si256();
+      for (int h = 0; h < 2; ++h) {
+        __m256i q[4];
+        unpack_q6_k_half(b.ql + 64 * h, b.qh + 32 * h, q);
+        for (int k = 0; k < 4; ++k) {
+          const int s = 8 * h + 2 * k;  // sub-blocks s (bytes 0..15), s + 1 (bytes 16..31)
+          const __m256i sv = _mm256_set_m128i(_mm_set1_epi16(b.scales[s + 1]), _mm_set1_epi16(b.scales[s]));
+          for (int c = 0; c < NC; ++c) {
+            const int8_t* q8 = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib].qs + 128 * h + 32 * k;
+            const __m256i p = _mm256_madd_epi16(sv, _mm256_maddubs_epi16(q[k], load256(q8)));
+            sumi[c] = _mm256_add_epi32(sumi[c], p);
+          }
+        }
+      }
+      for (int c = 0; c < NC; ++c) {
+        const BlockQ8_K& bx = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib];
+        const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(load256(bx.bsums), scales16), 5);
+        const __m256i s = _mm256_sub_epi32(sumi[c], offset);
+        acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(bx.d * f16(b.d_f16)), _mm256_cvtepi32_ps(s), acc[c]);
+      }
+    }
+    for (int c = 0; c < NC; ++c) out[c] = hsum(acc[c]);
+  }
+};
+
+// Float dots: 4 accumulators of 8 lanes over 32 elements, then 8 at a time into the first;
+// the caller adds the scalar tail (n % 8 elements) at the end.
+template <typename Load>
+float dot_lanes(int64_t n, Load load) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a0 = load(i, a0);
+    a1 = load(i + 8, a1);
+    a2 = load(i + 16, a2);
+    a3 = load(i + 24, a3);
+  }
+  for (; i + 8 <= n; i += 8) a0 = load(i, a0);
+  return hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+}
+
+__m256 load_f16x8(const uint16_t* p) { return _mm256_cvtph_ps(load128(p)); }
+__m256 load_bf16x8(const uint16_t* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load128(p)), 16));
+}
+float to_f32(float f) { return f; }
+float to_f32(uint16_t h) { return f16(h); }
+float bf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+  float tail = 0.0f;
+  for (int64_t i = n / 8 * 8; i < n; ++i) tail += a[i] * b[i];
+  return dot_lanes(n, [&](int64_t i, __m256 acc) {
+           return _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+         }) + tail;
+}
+
+float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n) {
+  float tail = 0.0f;
+  for (int64_t i = n / 8 * 8; i < n; ++i) tail += f16(a[i]) * f16(b[i]);
+  return dot_lanes(
+             n, [&](int64_t i, __m256 acc) { return _mm256_fmadd_ps(load_f16x8(a + i), load_f16x8(b + i), acc); }) +
+         tail;
+}
+
+float dot_bf16(const uint16_t* a, const uint16_t* b, int64_t n) {
+  float tail = 0.0f;
+  for (int64_t i = n / 8 * 8; i < n; ++i) tail += bf16(a[i]) * bf16(b[i]);
+  return dot_lanes(
+             n, [&](int64_t i, __m256 acc) { return _mm256_fmadd_ps(load_bf16x8(a + i), load_bf16x8(b + i), acc); }) +
+         tail;
+}
+
+float vec_dot_f32(int64_t n, const std::byte* w, const std::byte* x) {
+  return dot_f32(reinterpret_cast<const float*>(w), reinterpret_cast<const float*>(x), n);
+}
+float vec_dot_f16(int64_t n, const std::byte* w, const std::byte* x) {
+  return dot_f16(reinterpret_cast<const uint16_t*>(w), reinterpret_cast<const uint16_t*>(x), n);
+}
+float vec_dot_bf16(int64_t n, const std::byte* w, const std::byte* x) {
+  return dot_bf16(reinterpret_cast<const uint16_t*>(w), reinterpret_cast<const uint16_t*>(x), n);
+}
+
+// ---- row kernels -----------------------------------------------------------------------
+
+void quantize_row_f16(const float* x, std::byte* y, int64_t n) {
+  auto* h = reinterpret_cast<uint16_t*>(y);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(h + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), 0));
+  for (; i < n; ++i) h[i] = _cvtss_sh(x[i], 0);
+}
+
+// Same arithmetic as ref::rms_norm_row except the double sum runs in 4 lanes.
+void rms_norm_row(const float* x, const float* w, int64_t n, float eps, float* out) {
+  __m256d s0 = _mm256_setzero_pd(), s1 = s0;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 sq = _mm256_mul_ps(v, v);
+    s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(sq)));
+    s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(sq, 1)));
+  }
+  double sum = hsum_pd(_mm256_add_pd(s0, s1));
+  for (; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+  const float mean = static_cast<float>(sum / static_cast<double>(n));
+  const float scale = 1.0f / _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(mean + eps)));
+  const __m256 vs = _mm256_set1_ps(scale);
+  i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vs);
+    if (w) v = _mm256_mul_ps(v, _mm256_loadu_ps(w + i));
+    _mm256_storeu_ps(out + i, v);
+  }
+  for (; i < n; ++i) out[i] = w ? (x[i] * scale) * w[i] : x[i] * scale;
+}
+
+__m256 silu_ps(__m256 g) {
+  const __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), g));
+  return _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+void silu_mul(float* gate, const float* up, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(silu_ps(_mm256_loadu_ps(gate + i)), _mm256_loadu_ps(up + i)));
+  if (i < n) {  // tail through a padded vector so every element uses the same expf
+    float g[8] = {}, u[8] = {};
+    for (int64_t k = i; k < n; ++k) {
+      g[k - i] = gate[k];
+      u[k - i] = up[k];
+    }
+    _mm256_storeu_ps(g, _mm256_mul_ps(silu_ps(_mm256_loadu_ps(g)), _mm256_loadu_ps(u)));
+    for (int64_t k = i; k < n; ++k) gate[k] = g[k - i];
+  }
+}
+
+void add(float* x, const float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(x + i, _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) x[i] += y[i];
+}
+
+double exp_sum(float* s, int64_t n, float max) {
+  const __m256 vmax = _mm256_set1_ps(max);
+  __m256d s0 = _mm256_setzero_pd(), s1 = s0;
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), vmax));
+    _mm256_storeu_ps(s + j, e);
+    s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  double sum = hsum_pd(_mm256_add_pd(s0, s1));
+  if (j < n) {
+    float t[8];
+    for (int k = 0; k < 8; ++k) t[k] = j + k < n ? s[j + k] - max : -100.0f;
+    _mm256_storeu_ps(t, exp_ps(_mm256_loadu_ps(t)));
+    for (int64_t k = j; k < n; ++k) {
+      s[k] = t[k - j];
+      sum += t[k - j];
+    }
+  }
+  return sum;
+}
+
+// ---- attention -------------------------------------------------------------------------
+
+void attn_scores_f16(const uint16_t* k, int64_t n, const uint16_t* q, int32_t hd, float scale,
+                     float* scores) {
+  for (int64_t s = 0; s < n; ++s, k += hd) scores[s] = dot_f16(k, q, hd) * scale;
+}
+
+void attn_scores_f32(const float* k, int64_t n, const float* q, int32_t hd, float scale,
+                     float* scores) {
+  for (int64_t s = 0; s < n; ++s, k += hd) scores[s] = dot_f32(k, q, hd) * scale;
+}
+
+// acc += sum_s p[s] v_s with the accumulator held in registers for 32 dims at a time.
+template <typename Load, typename T>
+void accum_lanes(const float* p, const T* v, int64_t n, int32_t hd, float* acc, Load load) {
+  int32_t i = 0;
+  for (; i + 32 <= hd; i += 32) {
+    __m256 a0 = _mm256_loadu_ps(acc + i), a1 = _mm256_loadu_ps(acc + i + 8);
+    __m256 a2 = _mm256_loadu_ps(acc + i + 16), a3 = _mm256_loadu_ps(acc + i + 24);
+    const T* vs = v + i;
+    for (int64_t s = 0; s < n; ++s, vs += hd) {
+      const __m256 ps = _mm256_set1_ps(p[s]);
+      a0 = _mm256_fmadd_ps(ps, load(vs), a0);
+      a1 = _mm256_fmadd_ps(ps, load(vs + 8), a1);
+      a2 = _mm256_fmadd_ps(ps, load(vs + 16), a2);
+      a3 = _mm256_fmadd_ps(ps, load(vs + 24), a3);
+    }
+    _mm256_storeu_ps(acc + i, a0);
+    _mm256_storeu_ps(acc + i + 8, a1);
+    _mm256_storeu_ps(acc + i + 16, a2);
+    _mm256_storeu_ps(acc + i + 24, a3);
+  }
+  for (; i + 8 <= hd; i += 8) {
+    __m256 a0 = _mm256_loadu_ps(acc + i);
+    const T* vs = v + i;
+    for (int64_t s = 0; s < n; ++s, vs += hd) a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[s]), load(vs), a0);
+    _mm256_storeu_ps(acc + i, a0);
+  }
+  for (; i < hd; ++i) {
+    float a = acc[i];
+    for (int64_t s = 0; s < n; ++s) a += p[s] * to_f32(v[s * hd + i]);
+    acc[i] = a;
+  }
+}
+
+void attn_accum_f16(const float* p, const uint16_t* v, int64_t n, int32_t hd, float* acc) {
+  accum_lanes(p, v, n, hd, acc, [](const uint16_t* ptr) { return load_f16x8(ptr); });
+}
+
+void attn_accum_f32(const float* p, const float* v, int64_t n, int32_t hd, float* acc) {
+  accum_lanes(p, v, n, hd, acc, [](const float* ptr) { return _mm256_loadu_ps(ptr); });
+}
+
+}  // namespace
+
+void override_kernels_avx2(KernelTable& t) {
+  t.name = "avx2";
+  t.mm_f32.vec_dot = &vec_dot_f32;
+  t.mm_f32.gemm = &gemm_from_vec_dot<&vec_dot_f32>;
+  t.mm_f16.quantize_act = &quantize_row_f16;
+  t.mm_f16.vec_dot = &vec_dot_f16;
+  t.mm_f16.gemm = &gemm_from_vec_dot<&vec_dot_f16>;
+  t.mm_bf16.vec_dot = &vec_dot_bf16;
+  t.mm_bf16.gemm = &gemm_from_vec_dot<&vec_dot_bf16>;
+  t.mm_q8_0 = {DType::kQ8_0, &quantize_row_q8_0, &vec_dot_cols<Q8_0Kernel>, &gemm_cols<Q8_0Kernel>};
+  t.mm_q4_0 = {DType::kQ8_0, &quantize_row_q8_0, &vec_dot_cols<Q4_0Kernel>, &gemm_cols<Q4_0Kernel>};
+  t.mm_q4_k.vec_dot = &vec_dot_cols<Q4_KKernel>;
+  t.mm_q4_k.gemm = &gemm_cols<Q4_KKernel>;
+  t.mm_q6_k.vec_dot = &vec_dot_cols<Q6_KKernel>;
+  t.mm_q6_k.gemm = &gemm_cols<Q6_KKernel>;
+  t.rms_norm_row = &rms_norm_row;
+  t.silu_mul = &silu_mul;
+  t.add = &add;
+  t.attn_scores_f16 = &attn_scores_f16;
+  t.attn_scores_f32 = &attn_scores_f32;
+  t.attn_accum_f16 = &attn_accum_f16;
+  t.attn_accum_f32 = &attn_accum_f32;
+  t.exp_sum = &exp_sum;
+}
 
 }  // namespace lumen::kernels

@@ -7,6 +7,7 @@
 #include "base/check.h"
 #include "base/fp16.h"
 #include "kernels/kernel_table.h"
+#include "kernels/kernels_isa_common.h"
 #include "kernels/quant_blocks.h"
 
 namespace lumen::kernels::ref {
@@ -121,6 +122,15 @@ bool dequantize_row(DType dtype, const std::byte* src, float* dst, int64_t n) {
   }
 }
 
+// float -> int8 as vcvtps2dq + vpackssdw + vpacksswb do it: out-of-range and NaN become
+// INT32_MIN (hence -128), everything else saturates to [-128, 127]. Only reachable when
+// 127 / amax overflows (an all-subnormal block); defined here so that every table agrees.
+int8_t saturate_int8_like_cvtps(float r) {
+  if (!(std::fabs(r) < 2147483648.0f)) return -128;
+  const int32_t v = static_cast<int32_t>(r);
+  return static_cast<int8_t>(v < -128 ? -128 : (v > 127 ? 127 : v));
+}
+
 // ggml-cpu's x86 (AVX) quantize_row_q8_0, which is what llama.cpp runs on this hardware:
 //   amax = max |x|, d = fp16(amax / 127), q = round_half_even(x * (127 / amax)).
 // Note the quants use 127/amax in f32, not 1/d, and ties round to even (vroundps), which
@@ -133,7 +143,7 @@ void quantize_row_q8_0(const float* x, std::byte* y, int64_t n) {
     for (int i = 0; i < kQk; ++i) amax = std::fmax(amax, std::fabs(x[i]));
     b[ib].d_f16 = f32_to_fp16(amax / 127.0f);
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    for (int i = 0; i < kQk; ++i) b[ib].qs[i] = static_cast<int8_t>(std::nearbyint(x[i] * id));
+    for (int i = 0; i < kQk; ++i) b[ib].qs[i] = saturate_int8_like_cvtps(std::nearbyint(x[i] * id));
   }
 }
 
@@ -185,11 +195,19 @@ void quantize_row_bf16(const float* x, std::byte* y, int64_t n) {
 // Float dots: like ggml's scalar paths, each product is rounded to f32 (exact for f16 and
 // bf16 inputs) and the sum is kept in double.
 float vec_dot_f32_f32(int64_t n, const std::byte* w, const std::byte* x) {
-  return dot_f32(reinterpret_cast<const float*>(w), reinterpret_cast<const float*>(x), n);
+  const auto* a = reinterpret_cast<const float*>(w);
+  const auto* b = reinterpret_cast<const float*>(x);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(a[i] * b[i]);
+  return static_cast<float>(sum);
 }
 
 float vec_dot_f16_f16(int64_t n, const std::byte* w, const std::byte* x) {
-  return dot_f16(reinterpret_cast<const uint16_t*>(w), reinterpret_cast<const uint16_t*>(x), n);
+  const auto* a = reinterpret_cast<const uint16_t*>(w);
+  const auto* b = reinterpret_cast<const uint16_t*>(x);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(fp16_to_f32(a[i]) * fp16_to_f32(b[i]));
+  return static_cast<float>(sum);
 }
 
 float vec_dot_bf16_bf16(int64_t n, const std::byte* w, const std::byte* x) {
@@ -321,41 +339,50 @@ void add(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
-float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n) {
+// Attention dots as ggml's scalar F16 / F32 vec_dot (products rounded to f32, exact for
+// f16 inputs; sum in double), then the softmax's scale multiply in f32.
+void attn_scores_f16(const uint16_t* k, int64_t n, const uint16_t* q, int32_t head_dim,
+                     float scale, float* scores) {
+  for (int64_t s = 0; s < n; ++s, k += head_dim) {
+    double sum = 0.0;
+    for (int32_t i = 0; i < head_dim; ++i)
+      sum += static_cast<double>(fp16_to_f32(k[i]) * fp16_to_f32(q[i]));
+    scores[s] = static_cast<float>(sum) * scale;
+  }
+}
+
+void attn_scores_f32(const float* k, int64_t n, const float* q, int32_t head_dim, float scale,
+                     float* scores) {
+  for (int64_t s = 0; s < n; ++s, k += head_dim) {
+    double sum = 0.0;
+    for (int32_t i = 0; i < head_dim; ++i) sum += static_cast<double>(k[i] * q[i]);
+    scores[s] = static_cast<float>(sum) * scale;
+  }
+}
+
+void attn_accum_f16(const float* p, const uint16_t* v, int64_t n, int32_t head_dim, float* acc) {
+  for (int64_t s = 0; s < n; ++s, v += head_dim)
+    for (int32_t i = 0; i < head_dim; ++i) acc[i] += p[s] * fp16_to_f32(v[i]);
+}
+
+void attn_accum_f32(const float* p, const float* v, int64_t n, int32_t head_dim, float* acc) {
+  for (int64_t s = 0; s < n; ++s, v += head_dim)
+    for (int32_t i = 0; i < head_dim; ++i) acc[i] += p[s] * v[i];
+}
+
+double exp_sum(float* s, int64_t n, float max) {
   double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(fp16_to_f32(a[i]) * fp16_to_f32(b[i]));
-  return static_cast<float>(sum);
-}
-
-void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * fp16_to_f32(x[i]);
-}
-
-float dot_f32(const float* a, const float* b, int64_t n) {
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(a[i] * b[i]);
-  return static_cast<float>(sum);
-}
-
-void axpy_f32(float a, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+  for (int64_t j = 0; j < n; ++j) {
+    s[j] = std::exp(s[j] - max);
+    sum += s[j];
+  }
+  return sum;
 }
 
 }  // namespace lumen::kernels::ref
 
 namespace lumen::kernels {
 namespace {
-
-// A gemm tile made of vec_dot calls: rows outer so each weight row is read once per tile
-// and stays in L1 while it meets every activation row of the tile.
-template <VecDotFn kVecDot>
-void gemm_from_vec_dot(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows,
-                       const std::byte* x, size_t x_stride, int64_t n_cols, float* y,
-                       int64_t y_stride) {
-  for (int64_t r = 0; r < n_rows; ++r)
-    for (int64_t t = 0; t < n_cols; ++t)
-      y[t * y_stride + r] = kVecDot(n, w + r * w_stride, x + t * x_stride);
-}
 
 template <VecDotFn kVecDot>
 MatmulKernels make_mm(DType act_dtype, QuantizeRowFn quantize) {
@@ -382,10 +409,11 @@ KernelTable make_reference_kernel_table() {
   t.rms_norm_row = &ref::rms_norm_row;
   t.silu_mul = &ref::silu_mul;
   t.add = &ref::add;
-  t.dot_f16 = &ref::dot_f16;
-  t.axpy_f16 = &ref::axpy_f16;
-  t.dot_f32 = &ref::dot_f32;
-  t.axpy_f32 = &ref::axpy_f32;
+  t.attn_scores_f16 = &ref::attn_scores_f16;
+  t.attn_scores_f32 = &ref::attn_scores_f32;
+  t.attn_accum_f16 = &ref::attn_accum_f16;
+  t.attn_accum_f32 = &ref::attn_accum_f32;
+  t.exp_sum = &ref::exp_sum;
   return t;
 }
 

@@ -34,9 +34,12 @@ float vec_dot_q6_k_q8_k(int64_t n, const std::byte* w, const std::byte* x);
 void rms_norm_row(const float* x, const float* w, int64_t n, float eps, float* out);
 void silu_mul(float* gate, const float* up, int64_t n);
 void add(float* x, const float* y, int64_t n);
-float dot_f16(const uint16_t* a, const uint16_t* b, int64_t n);
-void axpy_f16(float a, const uint16_t* x, float* y, int64_t n);
-float dot_f32(const float* a, const float* b, int64_t n);
-void axpy_f32(float a, const float* x, float* y, int64_t n);
+void attn_scores_f16(const uint16_t* k, int64_t n, const uint16_t* q, int32_t head_dim,
+                     float scale, float* scores);
+void attn_scores_f32(const float* k, int64_t n, const float* q, int32_t head_dim, float scale,
+                     float* scores);
+void attn_accum_f16(const float* p, const uint16_t* v, int64_t n, int32_t head_dim, float* acc);
+void attn_accum_f32(const float* p, const float* v, int64_t n, int32_t head_dim, float* acc);
+double exp_sum(float* s, int64_t n, float max);
 
 }  // namespace lumen::kernels::ref

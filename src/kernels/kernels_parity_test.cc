@@ -1,0 +1,362 @@
+// Parity tests: every entry of every kernel table this host can run, against the scalar
+// reference table, on random and adversarial inputs (odd sizes and tails, extreme and
+// subnormal scales, zeros, saturated quants, rounding ties). Each test collects every
+// failure with its error and tolerance and reports them all before failing.
+//
+// Tolerances (see kernel_table.h): quantizers and gemm-vs-vec_dot are bit-exact; sums of
+// f32 terms may differ by their accumulation order: |simd - ref| <= (k + 16) * 2^-23 * sum|terms|
+// with k the number of terms one lane accumulates; expf-based entries within a few ulp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/cpu_features.h"
+#include "base/fp16.h"
+#include "kernels/kernel_table.h"
+#include "kernels/kernels_test_util.h"
+#include "kernels/ops.h"
+
+namespace lumen::kernels {
+namespace {
+
+constexpr double kUlp = 1.0 / (1 << 23);  // 2^-23: f32 relative spacing at 1
+
+class FailureLog {
+ public:
+  void check(bool ok, const std::string& where, double err, double tol) {
+    ++n_checks_;
+    if (ok) return;
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "  err %.3g > tol %.3g", err, tol);
+    failures_.push_back(where + buf);
+  }
+  void check_near(double got, double want, double tol, const std::string& where) {
+    const double err = std::fabs(got - want);
+    check(err <= tol || (std::isnan(got) && std::isnan(want)), where, err, tol);
+  }
+  void report() const {
+    std::string all;
+    for (const std::string& f : failures_) all += f + "\n";
+    EXPECT_TRUE(failures_.empty()) << failures_.size() << " of " << n_checks_
+                                   << " checks failed:\n" << all;
+  }
+
+ private:
+  std::vector<std::string> failures_;
+  int64_t n_checks_ = 0;
+};
+
+// The tables under test: all but the reference (which is the definition).
+std::vector<const KernelTable*> simd_tables() {
+  std::vector<const KernelTable*> out;
+  for (const KernelTable* t : available_kernel_tables())
+    if (t != &reference_kernel_table()) out.push_back(t);
+  return out;
+}
+
+TEST(KernelsParity, HostTables) {
+  std::string names;
+  for (const KernelTable* t : available_kernel_tables()) names += std::string(t->name) + " ";
+  std::printf("cpu: %s\ntables: %s(best: %s)\n", cpu_features().describe().c_str(), names.c_str(),
+              best_kernel_table().name);
+  std::string want = "scalar";
+  if (cpu_features().has_avx2_fma()) want = "avx2";
+  if (cpu_features().has_avx512_vnni()) want = "avx512";
+  EXPECT_EQ(std::string(best_kernel_table().name), want);
+}
+
+// ---- activation inputs -----------------------------------------------------------------
+
+struct Activation {
+  std::string name;
+  std::vector<float> x;
+};
+
+std::vector<Activation> adversarial_activations(std::mt19937& rng, int64_t n) {
+  std::vector<Activation> out;
+  out.push_back({"normal", testing::random_floats(rng, n)});
+  out.push_back({"large", testing::random_floats(rng, n, 3e4f)});
+  out.push_back({"tiny", testing::random_floats(rng, n, 1e-30f)});  // fp16(d) underflows
+  out.push_back({"huge", testing::random_floats(rng, n, 1e30f)});
+  out.push_back({"zeros", std::vector<float>(n, 0.0f)});
+  std::vector<float> ties(n);  // amax = 127 per block: x * id lands exactly on .5
+  for (int64_t i = 0; i < n; ++i) ties[i] = i % 32 == 0 ? 127.0f : static_cast<float>(i % 17) - 8.5f;
+  out.push_back({"ties", ties});
+  std::vector<float> sym(n);  // +a and -a as largest magnitudes: q8_K picks the first
+  for (int64_t i = 0; i < n; ++i) sym[i] = i % 7 == 3 ? (i % 2 ? 5.0f : -5.0f) : 0.25f * (i % 5);
+  out.push_back({"sym_max", sym});
+  std::vector<float> onehot(n, 0.0f);
+  for (int64_t i = 0; i < n; i += 37) onehot[i] = -1.0f;
+  out.push_back({"sparse", onehot});
+  std::vector<float> denorm = testing::random_floats(rng, n, 1e-39f);
+  out.push_back({"denormal", denorm});
+  return out;
+}
+
+TEST(KernelsParity, ActivationQuantizersBitExact) {
+  std::mt19937 rng(20);
+  const KernelTable& ref = reference_kernel_table();
+  FailureLog log;
+  for (const KernelTable* t : simd_tables()) {
+    for (DType dt : {DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+      const MatmulKernels* mk = find_matmul_kernels(*t, dt);
+      const MatmulKernels* mr = find_matmul_kernels(ref, dt);
+      const int64_t block = dtype_info(mr->act_dtype).block_size;
+      for (int64_t n_blocks : {1, 3, 16}) {
+        const int64_t n = (block == 1 ? 37 : block) * n_blocks;  // odd length for F16/BF16
+        for (const Activation& a : adversarial_activations(rng, n)) {
+          std::vector<std::byte> got(row_bytes(mk->act_dtype, n)), want(got.size());
+          mk->quantize_act(a.x.data(), got.data(), n);
+          mr->quantize_act(a.x.data(), want.data(), n);
+          const bool same = std::memcmp(got.data(), want.data(), got.size()) == 0;
+          log.check(same, std::string(t->name) + " quantize for " + std::string(dtype_name(dt)) +
+                              " " + a.name + " n=" + std::to_string(n), same ? 0 : 1, 0);
+        }
+      }
+    }
+  }
+  log.report();
+}
+
+// ---- weight inputs ---------------------------------------------------------------------
+
+struct Weights {
+  std::string name;
+  std::vector<std::byte> w;  // n_rows rows
+};
+
+// Sets every fp16 scale of the rows to `d` (and q4_K's dmin to `dmin`).
+void set_scales(DType dt, std::vector<std::byte>& w, uint16_t d, uint16_t dmin) {
+  const DTypeInfo& info = dtype_info(dt);
+  const size_t n_blocks = w.size() / info.block_bytes;
+  for (size_t i = 0; i < n_blocks; ++i) {
+    std::byte* b = w.data() + i * info.block_bytes;
+    switch (dt) {
+      case DType::kQ8_0: reinterpret_cast<BlockQ8_0*>(b)->d_f16 = d; break;
+      case DType::kQ4_0: reinterpret_cast<BlockQ4_0*>(b)->d_f16 = d; break;
+      case DType::kQ4_K:
+        reinterpret_cast<BlockQ4_K*>(b)->d_f16 = d;
+        reinterpret_cast<BlockQ4_K*>(b)->dmin_f16 = dmin;
+        break;
+      case DType::kQ6_K: reinterpret_cast<BlockQ6_K*>(b)->d_f16 = d; break;
+      default: break;
+    }
+  }
+}
+
+std::vector<Weights> adversarial_weights(std::mt19937& rng, DType dt, int64_t n_rows, int64_t n) {
+  std::vector<Weights> out;
+  out.push_back({"random", testing::random_weights(rng, dt, n_rows, n)});
+  if (!dtype_info(dt).is_quantized) {
+    Weights big{"wide_range", testing::random_weights(rng, dt, n_rows, n)};
+    if (dt == DType::kF32) {
+      auto* f = reinterpret_cast<float*>(big.w.data());
+      for (int64_t i = 0; i < n * n_rows; ++i) f[i] *= (i % 3 == 0 ? 1e20f : 1e-20f);
+    }
+    out.push_back(big);
+    return out;
+  }
+  Weights sat{"saturated", std::vector<std::byte>(row_bytes(dt, n) * n_rows)};
+  // All quant bits set (q8_0: -1 everywhere; others: max nibbles/high bits) and max scales.
+  std::memset(sat.w.data(), 0xff, sat.w.size());
+  set_scales(dt, sat.w, f32_to_fp16(1.0f), f32_to_fp16(0.5f));
+  out.push_back(sat);
+  Weights q8min{"min_quants", std::vector<std::byte>(row_bytes(dt, n) * n_rows)};
+  std::memset(q8min.w.data(), 0x80, q8min.w.size());  // q8_0: -128; q6_K scales -128
+  set_scales(dt, q8min.w, f32_to_fp16(0.01f), f32_to_fp16(0.02f));
+  out.push_back(q8min);
+  Weights extreme{"extreme_scales", testing::random_weights(rng, dt, n_rows, n)};
+  set_scales(dt, extreme.w, 0x7bff /* 65504 */, 0x0001 /* smallest subnormal */);
+  out.push_back(extreme);
+  Weights subnormal{"subnormal_scales", testing::random_weights(rng, dt, n_rows, n)};
+  set_scales(dt, subnormal.w, 0x0003, 0x03ff);
+  out.push_back(subnormal);
+  Weights zero{"zero", std::vector<std::byte>(row_bytes(dt, n) * n_rows)};
+  out.push_back(zero);
+  return out;
+}
+
+// Terms one SIMD lane accumulates for a dot of n elements of dtype dt.
+double lane_terms(DType dt, int64_t n) {
+  const int64_t block = dtype_info(dt).block_size;
+  return block == 1 ? static_cast<double>(n) / 8 : static_cast<double>(n / block);
+}
+
+TEST(KernelsParity, VecDotAndGemm) {
+  std::mt19937 rng(21);
+  const KernelTable& ref = reference_kernel_table();
+  FailureLog log;
+  const int64_t n_rows = 5;
+  for (const KernelTable* t : simd_tables()) {
+    for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
+                     DType::kQ4_K, DType::kQ6_K}) {
+      const MatmulKernels* mk = find_matmul_kernels(*t, dt);
+      const MatmulKernels* mr = find_matmul_kernels(ref, dt);
+      const int64_t block = dtype_info(dt).block_size;
+      std::vector<int64_t> sizes;
+      if (block == 1) sizes = {1, 7, 8, 31, 33, 100, 257, 1001};
+      else sizes = {block, 2 * block, 3 * block, 7 * block, 33 * block};
+      for (int64_t n : sizes) {
+        for (const Weights& wt : adversarial_weights(rng, dt, n_rows, n)) {
+          for (const Activation& a : adversarial_activations(rng, n)) {
+            if (dt == DType::kF32 && a.name == "huge") continue;  // overflows f32 by design
+            const std::string where = std::string(t->name) + " " + std::string(dtype_name(dt)) +
+                                      " n=" + std::to_string(n) + " w=" + wt.name + " x=" + a.name;
+            // Activations quantized by the reference (the quantizers are checked above).
+            const int64_t n_cols = 6;
+            const size_t xs = mr->quantize_act ? row_bytes(mr->act_dtype, n) : n * sizeof(float);
+            std::vector<std::byte> xq(xs * n_cols);
+            for (int64_t c = 0; c < n_cols; ++c) {
+              if (mr->quantize_act) mr->quantize_act(a.x.data(), xq.data() + c * xs, n);
+              else std::memcpy(xq.data() + c * xs, a.x.data(), xs);
+            }
+            const size_t ws = row_bytes(dt, n);
+            const std::vector<float> xd = testing::dequantize(mr->act_dtype, xq.data(), n);
+            std::vector<float> y(n_rows * n_cols);
+            mk->gemm(n, wt.w.data(), ws, n_rows, xq.data(), xs, n_cols, y.data(), n_rows);
+            for (int64_t r = 0; r < n_rows; ++r) {
+              const std::byte* wr = wt.w.data() + r * ws;
+              const float want = mr->vec_dot(n, wr, xq.data());
+              const float got = mk->vec_dot(n, wr, xq.data());
+              const std::vector<float> wd = testing::dequantize(dt, wr, n);
+              const double mag = testing::abs_dot_double(wd.data(), xd.data(), n);
+              const double tol = (lane_terms(dt, n) + 16) * kUlp * mag;
+              if (!(mag <= 1e36)) {
+                // Near f32 overflow: whether a partial sum hits inf (and then inf - inf =
+                // nan) depends on the summation order. Only require both to overflow or both
+                // to stay finite-and-near.
+                if (std::isfinite(want) && std::isfinite(got))
+                  log.check_near(got, want, tol, where + " row " + std::to_string(r));
+              } else {
+                log.check_near(got, want, tol, where + " row " + std::to_string(r));
+              }
+              // Within one table, gemm tiles and vec_dot agree bit for bit (columns c share x).
+              for (int64_t c = 0; c < n_cols; ++c) {
+                const float g = y[c * n_rows + r];
+                log.check(g == got || (std::isnan(g) && std::isnan(got)),
+                          where + " gemm!=vec_dot row " + std::to_string(r) + " col " + std::to_string(c),
+                          std::fabs(g - got), 0);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  log.report();
+}
+
+TEST(KernelsParity, RowKernels) {
+  std::mt19937 rng(22);
+  const KernelTable& ref = reference_kernel_table();
+  FailureLog log;
+  for (const KernelTable* t : simd_tables()) {
+    for (int64_t n : {1, 7, 8, 15, 64, 896, 1001, 4864}) {
+      for (float scale : {1.0f, 1e-3f, 30.0f, 1e15f}) {
+        const std::string where = std::string(t->name) + " n=" + std::to_string(n) +
+                                  " scale=" + std::to_string(scale);
+        const std::vector<float> x = testing::random_floats(rng, n, scale);
+        const std::vector<float> w = testing::random_floats(rng, n);
+        // rms_norm: double sum in lanes, then the same f32 ops: ~1 ulp.
+        for (bool with_weight : {true, false}) {
+          std::vector<float> got(n), want(n);
+          t->rms_norm_row(x.data(), with_weight ? w.data() : nullptr, n, 1e-5f, got.data());
+          ref.rms_norm_row(x.data(), with_weight ? w.data() : nullptr, n, 1e-5f, want.data());
+          for (int64_t i = 0; i < n; ++i)
+            log.check_near(got[i], want[i], 2 * kUlp * std::fabs(want[i]),
+                           where + " rms_norm i=" + std::to_string(i));
+        }
+        // silu_mul: polynomial expf, a few ulp; very negative gates go to (-)0 either way.
+        if (scale <= 30.0f) {
+          std::vector<float> got = x, want = x;
+          t->silu_mul(got.data(), w.data(), n);
+          ref.silu_mul(want.data(), w.data(), n);
+          for (int64_t i = 0; i < n; ++i)
+            log.check_near(got[i], want[i], 8 * kUlp * std::fabs(want[i]) + 1e-37,
+                           where + " silu_mul i=" + std::to_string(i));
+        }
+        std::vector<float> got = x, want = x;
+        t->add(got.data(), w.data(), n);
+        ref.add(want.data(), w.data(), n);
+        log.check(got == want, where + " add", 0, 0);
+        // exp_sum on softmax-like inputs (<= 0 after max subtraction, down to -inf-ish).
+        if (scale <= 30.0f) {
+          std::vector<float> s1 = x, s2 = x;
+          float max = -INFINITY;
+          for (float v : x) max = std::max(max, v);
+          const double sum1 = t->exp_sum(s1.data(), n, max);
+          const double sum2 = ref.exp_sum(s2.data(), n, max);
+          log.check_near(sum1, sum2, 8 * kUlp * sum2, where + " exp_sum sum");
+          for (int64_t i = 0; i < n; ++i)
+            log.check_near(s1[i], s2[i], 8 * kUlp * s2[i] + 1e-37, where + " exp_sum i=" + std::to_string(i));
+        }
+      }
+    }
+  }
+  log.report();
+}
+
+TEST(KernelsParity, AttentionKernels) {
+  std::mt19937 rng(23);
+  const KernelTable& ref = reference_kernel_table();
+  FailureLog log;
+  for (const KernelTable* t : simd_tables()) {
+    for (int32_t hd : {8, 40, 64, 80, 96, 128, 256, 3}) {
+      for (int64_t n : {1, 5, 16, 33}) {
+        const std::string where = std::string(t->name) + " hd=" + std::to_string(hd) + " n=" + std::to_string(n);
+        const std::vector<float> kf = testing::random_floats(rng, n * hd, 2.0f);
+        const std::vector<float> qf = testing::random_floats(rng, hd, 2.0f);
+        std::vector<uint16_t> k16(kf.size()), q16(hd);
+        for (size_t i = 0; i < kf.size(); ++i) k16[i] = f32_to_fp16(kf[i]);
+        for (int32_t i = 0; i < hd; ++i) q16[i] = f32_to_fp16(qf[i]);
+        const float scale = 0.125f;
+        std::vector<float> got(n), want(n);
+        for (bool f16 : {true, false}) {
+          if (f16) {
+            t->attn_scores_f16(k16.data(), n, q16.data(), hd, scale, got.data());
+            ref.attn_scores_f16(k16.data(), n, q16.data(), hd, scale, want.data());
+          } else {
+            t->attn_scores_f32(kf.data(), n, qf.data(), hd, scale, got.data());
+            ref.attn_scores_f32(kf.data(), n, qf.data(), hd, scale, want.data());
+          }
+          for (int64_t s = 0; s < n; ++s) {
+            double mag = 0;
+            for (int32_t i = 0; i < hd; ++i)
+              mag += f16 ? std::fabs(double(fp16_to_f32(k16[s * hd + i])) * fp16_to_f32(q16[i]))
+                         : std::fabs(double(kf[s * hd + i]) * qf[i]);
+            log.check_near(got[s], want[s], (hd / 8.0 + 16) * kUlp * mag * scale,
+                           where + (f16 ? " scores_f16" : " scores_f32") + " s=" + std::to_string(s));
+          }
+        }
+        // P.V accumulation onto a non-zero accumulator.
+        std::vector<float> p = testing::random_floats(rng, n);
+        for (float& v : p) v = std::fabs(v);
+        const std::vector<float> acc0 = testing::random_floats(rng, hd);
+        for (bool f16 : {true, false}) {
+          std::vector<float> a1 = acc0, a2 = acc0;
+          if (f16) {
+            t->attn_accum_f16(p.data(), k16.data(), n, hd, a1.data());
+            ref.attn_accum_f16(p.data(), k16.data(), n, hd, a2.data());
+          } else {
+            t->attn_accum_f32(p.data(), kf.data(), n, hd, a1.data());
+            ref.attn_accum_f32(p.data(), kf.data(), n, hd, a2.data());
+          }
+          for (int32_t i = 0; i < hd; ++i) {
+            double mag = std::fabs(acc0[i]);
+            for (int64_t s = 0; s < n; ++s) mag += std::fabs(double(p[s]) * kf[s * hd + i]);
+            log.check_near(a1[i], a2[i], (n + 16) * kUlp * mag,
+                           where + (f16 ? " accum_f16" : " accum_f32") + " i=" + std::to_string(i));
+          }
+        }
+      }
+    }
+  }
+  log.report();
+}
+
+}  // namespace
+}  // namespace lumen::kernels
