@@ -1,1 +1,41 @@
-int main() { return 0; }
+// lumen: the command-line front end. One binary, one subcommand per task; every
+// subcommand that generates goes through the same engine.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "cli/common.h"
+
+namespace {
+
+void print_usage() {
+  std::fputs(
+      "usage: lumen COMMAND [options]   (lumen COMMAND --help for its options)\n\n"
+      "commands:\n"
+      "  run         generate a continuation of a prompt\n"
+      "  chat        interactive chat with the model's chat template\n"
+      "  tokenize    text -> token ids (--vectors FILE.inp for conformance files)\n"
+      "  info        what a model file holds\n"
+      "  perplexity  llama-perplexity's method over a text file\n",
+      stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help") ||
+      !std::strcmp(argv[1], "help")) {
+    print_usage();
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  using namespace lumen::cli;
+  if (cmd == "run") return cmd_run(argc, argv, 2);
+  if (cmd == "chat") return cmd_chat(argc, argv, 2);
+  if (cmd == "tokenize") return cmd_tokenize(argc, argv, 2);
+  if (cmd == "info") return cmd_info(argc, argv, 2);
+  if (cmd == "perplexity") return cmd_perplexity(argc, argv, 2);
+  std::fprintf(stderr, "error: unknown command '%s'\n\n", cmd.c_str());
+  print_usage();
+  return 2;
+}

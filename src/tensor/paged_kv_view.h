@@ -45,3 +45,39 @@ struct PagedKvView {
 };
 
 }  // namespace lumen
+
+namespace lumen {
+
+// KvStorageView: the whole paged KV cache as plain data (all layers), from which the
+// model makes one PagedKvView per layer and sequence. Owned by the kv layer.
+//
+// Region layout: [n_layer][2 (K, V)][n_blocks][n_kv_head][block_size][head_dim]
+//   layer il, K block b at: base + il * layer_stride_bytes + b * block_stride_bytes
+//   layer il, V block b at: base + il * layer_stride_bytes + v_offset_bytes + b * block_stride_bytes
+struct KvStorageView {
+  DType dtype = DType::kF16;
+  int32_t n_layer = 0;
+  int32_t n_blocks = 0;
+  int32_t block_size = 0;
+  int32_t n_kv_head = 0;
+  int32_t head_dim = 0;
+  std::byte* base = nullptr;
+  size_t block_stride_bytes = 0;  // n_kv_head * block_size * head_dim * elem bytes
+  size_t v_offset_bytes = 0;      // n_blocks * block_stride_bytes
+  size_t layer_stride_bytes = 0;  // 2 * v_offset_bytes
+
+  PagedKvView layer_view(int32_t il, std::span<const int32_t> block_table) const {
+    PagedKvView v;
+    v.dtype = dtype;
+    v.block_size = block_size;
+    v.n_kv_head = n_kv_head;
+    v.head_dim = head_dim;
+    v.k_base = base + il * layer_stride_bytes;
+    v.v_base = v.k_base + v_offset_bytes;
+    v.block_stride_bytes = block_stride_bytes;
+    v.block_table = block_table;
+    return v;
+  }
+};
+
+}  // namespace lumen

@@ -1,0 +1,120 @@
+#include "cli/common.h"
+
+#include <cstdio>
+#include <random>
+#include <thread>
+
+#include "base/log.h"
+
+namespace lumen::cli {
+
+std::vector<OptionSpec> engine_option_specs() {
+  return {
+      {{"-m", "--model"}, "PATH", "model: .gguf file, Hugging Face directory, or llama2.c .bin"},
+      {{"-t", "--threads"}, "N", "compute threads (default: all cores)"},
+      {{"-c", "--ctx-size"}, "N", "context size in tokens (default: min(trained, 4096))"},
+      {{"-b", "--batch-size"}, "N", "tokens per forward step / prefill chunk (default 512)"},
+      {{"--kv-type"}, "TYPE", "KV cache type: f16 (default) or f32"},
+      {{"--reference-kernels"}, "", "use the scalar reference kernels (debugging)"},
+      {{"-v", "--verbose"}, "", "log what the engine does to stderr"},
+  };
+}
+
+std::vector<OptionSpec> sampling_option_specs() {
+  return {
+      {{"-n", "--n-predict"}, "N", "tokens to generate at most (default 128; -1: until context is full)"},
+      {{"--temp"}, "T", "temperature; 0 = greedy (default 0.8)"},
+      {{"--top-k"}, "K", "top-k sampling, 0 = off (default 40)"},
+      {{"--top-p"}, "P", "top-p (nucleus) sampling, 1 = off (default 0.95)"},
+      {{"--min-p"}, "P", "min-p sampling, 0 = off (default 0.05)"},
+      {{"--repeat-penalty"}, "X", "repetition penalty, 1 = off (default 1.0)"},
+      {{"--repeat-last-n"}, "N", "window of the penalties in tokens (default 64, -1 = all)"},
+      {{"--presence-penalty"}, "X", "presence penalty (default 0)"},
+      {{"--frequency-penalty"}, "X", "frequency penalty (default 0)"},
+      {{"-s", "--seed"}, "N", "random seed (default: random)"},
+      {{"--ignore-eos"}, "", "do not stop at end-of-generation tokens"},
+      {{"--stop"}, "TEXT", "stop string (repeatable)", true},
+  };
+}
+
+std::vector<OptionSpec> concat(std::vector<OptionSpec> a, const std::vector<OptionSpec>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+Result<engine::EngineConfig> engine_config_from_args(const ArgParser& args) {
+  engine::EngineConfig c;
+  if (!args.get("--model")) return error("missing -m/--model PATH");
+  LUMEN_ASSIGN_OR_RETURN(int64_t threads, args.get_int("--threads", 0, 1, 1024));
+  c.n_threads = static_cast<int>(threads);
+  LUMEN_ASSIGN_OR_RETURN(int64_t ctx, args.get_int("--ctx-size", 0, 0, 1 << 20));
+  c.n_ctx = static_cast<int32_t>(ctx);
+  LUMEN_ASSIGN_OR_RETURN(int64_t batch, args.get_int("--batch-size", 512, 1, 1 << 16));
+  c.max_batch_tokens = static_cast<int32_t>(batch);
+  const std::string kv = args.get_or("--kv-type", "f16");
+  if (kv == "f16") c.kv_dtype = DType::kF16;
+  else if (kv == "f32") c.kv_dtype = DType::kF32;
+  else return error("--kv-type: '" + kv + "' is not supported (f16 or f32)");
+  c.use_reference_kernels = args.has("--reference-kernels");
+  return c;
+}
+
+Result<engine::GenerationParams> generation_params_from_args(const ArgParser& args) {
+  engine::GenerationParams g;
+  LUMEN_ASSIGN_OR_RETURN(int64_t n, args.get_int("--n-predict", 128, -1, 1 << 24));
+  g.max_tokens = n < 0 ? (1 << 30) : static_cast<int32_t>(n);
+  sample::SamplingParams& s = g.sampling;
+  LUMEN_ASSIGN_OR_RETURN(double temp, args.get_float("--temp", 0.8, 0.0, 100.0));
+  s.temperature = static_cast<float>(temp);
+  LUMEN_ASSIGN_OR_RETURN(int64_t top_k, args.get_int("--top-k", 40, 0, 1 << 24));
+  s.top_k = static_cast<int32_t>(top_k);
+  LUMEN_ASSIGN_OR_RETURN(double top_p, args.get_float("--top-p", 0.95, 1e-6, 1.0));
+  s.top_p = static_cast<float>(top_p);
+  LUMEN_ASSIGN_OR_RETURN(double min_p, args.get_float("--min-p", 0.05, 0.0, 1.0));
+  s.min_p = static_cast<float>(min_p);
+  LUMEN_ASSIGN_OR_RETURN(double rp, args.get_float("--repeat-penalty", 1.0, 1e-3, 100.0));
+  s.repeat_penalty = static_cast<float>(rp);
+  LUMEN_ASSIGN_OR_RETURN(int64_t last_n, args.get_int("--repeat-last-n", 64, -1, 1 << 24));
+  s.penalty_last_n = static_cast<int32_t>(last_n);
+  LUMEN_ASSIGN_OR_RETURN(double pp, args.get_float("--presence-penalty", 0.0, -10.0, 10.0));
+  s.presence_penalty = static_cast<float>(pp);
+  LUMEN_ASSIGN_OR_RETURN(double fp, args.get_float("--frequency-penalty", 0.0, -10.0, 10.0));
+  s.frequency_penalty = static_cast<float>(fp);
+  if (args.has("--seed")) {
+    LUMEN_ASSIGN_OR_RETURN(int64_t seed, args.get_int("--seed", 0, 0, INT64_MAX));
+    s.seed = static_cast<uint64_t>(seed);
+  } else {
+    s.seed = std::random_device{}();
+  }
+  g.ignore_eos = args.has("--ignore-eos");
+  g.stop = args.get_all("--stop");
+  return g;
+}
+
+bool parse_or_report(ArgParser& args, int argc, char** argv, int first, int& exit_code) {
+  Status st = args.parse(argc, argv, first);
+  if (!st.ok()) {
+    std::fprintf(stderr, "error: %s\n", st.message().c_str());
+    exit_code = 2;
+    return false;
+  }
+  if (args.help_requested()) {
+    std::fputs(args.help_text().c_str(), stdout);
+    exit_code = 0;
+    return false;
+  }
+  if (args.has("--verbose")) set_log_level(LogLevel::kInfo);
+  return true;
+}
+
+std::unique_ptr<engine::Engine> load_engine_or_report(const ArgParser& args,
+                                                      const engine::EngineConfig& config) {
+  auto e = engine::Engine::create(*args.get("--model"), config);
+  if (!e.ok()) {
+    std::fprintf(stderr, "error: %s\n", e.message().c_str());
+    return nullptr;
+  }
+  return std::move(e).value();
+}
+
+}  // namespace lumen::cli

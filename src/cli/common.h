@@ -1,0 +1,38 @@
+// Options and helpers shared by the subcommands.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "engine/engine.h"
+
+namespace lumen::cli {
+
+// -m, -t, -c, -b, --kv-type, --reference-kernels, -v
+std::vector<OptionSpec> engine_option_specs();
+// --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n,
+// --presence-penalty, --frequency-penalty, --seed, -n, --ignore-eos, --stop
+std::vector<OptionSpec> sampling_option_specs();
+std::vector<OptionSpec> concat(std::vector<OptionSpec> a, const std::vector<OptionSpec>& b);
+
+Result<engine::EngineConfig> engine_config_from_args(const ArgParser& args);
+Result<engine::GenerationParams> generation_params_from_args(const ArgParser& args);
+
+// Parses argv, handling --help and -v; returns false (with exit_code set) when the
+// command should stop (help printed or an error reported).
+bool parse_or_report(ArgParser& args, int argc, char** argv, int first, int& exit_code);
+
+// Loads the engine, printing a clear error on failure (nullptr).
+std::unique_ptr<engine::Engine> load_engine_or_report(const ArgParser& args,
+                                                      const engine::EngineConfig& config);
+
+// Commands (argv[first] is the first argument after the subcommand name).
+int cmd_run(int argc, char** argv, int first);
+int cmd_chat(int argc, char** argv, int first);
+int cmd_tokenize(int argc, char** argv, int first);
+int cmd_info(int argc, char** argv, int first);
+int cmd_perplexity(int argc, char** argv, int first);
+
+}  // namespace lumen::cli

@@ -1,0 +1,131 @@
+// lumen info: what a model file is — container, architecture, shapes, tensor types,
+// tokenizer, bytes.
+#include <cstdio>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "base/cpu_features.h"
+#include "cli/common.h"
+#include "gguf/model_file.h"
+#include "kernels/ops.h"
+#include "model/hparams.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lumen::cli {
+
+int cmd_info(int argc, char** argv, int first) {
+  ArgParser args("info", "lumen info -m MODEL [--json] [--tensors]",
+                 {
+                     {{"-m", "--model"}, "PATH", "model: .gguf, HF directory or llama2.c .bin"},
+                     {{"--tensors"}, "", "list every tensor"},
+                     {{"--json"}, "", "print one JSON object"},
+                     {{"-v", "--verbose"}, "", "verbose logging"},
+                 });
+  int rc = 0;
+  if (!parse_or_report(args, argc, argv, first, rc)) return rc;
+  auto model_path = args.get("--model");
+  if (!model_path) {
+    std::fprintf(stderr, "error: missing -m/--model PATH\n");
+    return 2;
+  }
+  auto file = gguf::open_model(*model_path);
+  if (!file.ok()) {
+    std::fprintf(stderr, "error: %s\n", file.message().c_str());
+    return 1;
+  }
+  auto hp = model::read_hparams(*file);
+  auto tk = tok::Tokenizer::from_model_file(*file);
+  std::map<std::string, std::pair<int, uint64_t>> by_type;  // dtype -> (count, bytes)
+  uint64_t total_bytes = 0, n_params = 0;
+  for (const gguf::TensorInfo& t : file->tensors()) {
+    auto& e = by_type[std::string(dtype_name(t.view.dtype))];
+    e.first++;
+    e.second += t.view.n_bytes;
+    total_bytes += t.view.n_bytes;
+    n_params += static_cast<uint64_t>(t.view.n_elements());
+  }
+  nlohmann::json j;
+  j["path"] = *model_path;
+  j["container"] = std::string(file->container());
+  if (file->gguf_version()) j["gguf_version"] = file->gguf_version();
+  j["n_tensors"] = file->tensors().size();
+  j["n_params"] = n_params;
+  j["tensor_bytes"] = total_bytes;
+  for (const auto& [name, e] : by_type) j["tensor_types"][name] = {{"count", e.first}, {"bytes", e.second}};
+  if (hp.ok()) {
+    j["arch"] = std::string(model::arch_name(hp->arch));
+    j["n_vocab"] = hp->n_vocab;
+    j["n_embd"] = hp->n_embd;
+    j["n_layer"] = hp->n_layer;
+    j["n_head"] = hp->n_head;
+    j["n_kv_head"] = hp->n_kv_head;
+    j["head_dim"] = hp->head_dim;
+    j["n_ff"] = hp->n_ff;
+    j["n_ctx_train"] = hp->n_ctx_train;
+    j["rms_eps"] = hp->rms_eps;
+    j["rope_theta"] = hp->rope_theta;
+    j["rope_layout"] = hp->rope_layout == kernels::RopeLayout::kNeox ? "neox" : "interleaved";
+    if (!hp->rope_scaling_type.empty()) j["rope_scaling"] = hp->rope_scaling_type;
+    j["qkv_bias"] = hp->has_qkv_bias;
+    j["tied_output"] = hp->tied_output;
+    j["kv_bytes_per_token_f16"] = 2ull * hp->n_layer * hp->n_kv_dim() * 2;
+  } else {
+    j["model_error"] = hp.message();
+  }
+  if (tk.ok()) {
+    j["tokenizer"] = {{"model", std::string(tk->model_name())}, {"pre", std::string(tk->pre_name())},
+                      {"n_vocab", tk->n_vocab()}, {"bos_id", tk->bos_id()}, {"eos_id", tk->eos_id()},
+                      {"add_bos", tk->add_bos()}, {"has_chat_template", !tk->chat_template().empty()}};
+  } else {
+    j["tokenizer_error"] = tk.message();
+  }
+  j["cpu"] = cpu_features().describe();
+  j["kernels"] = std::string(kernels::kernel_table_name(kernels::best_kernel_table()));
+  if (args.has("--tensors")) {
+    for (const gguf::TensorInfo& t : file->tensors())
+      j["tensors"].push_back({{"name", t.name}, {"type", std::string(dtype_name(t.view.dtype))},
+                              {"shape", t.view.shape_string()}, {"bytes", t.view.n_bytes}});
+  }
+  if (args.has("--json")) {
+    std::puts(j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("model:      %s (%s", model_path->c_str(), std::string(file->container()).c_str());
+  if (file->gguf_version()) std::printf(" v%u", file->gguf_version());
+  std::printf(")\n");
+  if (hp.ok()) {
+    std::printf("arch:       %s | layers %d | hidden %d | heads %d (kv %d, head dim %d) | ffn %d | vocab %d\n",
+                std::string(model::arch_name(hp->arch)).c_str(), hp->n_layer, hp->n_embd, hp->n_head,
+                hp->n_kv_head, hp->head_dim, hp->n_ff, hp->n_vocab);
+    std::printf("rope:       theta %g, %s layout%s%s | rms eps %g | ctx trained %d | output %s\n",
+                hp->rope_theta, hp->rope_layout == kernels::RopeLayout::kNeox ? "neox" : "interleaved",
+                hp->rope_scaling_type.empty() ? "" : ", scaling ", hp->rope_scaling_type.c_str(),
+                hp->rms_eps, hp->n_ctx_train, hp->tied_output ? "tied to embeddings" : "separate");
+    std::printf("kv cache:   %llu bytes per token at f16\n",
+                static_cast<unsigned long long>(2ull * hp->n_layer * hp->n_kv_dim() * 2));
+  } else {
+    std::printf("arch:       (not loadable: %s)\n", hp.message().c_str());
+  }
+  std::printf("tensors:    %zu, %.3f M params, %.2f MiB\n", file->tensors().size(), n_params / 1e6,
+              total_bytes / 1048576.0);
+  for (const auto& [name, e] : by_type)
+    std::printf("            %-6s %4d tensors, %.2f MiB\n", name.c_str(), e.first, e.second / 1048576.0);
+  if (tk.ok()) {
+    std::printf("tokenizer:  %s%s%s, %d tokens, bos %d, eos %d, add_bos %s, chat template %s\n",
+                std::string(tk->model_name()).c_str(), tk->pre_name().empty() ? "" : " / ",
+                std::string(tk->pre_name()).c_str(), tk->n_vocab(), tk->bos_id(), tk->eos_id(),
+                tk->add_bos() ? "yes" : "no", tk->chat_template().empty() ? "none" : "yes");
+  } else {
+    std::printf("tokenizer:  (error: %s)\n", tk.message().c_str());
+  }
+  std::printf("cpu:        %s -> kernels %s\n", cpu_features().describe().c_str(),
+              std::string(kernels::kernel_table_name(kernels::best_kernel_table())).c_str());
+  if (args.has("--tensors"))
+    for (const gguf::TensorInfo& t : file->tensors())
+      std::printf("  %-40s %-6s %-20s %zu\n", t.name.c_str(), std::string(dtype_name(t.view.dtype)).c_str(),
+                  t.view.shape_string().c_str(), t.view.n_bytes);
+  return 0;
+}
+
+}  // namespace lumen::cli

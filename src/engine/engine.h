@@ -1,0 +1,102 @@
+// The engine: requests in, tokens out, one step at a time. `lumen run`, `lumen chat`,
+// `lumen perplexity` and (later) `lumen serve` all drive this same object: there is one
+// code path through the model, not a demo path and a serving path.
+//
+//   add_request() -> waiting -> running -> Scheduler::schedule() -> ForwardBatch ->
+//   Model::forward() -> sample -> append token -> detokenize + stop strings -> events
+//
+// Single-threaded by contract: one thread calls add_request/step/cancel. The server will
+// put a queue in front of it; compute parallelism is inside forward() via the ThreadPool.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "base/thread_pool.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "engine/stop_matcher.h"
+#include "kernels/ops.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+#include "sample/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lumen::engine {
+
+struct EngineConfig {
+  int n_threads = 0;               // 0: all cores
+  int32_t n_ctx = 0;               // per-sequence context; 0: min(trained context, 4096)
+  int32_t max_batch_tokens = 512;  // tokens per forward step (prefill chunk size)
+  int32_t max_seqs = 1;            // sequences running at once
+  int32_t block_size = 16;         // KV block size in tokens
+  int64_t kv_memory_bytes = 0;     // 0: enough for max_seqs full contexts
+  DType kv_dtype = DType::kF16;
+  int32_t max_logit_rows = 0;      // 0: max_seqs (set to max_batch_tokens for prompt logprobs)
+  bool use_reference_kernels = false;
+};
+
+class Engine {
+ public:
+  ~Engine();
+  Engine(Engine&&) noexcept;
+  Engine& operator=(Engine&&) noexcept;
+
+  // Opens the model (any container), its tokenizer, sizes every buffer.
+  static Result<std::unique_ptr<Engine>> create(const std::string& model_path,
+                                                const EngineConfig& config);
+
+  const model::HParams& hparams() const { return model_.hparams(); }
+  const model::Model& model() const { return model_; }
+  const tok::Tokenizer& tokenizer() const { return tokenizer_; }
+  const EngineConfig& config() const { return config_; }
+  std::string_view kernel_name() const;
+  double load_ms() const { return load_ms_; }
+
+  // Validates and queues a request. Errors name the field (e.g. prompt too long).
+  Result<RequestId> add_request(Request request);
+  // Runs one forward step (if there is work) and returns what happened to each request.
+  std::vector<RequestEvent> step();
+  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  void cancel(RequestId id);
+  // Timings of a finished request (kept until the next add_request with the same id).
+  std::optional<RequestTimings> timings(RequestId id) const;
+
+  int32_t kv_blocks_in_use() const { return pool_.n_used(); }
+
+ private:
+  struct Sequence;
+  Engine(model::Model model, tok::Tokenizer tokenizer);
+
+  void admit_waiting();
+  void finish(Sequence& seq, FinishReason reason, RequestEvent& ev);
+  void process_new_token(Sequence& seq, int32_t token_id, std::span<const float> logits,
+                         RequestEvent& ev);
+
+  EngineConfig config_;
+  model::Model model_;
+  tok::Tokenizer tokenizer_;
+  const kernels::KernelTable* kernels_ = nullptr;
+  std::unique_ptr<ThreadPool> pool_threads_;
+  kv::KvStorage kv_;
+  kv::BlockPool pool_{0};
+  Scheduler scheduler_{SchedulerConfig{}};
+  RequestId next_id_ = 1;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;
+  std::map<RequestId, RequestTimings> finished_timings_;
+  double load_ms_ = 0;
+
+  // Per-step batch buffers, sized at creation (no per-token allocation).
+  std::vector<int32_t> batch_tokens_;
+  std::vector<model::ForwardSeq> batch_seqs_;
+  std::vector<int32_t> batch_logit_rows_;
+};
+
+}  // namespace lumen::engine

@@ -1,0 +1,58 @@
+// What a client asks of the engine, and what it gets back. Plain data.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sample/sampler.h"
+
+namespace lumen::engine {
+
+using RequestId = uint64_t;
+
+struct GenerationParams {
+  sample::SamplingParams sampling;
+  int32_t max_tokens = 128;           // generated tokens at most; 0 = prompt only
+  bool ignore_eos = false;            // keep going past end-of-generation tokens
+  std::vector<std::string> stop;      // stop strings (not included in the output text)
+  int32_t top_logits = 0;             // report the K largest logits of every step
+  bool prompt_logprobs = false;       // report log p(prompt[i] | prompt[<i]) for i >= 1
+};
+
+struct Request {
+  std::vector<int32_t> prompt_ids;    // already tokenized (BOS included as the model wants)
+  GenerationParams params;
+};
+
+enum class FinishReason : uint8_t { kNone, kEos, kLength, kStop, kContextFull, kCancelled, kError };
+const char* finish_reason_name(FinishReason reason);
+
+// One step's news for one request.
+struct RequestEvent {
+  RequestId request_id = 0;
+  std::vector<int32_t> new_token_ids;                        // usually one
+  std::string text_delta;                                    // UTF-8 complete, stop-trimmed
+  std::vector<std::vector<std::pair<int32_t, float>>> top;   // per new token, if asked
+  std::vector<double> prompt_logprobs;                       // when the prompt finished, if asked
+  std::vector<int32_t> prompt_argmax;                        // argmax id at each prompt position
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string error;                                         // set with kError
+};
+
+struct RequestTimings {
+  double arrival_ms = 0;
+  double first_token_ms = 0;   // when the first generated token was sampled
+  double finish_ms = 0;
+  int32_t n_prompt = 0;
+  int32_t n_generated = 0;
+  double ttft_ms() const { return first_token_ms - arrival_ms; }
+  // mean time per output token after the first
+  double tpot_ms() const {
+    return n_generated > 1 ? (finish_ms - first_token_ms) / (n_generated - 1) : 0.0;
+  }
+};
+
+}  // namespace lumen::engine

@@ -1,0 +1,133 @@
+#include "kv/kv_cache.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "base/check.h"
+
+namespace lumen::kv {
+
+size_t KvCacheConfig::bytes_per_token() const {
+  const size_t elem = dtype == DType::kF32 ? 4 : 2;
+  return size_t{2} * n_layer * n_kv_head * head_dim * elem;
+}
+
+size_t KvCacheConfig::total_bytes() const {
+  return bytes_per_token() * block_size * static_cast<size_t>(n_blocks);
+}
+
+KvStorage::~KvStorage() {
+  if (data_) munmap(data_, n_bytes_);
+}
+
+KvStorage::KvStorage(KvStorage&& other) noexcept
+    : config_(other.config_), view_(other.view_),
+      data_(std::exchange(other.data_, nullptr)), n_bytes_(std::exchange(other.n_bytes_, 0)) {}
+
+KvStorage& KvStorage::operator=(KvStorage&& other) noexcept {
+  if (this != &other) {
+    if (data_) munmap(data_, n_bytes_);
+    config_ = other.config_;
+    view_ = other.view_;
+    data_ = std::exchange(other.data_, nullptr);
+    n_bytes_ = std::exchange(other.n_bytes_, 0);
+  }
+  return *this;
+}
+
+Result<KvStorage> KvStorage::allocate(const KvCacheConfig& config) {
+  if (config.dtype != DType::kF16 && config.dtype != DType::kF32)
+    return error("kv cache: unsupported dtype '" + std::string(dtype_name(config.dtype)) +
+                 "' (f16 or f32)");
+  if (config.n_layer <= 0 || config.n_kv_head <= 0 || config.head_dim <= 0 ||
+      config.block_size <= 0 || config.n_blocks <= 0)
+    return error("kv cache: every dimension must be positive");
+  KvStorage s;
+  s.config_ = config;
+  s.n_bytes_ = config.total_bytes();
+  void* p = mmap(nullptr, s.n_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    return error("kv cache: cannot allocate " + std::to_string(s.n_bytes_) +
+                 " bytes: " + std::strerror(errno));
+#ifdef MADV_HUGEPAGE
+  madvise(p, s.n_bytes_, MADV_HUGEPAGE);
+#endif
+  s.data_ = static_cast<std::byte*>(p);
+  const size_t elem = config.dtype == DType::kF32 ? 4 : 2;
+  KvStorageView& v = s.view_;
+  v.dtype = config.dtype;
+  v.n_layer = config.n_layer;
+  v.n_blocks = config.n_blocks;
+  v.block_size = config.block_size;
+  v.n_kv_head = config.n_kv_head;
+  v.head_dim = config.head_dim;
+  v.base = s.data_;
+  v.block_stride_bytes = size_t{1} * config.n_kv_head * config.block_size * config.head_dim * elem;
+  v.v_offset_bytes = v.block_stride_bytes * config.n_blocks;
+  v.layer_stride_bytes = 2 * v.v_offset_bytes;
+  return s;
+}
+
+BlockPool::BlockPool(int32_t n_blocks) : ref_cnt_(n_blocks, 0) {
+  free_.reserve(n_blocks);
+  // Push in reverse so that allocation hands out 0, 1, 2, ... first.
+  for (int32_t i = n_blocks - 1; i >= 0; --i) free_.push_back(i);
+}
+
+std::optional<int32_t> BlockPool::allocate() {
+  if (free_.empty()) return std::nullopt;
+  const int32_t id = free_.back();
+  free_.pop_back();
+  LUMEN_DCHECK(ref_cnt_[id] == 0);
+  ref_cnt_[id] = 1;
+  return id;
+}
+
+void BlockPool::add_ref(int32_t block_id) {
+  LUMEN_DCHECK(ref_cnt_[block_id] >= 1);
+  ++ref_cnt_[block_id];
+}
+
+void BlockPool::release(int32_t block_id) {
+  LUMEN_CHECK(block_id >= 0 && block_id < n_blocks() && ref_cnt_[block_id] >= 1);
+  if (--ref_cnt_[block_id] == 0) free_.push_back(block_id);
+}
+
+std::string BlockPool::check_invariants() const {
+  std::vector<char> is_free(ref_cnt_.size(), 0);
+  for (int32_t id : free_) {
+    if (id < 0 || id >= n_blocks()) return "free list holds out-of-range block " + std::to_string(id);
+    if (is_free[id]) return "block " + std::to_string(id) + " is on the free list twice";
+    is_free[id] = 1;
+    if (ref_cnt_[id] != 0)
+      return "free block " + std::to_string(id) + " has ref_cnt " + std::to_string(ref_cnt_[id]);
+  }
+  int32_t n_referenced = 0;
+  for (int32_t id = 0; id < n_blocks(); ++id) {
+    if (ref_cnt_[id] < 0) return "block " + std::to_string(id) + " has negative ref_cnt";
+    if (!is_free[id]) {
+      if (ref_cnt_[id] == 0) return "block " + std::to_string(id) + " is neither free nor referenced";
+      ++n_referenced;
+    }
+  }
+  if (n_referenced + n_free() != n_blocks()) return "free + referenced != total";
+  return "";
+}
+
+bool BlockTable::reserve(BlockPool& pool, int64_t n_tokens, int32_t block_size) {
+  const int64_t n_needed = (n_tokens + block_size - 1) / block_size;
+  if (n_needed <= n_blocks()) return true;
+  if (n_needed - n_blocks() > pool.n_free()) return false;
+  while (n_blocks() < n_needed) ids_.push_back(*pool.allocate());
+  return true;
+}
+
+void BlockTable::release_all(BlockPool& pool) {
+  for (int32_t id : ids_) pool.release(id);
+  ids_.clear();
+}
+
+}  // namespace lumen::kv

@@ -1,0 +1,166 @@
+// The llama-family forward pass (Llama 2/3, TinyLlama, SmolLM, Mistral; Qwen2 is the same
+// network plus biases on the q/k/v projections and NeoX-layout RoPE).
+//
+// Per layer, for all T tokens of the batch at once (each weight matrix read once per
+// layer for the whole batch):
+//
+//   xn   = rmsnorm(x) * attn_norm                        [T][n_embd]
+//   q    = xn Wq^T (+ bq)    k = xn Wk^T (+ bk)    v = xn Wv^T (+ bv)
+//   q, k = rope(q, pos), rope(k, pos)                    rotate pairs by pos * theta_i
+//   cache[pos] = k, v                                    (paged; F16 by default)
+//   a    = softmax(q k^T / sqrt(head_dim), causal) v     per sequence, GQA head mapping
+//   x   += a Wo^T                                        residual
+//   xn   = rmsnorm(x) * ffn_norm
+//   x   += (silu(xn Wgate^T) * (xn Wup^T)) Wdown^T       SwiGLU MLP, residual
+//
+// then logits = rmsnorm(x[rows]) * output_norm  Wout^T, only for the requested rows.
+#include <cmath>
+#include <cstring>
+
+#include "base/check.h"
+#include "model/model.h"
+
+namespace lumen::model {
+
+// Work buffers, sized at load for limits.max_batch_tokens tokens.
+struct Model::Workspace {
+  std::vector<float> x;        // [T][n_embd] residual stream
+  std::vector<float> xn;       // [T][n_embd] normed input of a sub-block
+  std::vector<float> q;        // [T][n_head * head_dim]
+  std::vector<float> k;        // [T][n_kv_head * head_dim]
+  std::vector<float> v;        // [T][n_kv_head * head_dim]
+  std::vector<float> attn;     // [T][n_head * head_dim]
+  std::vector<float> gate;     // [T][n_ff]
+  std::vector<float> up;       // [T][n_ff]
+  std::vector<float> sel;      // [R][n_embd] rows selected for logits
+  std::vector<float> logits;   // [R][n_vocab]
+  std::vector<std::byte> scratch;  // max(matmul scratch, attention scratch)
+  std::vector<int32_t> pos;        // [T] position of each token
+};
+
+Model::Model() = default;
+Model::~Model() = default;
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+
+Result<Model> Model::load(gguf::ModelFile file, const ModelLimits& limits) {
+  Model m;
+  m.file_ = std::make_unique<gguf::ModelFile>(std::move(file));
+  LUMEN_ASSIGN_OR_RETURN(m.hp_, read_hparams(*m.file_));
+  LUMEN_ASSIGN_OR_RETURN(m.weights_, bind_weights(*m.file_, m.hp_));
+  if (limits.max_batch_tokens <= 0 || limits.max_logit_rows <= 0 || limits.max_ctx <= 0)
+    return error("model: limits must be positive");
+  m.limits_ = limits;
+  const HParams& hp = m.hp_;
+  const size_t T = limits.max_batch_tokens, R = limits.max_logit_rows;
+  auto ws = std::make_unique<Workspace>();
+  ws->x.resize(T * hp.n_embd);
+  ws->xn.resize(T * hp.n_embd);
+  ws->q.resize(T * hp.n_q_dim());
+  ws->k.resize(T * hp.n_kv_dim());
+  ws->v.resize(T * hp.n_kv_dim());
+  ws->attn.resize(T * hp.n_q_dim());
+  ws->gate.resize(T * hp.n_ff);
+  ws->up.resize(T * hp.n_ff);
+  ws->sel.resize(R * hp.n_embd);
+  ws->pos.resize(T);
+  ws->logits.resize(R * hp.n_vocab);
+  size_t scratch = 0;
+  auto need = [&](const TensorView& w, size_t rows) {
+    scratch = std::max(scratch, kernels::matmul_scratch_bytes(w.dtype, w.ne[0], rows));
+  };
+  for (const LayerWeights& l : m.weights_.layers) {
+    for (const TensorView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      need(*w, T);
+  }
+  need(m.weights_.output, R);
+  kernels::AttentionParams ap{hp.n_head, hp.n_kv_head, hp.head_dim, 1.0f};
+  scratch = std::max(scratch, kernels::attention_scratch_bytes(ap, T, limits.max_ctx, limits.n_threads));
+  ws->scratch.resize(scratch + 64);
+  m.ws_ = std::move(ws);
+  return m;
+}
+
+std::span<const float> Model::forward(const kernels::KernelTable& k, ThreadPool& pool,
+                                      const ForwardBatch& batch, const KvStorageView& kv) {
+  const HParams& hp = hp_;
+  Workspace& ws = *ws_;
+  const int64_t T = static_cast<int64_t>(batch.token_ids.size());
+  const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
+  LUMEN_CHECK(T > 0 && T <= limits_.max_batch_tokens);
+  LUMEN_CHECK(R <= limits_.max_logit_rows && R <= T);
+  LUMEN_CHECK(kv.n_layer == hp.n_layer && kv.n_kv_head == hp.n_kv_head && kv.head_dim == hp.head_dim);
+  const int64_t E = hp.n_embd, Q = hp.n_q_dim(), KV = hp.n_kv_dim(), F = hp.n_ff;
+  std::byte* scratch = ws.scratch.data();
+  auto tap = [&](std::string_view name, int32_t il, const std::vector<float>& buf, int64_t n) {
+    if (tap_) tap_(name, il, std::span<const float>(buf.data(), n));
+  };
+
+  // Position of every token (for RoPE), from the sequence slices.
+  std::vector<int32_t>& pos = ws.pos;
+  for (const ForwardSeq& s : batch.seqs) {
+    LUMEN_CHECK(s.token_begin >= 0 && s.n_tokens > 0 && s.token_begin + s.n_tokens <= T);
+    LUMEN_CHECK(s.pos0 + s.n_tokens <= limits_.max_ctx);
+    for (int32_t i = 0; i < s.n_tokens; ++i) pos[s.token_begin + i] = static_cast<int32_t>(s.pos0 + i);
+  }
+
+  kernels::RopeParams rope{};
+  rope.head_dim = hp.head_dim;
+  rope.theta = hp.rope_theta;
+  rope.freq_scale = hp.rope_freq_scale;
+  rope.freq_factors = weights_.rope_freq_factors.empty() ? nullptr : weights_.rope_freq_factors.data();
+  rope.layout = hp.rope_layout;
+  kernels::AttentionParams ap{hp.n_head, hp.n_kv_head, hp.head_dim,
+                              1.0f / std::sqrt(static_cast<float>(hp.head_dim))};
+
+  kernels::get_rows(weights_.tok_embd, batch.token_ids.data(), T, ws.x.data());
+  tap("embd", -1, ws.x, T * E);
+
+  for (int32_t il = 0; il < hp.n_layer; ++il) {
+    const LayerWeights& l = weights_.layers[il];
+    // --- attention block ---
+    kernels::rms_norm(k, ws.x.data(), l.attn_norm, T, E, hp.rms_eps, ws.xn.data());
+    tap("attn_norm", il, ws.xn, T * E);
+    kernels::matmul(k, pool, l.wq, ws.xn.data(), T, ws.q.data(), scratch);
+    kernels::matmul(k, pool, l.wk, ws.xn.data(), T, ws.k.data(), scratch);
+    kernels::matmul(k, pool, l.wv, ws.xn.data(), T, ws.v.data(), scratch);
+    if (l.bq) kernels::add_bias(ws.q.data(), l.bq, T, Q);
+    if (l.bk) kernels::add_bias(ws.k.data(), l.bk, T, KV);
+    if (l.bv) kernels::add_bias(ws.v.data(), l.bv, T, KV);
+    kernels::rope(k, rope, ws.q.data(), T, hp.n_head, pos.data());
+    kernels::rope(k, rope, ws.k.data(), T, hp.n_kv_head, pos.data());
+    tap("q_rope", il, ws.q, T * Q);
+    tap("k_rope", il, ws.k, T * KV);
+    for (const ForwardSeq& s : batch.seqs) {
+      const PagedKvView view = kv.layer_view(il, s.block_table);
+      const int64_t t0 = s.token_begin;
+      kernels::kv_store(view, s.pos0, s.n_tokens, ws.k.data() + t0 * KV, ws.v.data() + t0 * KV);
+      kernels::attention(k, pool, ap, view, ws.q.data() + t0 * Q, s.pos0, s.n_tokens,
+                         ws.attn.data() + t0 * Q, scratch);
+    }
+    tap("attn_out", il, ws.attn, T * Q);
+    kernels::matmul(k, pool, l.wo, ws.attn.data(), T, ws.xn.data(), scratch);
+    kernels::add_in_place(k, ws.x.data(), ws.xn.data(), T * E);  // residual
+
+    // --- MLP block ---
+    kernels::rms_norm(k, ws.x.data(), l.ffn_norm, T, E, hp.rms_eps, ws.xn.data());
+    kernels::matmul(k, pool, l.w_gate, ws.xn.data(), T, ws.gate.data(), scratch);
+    kernels::matmul(k, pool, l.w_up, ws.xn.data(), T, ws.up.data(), scratch);
+    kernels::silu_mul(k, ws.gate.data(), ws.up.data(), T * F);
+    kernels::matmul(k, pool, l.w_down, ws.gate.data(), T, ws.xn.data(), scratch);
+    kernels::add_in_place(k, ws.x.data(), ws.xn.data(), T * E);  // residual
+    tap("layer_out", il, ws.x, T * E);
+  }
+
+  if (R == 0) return {};
+  for (int64_t r = 0; r < R; ++r) {
+    const int32_t row = batch.logit_rows[r];
+    LUMEN_CHECK(row >= 0 && row < T);
+    std::memcpy(ws.sel.data() + r * E, ws.x.data() + int64_t{row} * E, E * sizeof(float));
+  }
+  kernels::rms_norm(k, ws.sel.data(), weights_.output_norm, R, E, hp.rms_eps, ws.xn.data());
+  kernels::matmul(k, pool, weights_.output, ws.xn.data(), R, ws.logits.data(), scratch);
+  return std::span<const float>(ws.logits.data(), R * hp.n_vocab);
+}
+
+}  // namespace lumen::model

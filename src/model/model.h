@@ -1,0 +1,87 @@
+// Model: hyper-parameters + bound weights + the forward pass over a batch of tokens from
+// one or more sequences. The model never sees the engine or the KV cache manager: it gets
+// plain data (token ids, positions, per-sequence block tables) and a KvStorageView.
+//
+// Single-threaded by contract (one forward at a time); compute parallelism goes through
+// the ThreadPool passed to forward().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "base/thread_pool.h"
+#include "gguf/model_file.h"
+#include "kernels/ops.h"
+#include "model/hparams.h"
+#include "model/weights.h"
+#include "tensor/paged_kv_view.h"
+
+namespace lumen::model {
+
+// One sequence's slice of a batch: tokens [token_begin, token_begin + n_tokens) of the
+// batch, at positions pos0 .. pos0 + n_tokens - 1. Its block table must already cover
+// pos0 + n_tokens positions; K/V for positions < pos0 are already in the cache.
+struct ForwardSeq {
+  int32_t token_begin = 0;
+  int32_t n_tokens = 0;
+  int64_t pos0 = 0;
+  std::span<const int32_t> block_table;
+};
+
+struct ForwardBatch {
+  std::span<const int32_t> token_ids;   // [n_tokens], all sequences concatenated
+  std::span<const ForwardSeq> seqs;     // ordered, non-overlapping, covering token_ids
+  std::span<const int32_t> logit_rows;  // batch token indices whose logits are wanted
+};
+
+// Sizes the work buffers once, at load: nothing allocates on the per-token path.
+struct ModelLimits {
+  int32_t max_batch_tokens = 512;  // tokens per forward()
+  int32_t max_logit_rows = 512;    // logits rows per forward()
+  int32_t max_ctx = 4096;          // longest sequence (attention scratch)
+  int n_threads = 1;
+};
+
+// Named debug taps: called with intermediate activations when set (tests, debugging).
+using TapFn = std::function<void(std::string_view name, int32_t layer_idx,
+                                 std::span<const float> values)>;
+
+class Model {
+ public:
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+  ~Model();
+
+  // Takes ownership of the file (the weights are views into it).
+  static Result<Model> load(gguf::ModelFile file, const ModelLimits& limits);
+
+  const HParams& hparams() const { return hp_; }
+  const ModelWeights& weights() const { return weights_; }
+  const gguf::ModelFile& file() const { return *file_; }
+  const ModelLimits& limits() const { return limits_; }
+
+  // Runs the batch through all layers, writing each token's K/V into the cache, and
+  // returns logits [batch.logit_rows.size()][n_vocab], valid until the next forward().
+  std::span<const float> forward(const kernels::KernelTable& k, ThreadPool& pool,
+                                 const ForwardBatch& batch, const KvStorageView& kv);
+
+  void set_tap(TapFn tap) { tap_ = std::move(tap); }
+
+ private:
+  struct Workspace;
+  Model();
+
+  std::unique_ptr<gguf::ModelFile> file_;
+  HParams hp_;
+  ModelWeights weights_;
+  ModelLimits limits_;
+  std::unique_ptr<Workspace> ws_;
+  TapFn tap_;
+};
+
+}  // namespace lumen::model

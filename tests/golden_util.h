@@ -1,0 +1,129 @@
+// Shared helpers for the golden tests: reading llama.cpp reference files and running a
+// model teacher-forced through the paged KV cache.
+#pragma once
+
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "base/shared_dir.h"
+#include "base/thread_pool.h"
+#include "gguf/model_file.h"
+#include "kernels/ops.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+
+namespace lumen::testing {
+
+inline nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << "cannot open " << path;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return nlohmann::json::parse(ss.str());
+}
+
+inline std::string shared_path(const std::string& rel) { return shared_dir() + "/" + rel; }
+
+// One sequence, teacher-forced: prefill a prompt, then feed tokens one at a time through
+// the paged KV cache (block size 16, so every sequence spans several blocks) exactly as
+// generation does.
+class TeacherForcer {
+ public:
+  TeacherForcer(const std::string& model_path, int32_t n_ctx, bool reference_kernels,
+                int n_threads = 2, DType kv_dtype = DType::kF16)
+      : pool_(n_threads),
+        kernels_(reference_kernels ? &kernels::reference_kernel_table()
+                                   : &kernels::best_kernel_table()) {
+    auto file = gguf::open_model(model_path);
+    if (!file.ok()) {
+      ADD_FAILURE() << file.message();
+      return;
+    }
+    model::ModelLimits limits;
+    limits.max_batch_tokens = n_ctx;
+    limits.max_logit_rows = n_ctx;
+    limits.max_ctx = n_ctx;
+    limits.n_threads = n_threads;
+    auto m = model::Model::load(std::move(file).value(), limits);
+    if (!m.ok()) {
+      ADD_FAILURE() << m.message();
+      return;
+    }
+    model_ = std::make_unique<model::Model>(std::move(m).value());
+    const model::HParams& hp = model_->hparams();
+    kv::KvCacheConfig c;
+    c.n_layer = hp.n_layer;
+    c.n_kv_head = hp.n_kv_head;
+    c.head_dim = hp.head_dim;
+    c.block_size = 16;
+    c.n_blocks = (n_ctx + 15) / 16 + 2;
+    c.dtype = kv_dtype;
+    auto s = kv::KvStorage::allocate(c);
+    if (!s.ok()) {
+      ADD_FAILURE() << s.message();
+      return;
+    }
+    kv_ = std::make_unique<kv::KvStorage>(std::move(s).value());
+    // A scrambled block table: logical order != physical order.
+    for (int32_t i = 0; i < c.n_blocks; ++i) table_.push_back((i * 7 + 3) % c.n_blocks);
+  }
+
+  bool ok() const { return model_ && kv_; }
+  const model::Model& model() const { return *model_; }
+  int32_t n_vocab() const { return model_->hparams().n_vocab; }
+
+  // Clears the sequence and runs `ids` as one batch from position 0; returns the logits
+  // of the rows asked for (all rows if all_rows, else the last).
+  std::vector<float> prefill(const std::vector<int32_t>& ids, bool all_rows = false) {
+    n_past_ = 0;
+    return run(ids, all_rows);
+  }
+  // Appends one token at the next position; returns its logits.
+  std::vector<float> decode(int32_t id) { return run({id}, false); }
+
+ private:
+  std::vector<float> run(const std::vector<int32_t>& ids, bool all_rows) {
+    std::vector<int32_t> rows;
+    if (all_rows) {
+      for (int32_t i = 0; i < static_cast<int32_t>(ids.size()); ++i) rows.push_back(i);
+    } else {
+      rows.push_back(static_cast<int32_t>(ids.size()) - 1);
+    }
+    model::ForwardSeq seq{0, static_cast<int32_t>(ids.size()), n_past_, table_};
+    model::ForwardBatch batch{ids, std::span<const model::ForwardSeq>(&seq, 1), rows};
+    std::span<const float> logits = model_->forward(*kernels_, pool_, batch, kv_->view());
+    n_past_ += static_cast<int64_t>(ids.size());
+    return std::vector<float>(logits.begin(), logits.end());
+  }
+
+  ThreadPool pool_;
+  const kernels::KernelTable* kernels_;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<kv::KvStorage> kv_;
+  std::vector<int32_t> table_;
+  int64_t n_past_ = 0;
+};
+
+inline double logsumexp_d(const std::vector<float>& v, size_t off, size_t n) {
+  double mx = -INFINITY;
+  for (size_t i = 0; i < n; ++i) mx = std::max(mx, static_cast<double>(v[off + i]));
+  double s = 0;
+  for (size_t i = 0; i < n; ++i) s += std::exp(static_cast<double>(v[off + i]) - mx);
+  return mx + std::log(s);
+}
+
+inline int32_t argmax_of(const std::vector<float>& v, size_t off, size_t n) {
+  size_t best = 0;
+  for (size_t i = 1; i < n; ++i)
+    if (v[off + i] > v[off + best]) best = i;
+  return static_cast<int32_t>(best);
+}
+
+}  // namespace lumen::testing
