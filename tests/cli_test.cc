@@ -1,0 +1,249 @@
+// End-to-end tests of the `lumen` binary on the real tiny models in ../shared.
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "base/shared_dir.h"
+
+namespace lumen::testing {
+namespace {
+
+struct CmdResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+std::string lumen_bin() {
+  const char* env = std::getenv("LUMEN_BIN");
+  return env && *env ? env : "build/lumen";
+}
+
+std::string sh_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+CmdResult run_lumen(const std::vector<std::string>& args) {
+  static int counter = 0;
+  const std::string err_path = ::testing::TempDir() + "lumen_stderr_" + std::to_string(getpid()) +
+                               "_" + std::to_string(counter++);
+  std::string cmd = sh_quote(lumen_bin());
+  for (const std::string& a : args) cmd += " " + sh_quote(a);
+  cmd += " 2>" + sh_quote(err_path) + " </dev/null";
+  CmdResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream e(err_path);
+  r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
+  std::remove(err_path.c_str());
+  return r;
+}
+
+std::string shared(const std::string& rel) { return shared_dir() + "/" + rel; }
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+const std::string kStories = "models/stories260K/stories260K.gguf";
+const std::string kTiny = "models/TinyStories-656K/TinyStories-656K-Q8_0.gguf";
+
+// Free-running greedy text equals llama.cpp's for stories260K once_upon_a_time (its top-2
+// margins are wide), through the full path: tokenizer, engine, sampler, detokenizer.
+TEST(CliRun, GreedyMatchesGoldenStories260K) {
+  const nlohmann::json g = read_json(shared("golden/stories260K/once_upon_a_time.json"));
+  const int n = static_cast<int>(g["generated_ids"].size());
+  CmdResult r = run_lumen({"run", "-m", shared(kStories), "-p", g["prompt"], "-n", std::to_string(n),
+                           "--temp", "0", "--ignore-eos", "--json", "--top-logits", "10", "-c", "512"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["prompt_ids"], g["prompt_ids"]);
+  EXPECT_EQ(j["generated_ids"], g["generated_ids"]);
+  EXPECT_EQ(j["text"], g["generated_text"]);
+  ASSERT_EQ(j["steps"].size(), static_cast<size_t>(n));
+  EXPECT_EQ(j["steps"][0]["top"].size(), 10u);
+  EXPECT_EQ(j["steps"][0]["top"][0][0], g["steps"][0]["top"][0][0]);
+  EXPECT_NEAR(j["steps"][0]["top"][0][1].get<double>(), g["steps"][0]["top"][0][1].get<double>(), 2e-2);
+  for (const char* key : {"load_ms", "ttft_ms", "tpot_ms", "prompt_tok_s", "gen_tok_s"})
+    EXPECT_TRUE(j["timings"].contains(key)) << key;
+}
+
+TEST(CliRun, HumanOutputStreamsPromptAndTimings) {
+  CmdResult r = run_lumen({"run", "-m", shared(kTiny), "-p", "Once upon a time", "-n", "16", "--temp", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("Once upon a time", 0), 0u) << r.out;
+  EXPECT_GT(r.out.size(), std::string("Once upon a time").size());
+  EXPECT_NE(r.err.find("tok/s"), std::string::npos) << r.err;
+}
+
+TEST(CliRun, IgnoreEosGeneratesExactlyN) {
+  CmdResult r = run_lumen({"run", "-m", shared(kTiny), "-p", "The end.", "-n", "100", "--temp", "0",
+                           "--ignore-eos", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["generated_ids"].size(), 100u);
+}
+
+TEST(CliRun, SameSeedSameOutput) {
+  auto sample = [](const std::string& seed) {
+    CmdResult r = run_lumen({"run", "-m", shared("models/TinyStories-656K"), "-p", "Lily", "--temp", "0.8",
+                             "--top-p", "0.9", "--seed", seed, "-n", "40", "--ignore-eos", "--json"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out)["generated_ids"] : nlohmann::json();
+  };
+  const nlohmann::json a = sample("7"), b = sample("7"), c = sample("8");
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
+TEST(CliRun, StopStringEndsGenerationAndIsNotPrinted) {
+  const nlohmann::json g = read_json(shared("golden/stories260K/once_upon_a_time.json"));
+  const std::string text = g["generated_text"];
+  // A stop string from the middle of the known greedy continuation.
+  const std::string stop = text.substr(40, 6);
+  CmdResult r = run_lumen({"run", "-m", shared(kStories), "-p", g["prompt"], "-n", "48", "--temp", "0",
+                           "--json", "--stop", stop});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["finish_reason"], "stop");
+  EXPECT_EQ(j["text"], text.substr(0, text.find(stop)));
+}
+
+TEST(CliRun, AllThreeContainersRun) {
+  for (const std::string& m : {shared(kStories), shared("models/stories260K/stories260K.bin"),
+                               shared("models/TinyStories-656K/"), shared(kTiny)}) {
+    CmdResult r = run_lumen({"run", "-m", m, "-p", "Once upon a time", "-n", "8", "--temp", "0", "--json"});
+    EXPECT_EQ(r.exit_code, 0) << m << ": " << r.err;
+    if (r.exit_code == 0) EXPECT_FALSE(nlohmann::json::parse(r.out)["generated_ids"].empty()) << m;
+  }
+}
+
+TEST(CliRun, ContextLimitFinishesCleanly) {
+  CmdResult r = run_lumen({"run", "-m", shared(kTiny), "-p", "Once upon a time", "-n", "500", "-c", "32",
+                           "--temp", "0", "--ignore-eos", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["finish_reason"], "context_full");
+  EXPECT_EQ(j["prompt_ids"].size() + j["generated_ids"].size(), 33u);  // last token never evaluated
+}
+
+TEST(CliErrors, BadInputGetsClearErrors) {
+  CmdResult r = run_lumen({"run", "-m", "/nonexistent/model.gguf", "-p", "x"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("/nonexistent/model.gguf"), std::string::npos) << r.err;
+  r = run_lumen({"run", "-m", shared(kTiny), "--temp", "hot"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--temp"), std::string::npos) << r.err;
+  r = run_lumen({"run", "-m", shared(kTiny), "--no-such-flag"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--no-such-flag"), std::string::npos) << r.err;
+  r = run_lumen({"frobnicate"});
+  EXPECT_EQ(r.exit_code, 2);
+  r = run_lumen({"run", "-m", shared(kTiny), "-p", std::string(2000, 'a'), "-c", "64"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("context"), std::string::npos) << r.err;
+  // A file that is not a model at all.
+  r = run_lumen({"info", "-m", shared("corpus/war-and-peace.txt")});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("error"), std::string::npos) << r.err;
+}
+
+// Characters outside a vocab without byte tokens map to <unk> instead of crashing.
+TEST(CliRun, OutOfVocabCharactersMapToUnk) {
+  CmdResult r = run_lumen({"run", "-m", shared(kTiny), "-p", "Tom (the cat) said ~ 日本 #", "-n", "4",
+                           "--temp", "0", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  bool has_unk = false;
+  for (int id : j["prompt_ids"]) has_unk |= id == 0;
+  EXPECT_TRUE(has_unk);
+}
+
+struct PplCase {
+  const char* model;
+  const char* golden;
+  double rel_tol;
+};
+
+TEST(CliPerplexity, MatchesLlamaPerplexity) {
+  const PplCase cases[] = {
+      {"models/stories260K/stories260K.gguf", "golden/stories260K/ppl_war_and_peace_0_4096.json", 1e-3},
+      {"models/TinyStories-656K/TinyStories-656K-Q8_0.gguf",
+       "golden/TinyStories-656K-Q8_0/ppl_war_and_peace_0_4096.json", 5e-3},
+  };
+  for (const PplCase& c : cases) {
+    const nlohmann::json g = read_json(shared(c.golden));
+    const std::string text_path = ::testing::TempDir() + "ppl_text_" + std::to_string(getpid()) + ".txt";
+    {
+      std::ofstream f(text_path, std::ios::binary);
+      f << g["text"].get<std::string>();
+    }
+    CmdResult r = run_lumen({"perplexity", "-m", shared(c.model), "-f", text_path, "-c",
+                             std::to_string(g["settings"]["n_ctx"].get<int>()), "--json"});
+    std::remove(text_path.c_str());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    const double ppl = j["ppl"], want = g["ppl"];
+    EXPECT_LE(std::abs(ppl - want) / want, c.rel_tol) << c.model << ": ppl " << ppl << " vs " << want;
+    EXPECT_EQ(j["n_chunks"], g["n_chunks"]);
+    EXPECT_EQ(j["n_tokens_scored"], g["count"]);
+    EXPECT_EQ(j["n_tokens"], g["n_tokens"]);
+    std::printf("[ golden ] %s perplexity %.6f vs llama.cpp %.6f (rel %.2e)\n", c.model, ppl, want,
+                std::abs(ppl - want) / want);
+  }
+}
+
+TEST(CliTokenize, VectorsReproduceOutFiles) {
+  for (const char* name : {"llama-spm", "gpt-2", "bert-bge", "phi-3"}) {
+    const std::string base = shared(std::string("tokenizers/vocab/ggml-vocab-") + name + ".gguf");
+    CmdResult r = run_lumen({"tokenize", "-m", base, "--vectors", base + ".inp"});
+    ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    std::ifstream f(base + ".out");
+    const std::string want((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    // Compare line by line (the .out may lack a trailing newline).
+    auto lines = [](const std::string& s) {
+      std::vector<std::string> v;
+      size_t a = 0;
+      while (a < s.size()) {
+        size_t b = s.find('\n', a);
+        if (b == std::string::npos) b = s.size();
+        std::string line = s.substr(a, b - a);
+        while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.pop_back();
+        while (!line.empty() && line.front() == ' ') line.erase(0, 1);
+        v.push_back(line);
+        a = b + 1;
+      }
+      return v;
+    };
+    EXPECT_EQ(lines(r.out), lines(want)) << name;
+  }
+}
+
+TEST(CliInfo, DescribesEveryContainer) {
+  for (const std::string& m : {shared(kStories), shared("models/stories260K/stories260K.bin"),
+                               shared("models/TinyStories-656K"), shared(kTiny)}) {
+    CmdResult r = run_lumen({"info", "-m", m, "--json"});
+    ASSERT_EQ(r.exit_code, 0) << m << ": " << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["arch"], "llama") << m;
+    EXPECT_GT(j["n_params"].get<int64_t>(), 0);
+    EXPECT_TRUE(j.contains("tokenizer")) << m << ": " << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace lumen::testing
