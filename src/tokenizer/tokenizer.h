@@ -64,11 +64,14 @@ class Tokenizer {
   int32_t bos_id() const;       // -1 if none
   int32_t eos_id() const;       // -1 if none
   int32_t unk_id() const;       // -1 if none
+  int32_t eot_id() const;       // end of turn (<|eot_id|>, <|im_end|>, ...), -1 if none
+  int32_t pad_id() const;       // -1 if none
   bool add_bos() const;
   bool add_eos() const;
   bool is_eog(int32_t id) const;  // end of generation (EOS, EOT, <|im_end|>, <|eot_id|>, ...)
   bool is_control(int32_t id) const;
   std::string_view token_text(int32_t id) const;  // the raw vocab string
+  int32_t find_token(std::string_view text) const;  // id of the token with exactly this text, -1
   TokenType token_type(int32_t id) const;
   std::string_view model_name() const;  // "llama", "gpt2", "bert", "hf-bpe", ...
   std::string_view pre_name() const;    // pre-tokenizer name, "" when not applicable
@@ -96,5 +99,12 @@ class StreamingDetokenizer {
   const Tokenizer* tokenizer_;
   std::string pending_;
 };
+
+// llama.cpp tokenizer test vectors (vocab .inp / .out files), shared by tests and the CLI.
+// Inputs: each input is followed by a line "__ggml_vocab_test__"; the input text excludes the
+// newline before that line (so an input may be empty or consist of newlines).
+std::vector<std::string> read_vocab_test_inputs(std::string_view inp_file_text);
+// Outputs: one line per input, token ids separated by spaces (an empty line: no tokens).
+std::vector<std::vector<int32_t>> read_vocab_test_outputs(std::string_view out_file_text);
 
 }  // namespace lumen::tok

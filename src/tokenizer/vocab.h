@@ -1,0 +1,98 @@
+// Vocab: the token table every tokenizer family shares (texts, scores, types, special ids,
+// decode flags), plus llama.cpp's token_to_piece / detokenize semantics over it.
+// Internal to the tokenizer layer. Immutable after finalize(); safe to share across threads.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "tokenizer/tokenizer.h"
+
+namespace lumen::tok {
+
+struct StringHash {  // heterogeneous lookup: find(std::string_view) without a copy
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using TextIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+
+// How the text of a normal token becomes bytes.
+enum class PieceStyle : uint8_t {
+  kMetaspace,  // SentencePiece / WordPiece: "▁" -> " ", byte tokens <0xXX> -> that byte
+  kByteLevel,  // GPT-2 byte-level: each code point maps back to one byte
+};
+
+struct TokenData {
+  std::string text;
+  float score = 0.0f;
+  TokenType type = TokenType::kNormal;
+  bool lstrip = false;       // special-token matching also eats whitespace on the left
+  bool rstrip = false;       // ... and on the right
+  bool single_word = false;  // HF added token: only matched as a whole word
+  bool normalized = false;   // HF added token: matched in the normalized text
+  bool in_model = true;      // HF: part of the model's vocab (BPE lookups only see these)
+  bool added = false;        // HF: an added token (split out of the text before the model)
+};
+
+struct Vocab {
+  std::vector<TokenData> tokens;  // [n_vocab], index = token id
+  TextIdMap text_to_id;           // token text -> id (for duplicates: as the loader decides)
+
+  int32_t bos_id = -1;
+  int32_t eos_id = -1;
+  int32_t eot_id = -1;
+  int32_t unk_id = -1;
+  int32_t pad_id = -1;
+  int32_t sep_id = -1;
+  bool add_bos = false;
+  bool add_eos = false;
+  bool add_sep = false;           // WPM: add_special appends SEP
+  bool add_space_prefix = false;  // SPM: prepend "▁" to text fragments
+  bool decode_strip_space = false;  // decode drops the first token's leading space
+  bool clean_spaces = false;        // decode removes " ," " ." " 's" ... (llama.cpp clean_spaces)
+  PieceStyle piece_style = PieceStyle::kMetaspace;
+
+  // Filled by finalize():
+  std::vector<std::string> pieces;  // [n_vocab] token_to_piece(id, special = true)
+  std::vector<uint8_t> eog;         // [n_vocab] 1 if end of generation
+  std::vector<int32_t> byte_ids;    // [256] SPM byte fallback: <0xXX>, else the 1-byte token, else -1
+
+  int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
+  bool valid_id(int32_t id) const { return id >= 0 && id < n_tokens(); }
+  int32_t find(std::string_view text) const {
+    auto it = text_to_id.find(text);
+    return it == text_to_id.end() ? -1 : it->second;
+  }
+  bool is_control_or_unknown(int32_t id) const {
+    return valid_id(id) && (tokens[id].type == TokenType::kControl || tokens[id].type == TokenType::kUnknown);
+  }
+
+  // Computes pieces, byte_ids and the EOG set (eos, eot, and control tokens named like
+  // <|im_end|>, <|eot_id|>, <|end_of_text|>, <|endoftext|>, </s>, ... as llama.cpp does).
+  // Tokens with an end-of-turn name that are not control become control (as llama.cpp).
+  void finalize();
+
+  // llama.cpp token_to_piece(lstrip = 0): control / unknown tokens render empty unless
+  // `special`; unused / undefined tokens always render empty.
+  std::string_view piece(int32_t id, bool special) const;
+  // llama.cpp llama_detokenize(remove_special, unparse_special = false).
+  std::string detokenize(std::span<const int32_t> ids, bool remove_special) const;
+};
+
+// llama.cpp's decode clean-up (clean_up_tokenization_spaces): " ?" " !" " ." " ," -> no space,
+// " ' " -> "'", and " 's" " 'm" " 'll" " 're" " 've" lose their space.
+void clean_up_spaces(std::string* text);
+
+// Replaces every U+2581 "▁" with a space.
+std::string unescape_metaspace(std::string_view text);
+// Replaces every space with U+2581 "▁".
+std::string escape_metaspace(std::string_view text);
+// Parses "<0xXX>" (hex digits of either case); -1 if `text` is not a byte token name.
+int parse_byte_token(std::string_view text);
+
+}  // namespace lumen::tok
