@@ -67,21 +67,27 @@ class GgufParser {
 
  private:
   Status fail(const std::string& msg) const { return error("gguf: " + msg + " (in '" + name_ + "')"); }
-  Status truncated(std::string_view what, uint64_t need) const {
-    return fail("file truncated: " + std::string(what) + " at offset " + std::to_string(pos_) +
+  // Error messages name `context_` (the kv or tensor being read, set once per item, so
+  // the happy path builds no strings per field) and the field.
+  std::string where(std::string_view field) const {
+    if (context_.empty()) return std::string(field);
+    return field.empty() ? context_ : context_ + " " + std::string(field);
+  }
+  Status truncated(std::string_view field, uint64_t need) const {
+    return fail("file truncated: " + where(field) + " at offset " + std::to_string(pos_) +
                 " needs " + std::to_string(need) + " bytes, file size is " + std::to_string(bytes_.size()));
   }
   uint64_t remaining() const { return bytes_.size() - pos_; }
 
   template <typename T>
-  Status read_pod(T* out, std::string_view what) {
-    if (remaining() < sizeof(T)) return truncated(what, sizeof(T));
+  Status read_pod(T* out, std::string_view field) {
+    if (remaining() < sizeof(T)) return truncated(field, sizeof(T));
     std::memcpy(out, bytes_.data() + pos_, sizeof(T));
     pos_ += sizeof(T);
     return Status();
   }
   // Reads a length-prefixed string; `max_bytes` bounds the length beyond the file size.
-  Status read_string(std::string* out, std::string_view what, uint64_t max_bytes);
+  Status read_string(std::string* out, std::string_view field, uint64_t max_bytes);
 
   Status read_header();
   Status read_kv(uint64_t kv_idx);
@@ -97,17 +103,20 @@ class GgufParser {
   uint32_t version_ = 0;
   uint64_t n_tensors_ = 0;
   uint64_t n_kv_ = 0;
+  std::string context_;  // "metadata 'key'" / "tensor 'name'" while reading that item
   ModelFile file_;
 };
 
-Status GgufParser::read_string(std::string* out, std::string_view what, uint64_t max_bytes) {
+Status GgufParser::read_string(std::string* out, std::string_view field, uint64_t max_bytes) {
   uint64_t len = 0;
-  LUMEN_TRY(read_pod(&len, std::string(what) + " length"));
+  if (remaining() < 8) return truncated(field.empty() ? "length" : std::string(field) + " length", 8);
+  std::memcpy(&len, bytes_.data() + pos_, 8);
+  pos_ += 8;
   if (len > remaining())
-    return fail(std::string(what) + ": string length " + std::to_string(len) + " exceeds the " +
+    return fail(where(field) + ": string length " + std::to_string(len) + " exceeds the " +
                 std::to_string(remaining()) + " bytes left in the file");
   if (len > max_bytes)
-    return fail(std::string(what) + ": string length " + std::to_string(len) + " exceeds the limit " +
+    return fail(where(field) + ": string length " + std::to_string(len) + " exceeds the limit " +
                 std::to_string(max_bytes));
   out->assign(reinterpret_cast<const char*>(bytes_.data() + pos_), len);
   pos_ += len;
@@ -140,7 +149,7 @@ Status GgufParser::read_header() {
 
 Status GgufParser::read_value(ValueType type, const std::string& key, MetaValue* out) {
   out->type = type;
-  const std::string what = "metadata '" + quote(key) + "'";
+  const char* what = "value";
   switch (type) {
     case ValueType::kU8: { uint8_t v; LUMEN_TRY(read_pod(&v, what)); out->i = v; return Status(); }
     case ValueType::kI8: { int8_t v; LUMEN_TRY(read_pod(&v, what)); out->i = v; return Status(); }
@@ -155,28 +164,28 @@ Status GgufParser::read_value(ValueType type, const std::string& key, MetaValue*
     case ValueType::kBool: {
       uint8_t v;
       LUMEN_TRY(read_pod(&v, what));
-      if (v > 1) return fail(what + ": bool value " + std::to_string(v) + " is not 0 or 1");
+      if (v > 1) return fail(context_ + ": bool value " + std::to_string(v) + " is not 0 or 1");
       out->b = v != 0;
       return Status();
     }
     case ValueType::kString: return read_string(&out->s, what, std::numeric_limits<uint64_t>::max());
     case ValueType::kArray: return read_array(key, 0, out);
   }
-  return fail(what + ": unknown value type");
+  return fail(context_ + ": unknown value type");
 }
 
 // Reads one array (type tag already consumed). Nested arrays are parsed (to find where
 // they end) and exposed as empty.
 Status GgufParser::read_array(const std::string& key, int depth, MetaValue* out) {
-  const std::string what = "metadata '" + quote(key) + "'";
+  const std::string& what = context_;
   if (depth >= kMaxArrayDepth)
     return fail(what + ": arrays nested deeper than " + std::to_string(kMaxArrayDepth));
   uint32_t elem_raw = 0;
   uint64_t count = 0;
-  LUMEN_TRY(read_pod(&elem_raw, what + " array element type"));
+  LUMEN_TRY(read_pod(&elem_raw, "array element type"));
   if (!valid_value_type(elem_raw))
     return fail(what + ": unknown array element type " + std::to_string(elem_raw));
-  LUMEN_TRY(read_pod(&count, what + " array count"));
+  LUMEN_TRY(read_pod(&count, "array count"));
   const ValueType elem = static_cast<ValueType>(elem_raw);
   out->type = ValueType::kArray;
   out->array_type = elem;
@@ -189,7 +198,7 @@ Status GgufParser::read_array(const std::string& key, int depth, MetaValue* out)
       out->arr_str.reserve(count);
       for (uint64_t i = 0; i < count; ++i) {
         uint64_t len = 0;
-        if (remaining() < 8) return truncated(what + " element " + std::to_string(i) + " length", 8);
+        if (remaining() < 8) return truncated("element " + std::to_string(i) + " length", 8);
         std::memcpy(&len, p + pos_, 8);
         pos_ += 8;
         if (len > remaining())
@@ -252,14 +261,14 @@ Status GgufParser::read_array(const std::string& key, int depth, MetaValue* out)
 
 Status GgufParser::read_kv(uint64_t kv_idx) {
   std::string key;
-  const std::string what = "metadata key #" + std::to_string(kv_idx);
-  LUMEN_TRY(read_string(&key, what, kMaxKeyBytes));
-  if (key.empty()) return fail(what + " is empty");
+  context_ = "metadata key #" + std::to_string(kv_idx);
+  LUMEN_TRY(read_string(&key, "", kMaxKeyBytes));
+  if (key.empty()) return fail(context_ + " is empty");
+  context_ = "metadata '" + quote(key) + "'";
   if (file_.find(key)) return fail("duplicate metadata key '" + quote(key) + "'");
   uint32_t type_raw = 0;
-  LUMEN_TRY(read_pod(&type_raw, "metadata '" + quote(key) + "' value type"));
-  if (!valid_value_type(type_raw))
-    return fail("metadata '" + quote(key) + "': unknown value type " + std::to_string(type_raw));
+  LUMEN_TRY(read_pod(&type_raw, "value type"));
+  if (!valid_value_type(type_raw)) return fail(context_ + ": unknown value type " + std::to_string(type_raw));
   MetaValue value;
   LUMEN_TRY(read_value(static_cast<ValueType>(type_raw), key, &value));
   file_.set_meta(std::move(key), std::move(value));
@@ -267,21 +276,23 @@ Status GgufParser::read_kv(uint64_t kv_idx) {
 }
 
 Status GgufParser::read_tensor_info(uint64_t tensor_idx, RawTensorInfo* out) {
-  LUMEN_TRY(read_string(&out->name, "tensor #" + std::to_string(tensor_idx) + " name", kMaxTensorNameBytes));
-  const std::string what = "tensor '" + quote(out->name) + "'";
-  LUMEN_TRY(read_pod(&out->n_dims, what + " n_dims"));
+  context_ = "tensor #" + std::to_string(tensor_idx);
+  LUMEN_TRY(read_string(&out->name, "name", kMaxTensorNameBytes));
+  context_ = "tensor '" + quote(out->name) + "'";
+  const std::string& what = context_;
+  LUMEN_TRY(read_pod(&out->n_dims, "n_dims"));
   if (out->n_dims < 1 || out->n_dims > 4)
     return fail(what + ": n_dims " + std::to_string(out->n_dims) + " out of range [1, 4]");
   for (uint32_t d = 0; d < out->n_dims; ++d) {
-    LUMEN_TRY(read_pod(&out->ne[d], what + " ne[" + std::to_string(d) + "]"));
+    LUMEN_TRY(read_pod(&out->ne[d], "ne"));
     if (out->ne[d] > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
       return fail(what + ": ne[" + std::to_string(d) + "] = " + std::to_string(out->ne[d]) + " is too large");
   }
   uint32_t type_id = 0;
-  LUMEN_TRY(read_pod(&type_id, what + " type"));
+  LUMEN_TRY(read_pod(&type_id, "type"));
   out->dtype = find_dtype_info(type_id);
   if (!out->dtype) return fail(what + ": unknown ggml type id " + std::to_string(type_id));
-  LUMEN_TRY(read_pod(&out->offset, what + " offset"));
+  LUMEN_TRY(read_pod(&out->offset, "offset"));
   return Status();
 }
 
@@ -323,11 +334,13 @@ Status GgufParser::add_tensor(const RawTensorInfo& info, uint64_t data_start, ui
 Result<ModelFile> GgufParser::parse() {
   LUMEN_TRY(read_header());
   for (uint64_t i = 0; i < n_kv_; ++i) LUMEN_TRY(read_kv(i));
+  context_.clear();
   if (n_tensors_ > remaining() / kMinTensorInfoBytes)
     return fail("tensor count " + std::to_string(n_tensors_) + " is impossible for the " +
                 std::to_string(remaining()) + " bytes left in the file");
   std::vector<RawTensorInfo> infos(n_tensors_);
   for (uint64_t i = 0; i < n_tensors_; ++i) LUMEN_TRY(read_tensor_info(i, &infos[i]));
+  context_.clear();
   LUMEN_ASSIGN_OR_RETURN(const uint64_t alignment, read_alignment());
   // pos_ <= size and alignment <= 2^30, so this cannot overflow.
   const uint64_t data_start = (pos_ + alignment - 1) / alignment * alignment;
