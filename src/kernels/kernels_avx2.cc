@@ -133,43 +133,48 @@ void quantize_row_q8_0(const float* x, std::byte* y, int64_t n) {
 // The arithmetic of each column is the same whatever NC is, so vec_dot (NC = 1) and gemm
 // agree bit for bit.
 
-struct Q8_0Kernel {
+// Two accumulators per column (even / odd blocks) break the 4-cycle FMA dependency chain
+// that otherwise bounds a single row-times-vector product.
+template <typename Unpack>
+struct Q8_0StyleKernel {
   template <int NC>
   static void cols(int64_t n, const std::byte* w, const std::byte* x, size_t xs, float* out) {
-    const auto* bw = reinterpret_cast<const BlockQ8_0*>(w);
-    __m256 acc[NC];
-    for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < n / kQk; ++ib) {
-      const __m256i qw = load256(bw[ib].qs);
+    using Block = typename Unpack::Block;
+    const auto* bw = reinterpret_cast<const Block*>(w);
+    __m256 acc[2][NC];
+    for (int c = 0; c < NC; ++c) acc[0][c] = acc[1][c] = _mm256_setzero_ps();
+    const int64_t nb = n / kQk;
+    auto step = [&](int64_t ib, __m256* a) {
+      const __m256i qw = Unpack::quants(bw[ib]);
       const float dw = f16(bw[ib].d_f16);
       for (int c = 0; c < NC; ++c) {
         const BlockQ8_0& bx = reinterpret_cast<const BlockQ8_0*>(x + c * xs)[ib];
         const __m256 d = _mm256_set1_ps(dw * f16(bx.d_f16));
-        acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qw, load256(bx.qs))), acc[c]);
+        a[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qw, load256(bx.qs))), a[c]);
       }
+    };
+    int64_t ib = 0;
+    for (; ib + 1 < nb; ib += 2) {
+      step(ib, acc[0]);
+      step(ib + 1, acc[1]);
     }
-    for (int c = 0; c < NC; ++c) out[c] = hsum(acc[c]);
+    if (ib < nb) step(ib, acc[0]);
+    for (int c = 0; c < NC; ++c) out[c] = hsum(_mm256_add_ps(acc[0][c], acc[1][c]));
   }
 };
 
-struct Q4_0Kernel {
-  template <int NC>
-  static void cols(int64_t n, const std::byte* w, const std::byte* x, size_t xs, float* out) {
-    const auto* bw = reinterpret_cast<const BlockQ4_0*>(w);
-    __m256 acc[NC];
-    for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < n / kQk; ++ib) {
-      const __m256i qw = _mm256_sub_epi8(unpack_q4_0(bw[ib].qs), _mm256_set1_epi8(8));
-      const float dw = f16(bw[ib].d_f16);
-      for (int c = 0; c < NC; ++c) {
-        const BlockQ8_0& bx = reinterpret_cast<const BlockQ8_0*>(x + c * xs)[ib];
-        const __m256 d = _mm256_set1_ps(dw * f16(bx.d_f16));
-        acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qw, load256(bx.qs))), acc[c]);
-      }
-    }
-    for (int c = 0; c < NC; ++c) out[c] = hsum(acc[c]);
+struct UnpackQ8_0 {
+  using Block = BlockQ8_0;
+  static __m256i quants(const BlockQ8_0& b) { return load256(b.qs); }
+};
+struct UnpackQ4_0 {  // signed q - 8 in [-8, 7]
+  using Block = BlockQ4_0;
+  static __m256i quants(const BlockQ4_0& b) {
+    return _mm256_sub_epi8(unpack_q4_0(b.qs), _mm256_set1_epi8(8));
   }
 };
+using Q8_0Kernel = Q8_0StyleKernel<UnpackQ8_0>;
+using Q4_0Kernel = Q8_0StyleKernel<UnpackQ4_0>;
 
 struct Q4_KKernel {
   template <int NC>

@@ -1,0 +1,146 @@
+// Kernel microbenchmarks (Google Benchmark). Matmul reports weight bandwidth (GB/s of
+// weight bytes streamed) and GFLOP/s; attention reports keys/s.
+//
+// Not yet wired into CMake (a subdirectory so the layer's *.cc glob skips it). Build:
+//   g++ -std=c++20 -O2 -I src src/kernels/bench/kernels_bench.cc \
+//     build-kern/liblumen_kernels.a build-kern/liblumen_tensor.a build-kern/liblumen_base.a \
+//     -lbenchmark -lpthread -o build-kern/lumen_kernels_bench
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "base/fp16.h"
+#include "base/thread_pool.h"
+#include "kernels/kernel_table.h"
+#include "kernels/ops.h"
+#include "kernels/quant_blocks.h"
+
+namespace lumen::kernels {
+namespace {
+
+std::vector<std::byte> random_weight_bytes(DType dt, int64_t n_rows, int64_t n) {
+  std::vector<std::byte> w(row_bytes(dt, n) * n_rows);
+  std::mt19937 rng(1);
+  for (auto& b : w) b = static_cast<std::byte>(rng() & 0xff);
+  // Sane fp16 scales so nothing is inf/nan.
+  const DTypeInfo& info = dtype_info(dt);
+  const size_t n_blocks = w.size() / info.block_bytes;
+  for (size_t i = 0; i < n_blocks; ++i) {
+    std::byte* b = w.data() + i * info.block_bytes;
+    const uint16_t d = f32_to_fp16(0.01f);
+    switch (dt) {
+      case DType::kQ8_0: reinterpret_cast<BlockQ8_0*>(b)->d_f16 = d; break;
+      case DType::kQ4_0: reinterpret_cast<BlockQ4_0*>(b)->d_f16 = d; break;
+      case DType::kQ4_K: reinterpret_cast<BlockQ4_K*>(b)->d_f16 = d; reinterpret_cast<BlockQ4_K*>(b)->dmin_f16 = d; break;
+      case DType::kQ6_K: reinterpret_cast<BlockQ6_K*>(b)->d_f16 = d; break;
+      case DType::kF16: for (int k = 0; k < 1; ++k) reinterpret_cast<uint16_t*>(b)[0] = d; break;
+      case DType::kF32: reinterpret_cast<float*>(b)[0] = 0.01f; break;
+      default: break;
+    }
+  }
+  if (dt == DType::kF16) for (size_t i = 0; i < w.size() / 2; ++i) reinterpret_cast<uint16_t*>(w.data())[i] = f32_to_fp16(0.01f * (i % 7));
+  if (dt == DType::kF32) for (size_t i = 0; i < w.size() / 4; ++i) reinterpret_cast<float*>(w.data())[i] = 0.01f * (i % 7);
+  return w;
+}
+
+// args: table index, dtype, n_in, n_out, n_tokens, n_threads
+void BM_Matmul(benchmark::State& state) {
+  const auto tables = available_kernel_tables();
+  if (state.range(0) >= static_cast<int64_t>(tables.size())) {
+    state.SkipWithError("table not available");
+    return;
+  }
+  const KernelTable& k = *tables[state.range(0)];
+  const DType dt = static_cast<DType>(state.range(1));
+  const int64_t n_in = state.range(2), n_out = state.range(3), n_tokens = state.range(4);
+  ThreadPool pool(static_cast<int>(state.range(5)));
+  const std::vector<std::byte> wdata = random_weight_bytes(dt, n_out, n_in);
+  TensorView w;
+  w.dtype = dt;
+  w.n_dims = 2;
+  w.ne[0] = n_in;
+  w.ne[1] = n_out;
+  w.data = wdata.data();
+  w.n_bytes = wdata.size();
+  std::vector<float> x(n_in * n_tokens, 0.5f), y(n_out * n_tokens);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.001f * (i % 1000) - 0.5f;
+  std::vector<std::byte> scratch(matmul_scratch_bytes(dt, n_in, n_tokens) + 64);
+  for (auto _ : state) {
+    matmul(k, pool, w, x.data(), n_tokens, y.data(), scratch.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(std::string(k.name) + " " + std::string(dtype_name(dt)));
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(wdata.size()) * state.iterations(),
+                                              benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n_in * n_out * n_tokens * state.iterations() * 1e-9,
+                                                 benchmark::Counter::kIsRate);
+}
+
+void MatmulArgs(benchmark::internal::Benchmark* b) {
+  for (int table = 0; table < 3; ++table) {
+    for (int threads : {1, 2}) {
+      // qwen2-0.5B-ish: ffn_up/gate 896 -> 4864 (q4_0, q8_0, f16), ffn_down 4864 -> 896 (K types)
+      for (DType dt : {DType::kQ4_0, DType::kQ8_0, DType::kF16, DType::kF32})
+        b->Args({table, static_cast<int>(dt), 896, 4864, 1, threads});
+      for (DType dt : {DType::kQ4_K, DType::kQ6_K})
+        b->Args({table, static_cast<int>(dt), 4864, 896, 1, threads});
+      for (DType dt : {DType::kQ4_0, DType::kQ8_0})
+        b->Args({table, static_cast<int>(dt), 896, 4864, 64, threads});
+      for (DType dt : {DType::kQ4_K, DType::kQ6_K})
+        b->Args({table, static_cast<int>(dt), 4864, 896, 64, threads});
+    }
+  }
+}
+BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->UseRealTime()->MinTime(0.3);
+
+// args: table index, kv dtype, n_ctx (decode: 1 token at pos n_ctx-1), n_threads
+void BM_AttentionDecode(benchmark::State& state) {
+  const auto tables = available_kernel_tables();
+  if (state.range(0) >= static_cast<int64_t>(tables.size())) {
+    state.SkipWithError("table not available");
+    return;
+  }
+  const KernelTable& k = *tables[state.range(0)];
+  const DType dt = static_cast<DType>(state.range(1));
+  const int64_t n_ctx = state.range(2);
+  ThreadPool pool(static_cast<int>(state.range(3)));
+  AttentionParams p;
+  p.n_head = 14;
+  p.n_kv_head = 2;
+  p.head_dim = 64;
+  p.scale = 0.125f;
+  PagedKvView kv;
+  kv.dtype = dt;
+  kv.block_size = 16;
+  kv.n_kv_head = p.n_kv_head;
+  kv.head_dim = p.head_dim;
+  kv.block_stride_bytes = size_t(kv.n_kv_head) * kv.block_size * kv.head_dim * kv.elem_bytes();
+  const int32_t n_blocks = static_cast<int32_t>((n_ctx + 15) / 16);
+  std::vector<std::byte> ks(kv.block_stride_bytes * n_blocks), vs(ks.size());
+  std::vector<int32_t> table(n_blocks);
+  for (int32_t i = 0; i < n_blocks; ++i) table[i] = (i * 7) % n_blocks == i ? i : i;
+  kv.k_base = ks.data();
+  kv.v_base = vs.data();
+  kv.block_table = table;
+  std::vector<float> kvals(n_ctx * 2 * 64), q(14 * 64), out(14 * 64);
+  for (size_t i = 0; i < kvals.size(); ++i) kvals[i] = 0.01f * (i % 97);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = 0.02f * (i % 13);
+  kv_store(kv, 0, n_ctx, kvals.data(), kvals.data());
+  std::vector<std::byte> scratch(attention_scratch_bytes(p, 1, n_ctx, pool.n_threads()));
+  for (auto _ : state) {
+    attention(k, pool, p, kv, q.data(), n_ctx - 1, 1, out.data(), scratch.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetLabel(std::string(k.name) + (dt == DType::kF16 ? " f16" : " f32"));
+  state.counters["GB/s(kv)"] = benchmark::Counter(2.0 * n_ctx * 2 * 64 * kv.elem_bytes() * state.iterations(),
+                                                  benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_AttentionDecode)
+    ->ArgsProduct({{0, 1, 2}, {static_cast<int>(DType::kF16)}, {512, 4096}, {1, 2}})
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace lumen::kernels
+
+BENCHMARK_MAIN();
