@@ -142,11 +142,13 @@ struct Q8_0StyleKernel {
     using Block = typename Unpack::Block;
     const auto* bw = reinterpret_cast<const Block*>(w);
     __m256 acc[2][NC];
+    #pragma GCC unroll 8
     for (int c = 0; c < NC; ++c) acc[0][c] = acc[1][c] = _mm256_setzero_ps();
     const int64_t nb = n / kQk;
     auto step = [&](int64_t ib, __m256* a) {
       const __m256i qw = Unpack::quants(bw[ib]);
       const float dw = f16(bw[ib].d_f16);
+      #pragma GCC unroll 8
       for (int c = 0; c < NC; ++c) {
         const BlockQ8_0& bx = reinterpret_cast<const BlockQ8_0*>(x + c * xs)[ib];
         const __m256 d = _mm256_set1_ps(dw * f16(bx.d_f16));
@@ -159,6 +161,7 @@ struct Q8_0StyleKernel {
       step(ib + 1, acc[1]);
     }
     if (ib < nb) step(ib, acc[0]);
+    #pragma GCC unroll 8
     for (int c = 0; c < NC; ++c) out[c] = hsum(_mm256_add_ps(acc[0][c], acc[1][c]));
   }
 };
@@ -183,6 +186,7 @@ struct Q4_KKernel {
     const __m256i m4 = _mm256_set1_epi8(15);
     __m256 acc[NC];
     __m128 acc_m[NC];
+    #pragma GCC unroll 8
     for (int c = 0; c < NC; ++c) {
       acc[c] = _mm256_setzero_ps();
       acc_m[c] = _mm_setzero_ps();
@@ -194,6 +198,7 @@ struct Q4_KKernel {
       const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn)));
       const float dw = f16(b.d_f16), dminw = f16(b.dmin_f16);
       __m256i sumi[NC];
+      #pragma GCC unroll 8
       for (int c = 0; c < NC; ++c) sumi[c] = _mm256_setzero_si256();
       for (int j = 0; j < 4; ++j) {
         const __m256i q4 = load256(b.qs + 32 * j);
@@ -201,6 +206,7 @@ struct Q4_KKernel {
         const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
         const __m256i scl = _mm256_set1_epi16(sc[2 * j]);
         const __m256i sch = _mm256_set1_epi16(sc[2 * j + 1]);
+        #pragma GCC unroll 8
         for (int c = 0; c < NC; ++c) {
           const int8_t* q8 = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib].qs + 64 * j;
           const __m256i pl = _mm256_madd_epi16(scl, _mm256_maddubs_epi16(q4l, load256(q8)));
@@ -208,6 +214,7 @@ struct Q4_KKernel {
           sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(pl, ph));
         }
       }
+      #pragma GCC unroll 8
       for (int c = 0; c < NC; ++c) {
         const BlockQ8_K& bx = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib];
         // Sub-block sums of the activations from bsums (pairs of 16 -> 8 sums of 32).
@@ -217,6 +224,7 @@ struct Q4_KKernel {
         acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(bx.d * dw), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
       }
     }
+    #pragma GCC unroll 8
     for (int c = 0; c < NC; ++c) out[c] = hsum(acc[c]) + hsum128(acc_m[c]);
   }
 };
@@ -244,11 +252,13 @@ struct Q6_KKernel {
   static void cols(int64_t n, const std::byte* w, const std::byte* x, size_t xs, float* out) {
     const auto* bw = reinterpret_cast<const BlockQ6_K*>(w);
     __m256 acc[NC];
+    #pragma GCC unroll 8
     for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / kQkK; ++ib) {
       const BlockQ6_K& b = bw[ib];
       const __m256i scales16 = _mm256_cvtepi8_epi16(load128(b.scales));
       __m256i sumi[NC];
+      #pragma GCC unroll 8
       for (int c = 0; c < NC; ++c) sumi[c] = _mm256_setzero_si256();
       for (int h = 0; h < 2; ++h) {
         __m256i q[4];
@@ -256,6 +266,7 @@ struct Q6_KKernel {
         for (int k = 0; k < 4; ++k) {
           const int s = 8 * h + 2 * k;  // sub-blocks s (bytes 0..15), s + 1 (bytes 16..31)
           const __m256i sv = _mm256_set_m128i(_mm_set1_epi16(b.scales[s + 1]), _mm_set1_epi16(b.scales[s]));
+          #pragma GCC unroll 8
           for (int c = 0; c < NC; ++c) {
             const int8_t* q8 = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib].qs + 128 * h + 32 * k;
             const __m256i p = _mm256_madd_epi16(sv, _mm256_maddubs_epi16(q[k], load256(q8)));
@@ -263,6 +274,7 @@ struct Q6_KKernel {
           }
         }
       }
+      #pragma GCC unroll 8
       for (int c = 0; c < NC; ++c) {
         const BlockQ8_K& bx = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib];
         const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(load256(bx.bsums), scales16), 5);
@@ -270,6 +282,7 @@ struct Q6_KKernel {
         acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(bx.d * f16(b.d_f16)), _mm256_cvtepi32_ps(s), acc[c]);
       }
     }
+    #pragma GCC unroll 8
     for (int c = 0; c < NC; ++c) out[c] = hsum(acc[c]);
   }
 };

@@ -72,11 +72,14 @@ void tile_q8_0(int64_t n, const std::byte* w, size_t ws, const std::byte* x, siz
   using Block = typename W::Block;
   const __m256i ones = _mm256_set1_epi8(1);
   __m256 acc[R][C];
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
+    #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
   for (int64_t ib = 0; ib < n / kQk; ++ib) {
     __m256i xq[C], corr[C];
     __m256 dx[C];
+    #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
       const BlockQ8_0& bx = reinterpret_cast<const BlockQ8_0*>(x + c * xs)[ib];
       xq[c] = load256(bx.qs);
@@ -84,17 +87,21 @@ void tile_q8_0(int64_t n, const std::byte* w, size_t ws, const std::byte* x, siz
       corr[c] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum_x, W::kOffsetShift));
       dx[c] = _mm256_set1_ps(f16(bx.d_f16));
     }
+    #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const Block& bw = reinterpret_cast<const Block*>(w + r * ws)[ib];
       const __m256i qu = W::unsigned_quants(bw);
       const __m256 dw = _mm256_set1_ps(f16(bw.d_f16));
+      #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) {
         const __m256i s = _mm256_dpbusd_epi32(corr[c], qu, xq[c]);
         acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, dx[c]), acc[r][c]);
       }
     }
   }
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
+    #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) y[c * y_stride + r] = hsum(acc[r][c]);
 }
 
@@ -148,6 +155,7 @@ struct Q4_KKernel {
     const __m256i m4 = _mm256_set1_epi8(15);
     __m256 acc[NC];
     __m128 acc_m[NC];
+    #pragma GCC unroll 8
     for (int c = 0; c < NC; ++c) {
       acc[c] = _mm256_setzero_ps();
       acc_m[c] = _mm_setzero_ps();
@@ -159,6 +167,7 @@ struct Q4_KKernel {
       const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn)));
       const float dw = f16(b.d_f16), dminw = f16(b.dmin_f16);
       __m256i sumi[NC];
+      #pragma GCC unroll 8
       for (int c = 0; c < NC; ++c) sumi[c] = _mm256_setzero_si256();
       for (int j = 0; j < 4; ++j) {
         const __m256i q4 = load256(b.qs + 32 * j);
@@ -166,12 +175,14 @@ struct Q4_KKernel {
         const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
         const __m256i scl = _mm256_set1_epi16(sc[2 * j]);
         const __m256i sch = _mm256_set1_epi16(sc[2 * j + 1]);
+        #pragma GCC unroll 8
         for (int c = 0; c < NC; ++c) {
           const int8_t* q8 = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib].qs + 64 * j;
           sumi[c] = _mm256_dpwssd_epi32(sumi[c], scl, _mm256_maddubs_epi16(q4l, load256(q8)));
           sumi[c] = _mm256_dpwssd_epi32(sumi[c], sch, _mm256_maddubs_epi16(q4h, load256(q8 + 32)));
         }
       }
+      #pragma GCC unroll 8
       for (int c = 0; c < NC; ++c) {
         const BlockQ8_K& bx = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib];
         const __m128i q8s = _mm_hadd_epi16(load128(bx.bsums), load128(bx.bsums + 8));
@@ -180,6 +191,7 @@ struct Q4_KKernel {
         acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(bx.d * dw), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
       }
     }
+    #pragma GCC unroll 8
     for (int c = 0; c < NC; ++c) out[c] = hsum(acc[c]) + hsum128(acc_m[c]);
   }
 };
@@ -203,11 +215,13 @@ struct Q6_KKernel {
   static void cols(int64_t n, const std::byte* w, const std::byte* x, size_t xs, float* out) {
     const auto* bw = reinterpret_cast<const BlockQ6_K*>(w);
     __m256 acc[NC];
+    #pragma GCC unroll 8
     for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / kQkK; ++ib) {
       const BlockQ6_K& b = bw[ib];
       const __m256i scales16 = _mm256_cvtepi8_epi16(load128(b.scales));
       __m256i sumi[NC];
+      #pragma GCC unroll 8
       for (int c = 0; c < NC; ++c) sumi[c] = _mm256_setzero_si256();
       for (int h = 0; h < 2; ++h) {
         __m256i q[4];
@@ -215,12 +229,14 @@ struct Q6_KKernel {
         for (int k = 0; k < 4; ++k) {
           const int s = 8 * h + 2 * k;
           const __m256i sv = _mm256_set_m128i(_mm_set1_epi16(b.scales[s + 1]), _mm_set1_epi16(b.scales[s]));
+          #pragma GCC unroll 8
           for (int c = 0; c < NC; ++c) {
             const int8_t* q8 = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib].qs + 128 * h + 32 * k;
             sumi[c] = _mm256_dpwssd_epi32(sumi[c], sv, _mm256_maddubs_epi16(q[k], load256(q8)));
           }
         }
       }
+      #pragma GCC unroll 8
       for (int c = 0; c < NC; ++c) {
         const BlockQ8_K& bx = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib];
         const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(load256(bx.bsums), scales16), 5);
@@ -228,6 +244,7 @@ struct Q6_KKernel {
         acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(bx.d * f16(b.d_f16)), _mm256_cvtepi32_ps(s), acc[c]);
       }
     }
+    #pragma GCC unroll 8
     for (int c = 0; c < NC; ++c) out[c] = hsum(acc[c]);
   }
 };
