@@ -139,11 +139,11 @@ Status GgufParser::read_header() {
   LUMEN_TRY(read_pod(&n_tensors_, "tensor count"));
   LUMEN_TRY(read_pod(&n_kv_, "metadata kv count"));
   if (n_kv_ > remaining() / kMinKvBytes)
-    return fail("metadata kv count " + std::to_string(n_kv_) + " is impossible for the " +
-                std::to_string(remaining()) + " bytes left in the file");
+    return fail("metadata kv count " + std::to_string(n_kv_) + " cannot fit in the " + std::to_string(remaining()) +
+                " bytes left in the file (truncated or corrupt)");
   if (n_tensors_ > remaining() / kMinTensorInfoBytes)
-    return fail("tensor count " + std::to_string(n_tensors_) + " is impossible for the " +
-                std::to_string(remaining()) + " bytes left in the file");
+    return fail("tensor count " + std::to_string(n_tensors_) + " cannot fit in the " + std::to_string(remaining()) +
+                " bytes left in the file (truncated or corrupt)");
   return Status();
 }
 
@@ -151,18 +151,18 @@ Status GgufParser::read_value(ValueType type, const std::string& key, MetaValue*
   out->type = type;
   const char* what = "value";
   switch (type) {
-    case ValueType::kU8: { uint8_t v; LUMEN_TRY(read_pod(&v, what)); out->i = v; return Status(); }
-    case ValueType::kI8: { int8_t v; LUMEN_TRY(read_pod(&v, what)); out->i = v; return Status(); }
-    case ValueType::kU16: { uint16_t v; LUMEN_TRY(read_pod(&v, what)); out->i = v; return Status(); }
-    case ValueType::kI16: { int16_t v; LUMEN_TRY(read_pod(&v, what)); out->i = v; return Status(); }
-    case ValueType::kU32: { uint32_t v; LUMEN_TRY(read_pod(&v, what)); out->i = v; return Status(); }
-    case ValueType::kI32: { int32_t v; LUMEN_TRY(read_pod(&v, what)); out->i = v; return Status(); }
-    case ValueType::kU64: { uint64_t v; LUMEN_TRY(read_pod(&v, what)); out->i = static_cast<int64_t>(v); return Status(); }
-    case ValueType::kI64: { int64_t v; LUMEN_TRY(read_pod(&v, what)); out->i = v; return Status(); }
-    case ValueType::kF32: { float v; LUMEN_TRY(read_pod(&v, what)); out->f = v; return Status(); }
-    case ValueType::kF64: { double v; LUMEN_TRY(read_pod(&v, what)); out->f = v; return Status(); }
+    case ValueType::kU8: { uint8_t v = 0; LUMEN_TRY(read_pod(&v, what)); out->i = v; return Status(); }
+    case ValueType::kI8: { int8_t v = 0; LUMEN_TRY(read_pod(&v, what)); out->i = v; return Status(); }
+    case ValueType::kU16: { uint16_t v = 0; LUMEN_TRY(read_pod(&v, what)); out->i = v; return Status(); }
+    case ValueType::kI16: { int16_t v = 0; LUMEN_TRY(read_pod(&v, what)); out->i = v; return Status(); }
+    case ValueType::kU32: { uint32_t v = 0; LUMEN_TRY(read_pod(&v, what)); out->i = v; return Status(); }
+    case ValueType::kI32: { int32_t v = 0; LUMEN_TRY(read_pod(&v, what)); out->i = v; return Status(); }
+    case ValueType::kU64: { uint64_t v = 0; LUMEN_TRY(read_pod(&v, what)); out->i = static_cast<int64_t>(v); return Status(); }
+    case ValueType::kI64: { int64_t v = 0; LUMEN_TRY(read_pod(&v, what)); out->i = v; return Status(); }
+    case ValueType::kF32: { float v = 0; LUMEN_TRY(read_pod(&v, what)); out->f = v; return Status(); }
+    case ValueType::kF64: { double v = 0; LUMEN_TRY(read_pod(&v, what)); out->f = v; return Status(); }
     case ValueType::kBool: {
-      uint8_t v;
+      uint8_t v = 0;
       LUMEN_TRY(read_pod(&v, what));
       if (v > 1) return fail(context_ + ": bool value " + std::to_string(v) + " is not 0 or 1");
       out->b = v != 0;
@@ -336,8 +336,8 @@ Result<ModelFile> GgufParser::parse() {
   for (uint64_t i = 0; i < n_kv_; ++i) LUMEN_TRY(read_kv(i));
   context_.clear();
   if (n_tensors_ > remaining() / kMinTensorInfoBytes)
-    return fail("tensor count " + std::to_string(n_tensors_) + " is impossible for the " +
-                std::to_string(remaining()) + " bytes left in the file");
+    return fail("tensor count " + std::to_string(n_tensors_) + " cannot fit in the " + std::to_string(remaining()) +
+                " bytes left after the metadata (truncated or corrupt)");
   std::vector<RawTensorInfo> infos(n_tensors_);
   for (uint64_t i = 0; i < n_tensors_; ++i) LUMEN_TRY(read_tensor_info(i, &infos[i]));
   context_.clear();

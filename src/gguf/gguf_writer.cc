@@ -18,8 +18,10 @@ class ByteSink {
  public:
   explicit ByteSink(std::vector<std::byte>* out) : out_(out) {}
   void raw(const void* p, size_t n) {
-    const auto* b = static_cast<const std::byte*>(p);
-    out_->insert(out_->end(), b, b + n);
+    if (n == 0) return;
+    const size_t at = out_->size();
+    out_->resize(at + n);
+    std::memcpy(out_->data() + at, p, n);
   }
   template <typename T>
   void pod(T v) { raw(&v, sizeof(T)); }
@@ -182,10 +184,8 @@ void GgufWriter::write_all(Sink&& sink) const {
 
 std::vector<std::byte> GgufWriter::serialize() const {
   std::vector<std::byte> out;
-  write_all([&](const void* p, size_t n) {
-    const auto* b = static_cast<const std::byte*>(p);
-    out.insert(out.end(), b, b + n);
-  });
+  ByteSink sink(&out);
+  write_all([&](const void* p, size_t n) { sink.raw(p, n); });
   return out;
 }
 
