@@ -387,6 +387,7 @@ Result<std::unique_ptr<TokenizerImpl>> load(std::string_view tokenizer_json, std
   vocab.bos_id = find_config_token("bos_token");
   vocab.eos_id = find_config_token("eos_token");
   vocab.pad_id = find_config_token("pad_token");
+  if (vocab.unk_id < 0) vocab.unk_id = find_config_token("unk_token");  // reported; the model emits none
   if (vocab.bos_id < 0 && !hf.prefix_ids.empty()) vocab.bos_id = hf.prefix_ids.front();
   // transformers' Llama-style tokenizers rebuild the post-processor from these flags.
   if (const json* v = field(config, "add_bos_token"); v && v->is_boolean()) {

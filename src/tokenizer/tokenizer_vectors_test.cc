@@ -2,8 +2,11 @@
 // tokenizer.json vectors. Every input must encode to exactly the expected ids.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_test_util.h"
+#include "tokenizer/vocab.h"
 
 namespace lumen::tok {
 namespace {
@@ -89,6 +92,105 @@ INSTANTIATE_TEST_SUITE_P(All, TokenizerHfVectors,
                            for (char& c : name) if (c == '-') c = '_';
                            return name;
                          });
+
+// ---- decode round trip over the same inputs ----
+//
+// Where each family is lossless:
+//   SPM            pieces = " " + input (the space prefix); decode drops it again -> input.
+//   byte-level BPE pieces = input; decode = input, or with llama.cpp's clean-up of " ," " ."
+//                  " 's" ... for vocabs that enable it (gpt-2, mpt, starcoder, falcon; llama3 HF).
+//   HF Metaspace   decode = input unless the input hit <unk> (TinyStories-656K has no bytes).
+//   WPM            lossy by design (lowercase, accents, spaces): only checked not to fail.
+enum class RoundTrip : uint8_t { kSpm, kByteLevel, kByteLevelCleaned, kHfMetaspace, kWpm };
+
+struct RoundTripCase {
+  const char* name;
+  const char* tokenizer;  // GGUF file or HF directory (relative to the shared dir)
+  const char* vectors;    // .inp path without extension
+  RoundTrip mode;
+};
+
+void PrintTo(const RoundTripCase& c, std::ostream* os) { *os << c.name; }
+
+class TokenizerRoundTrip : public ::testing::TestWithParam<RoundTripCase> {};
+
+TEST_P(TokenizerRoundTrip, DecodeGivesInputBack) {
+  const RoundTripCase& c = GetParam();
+  Result<Tokenizer> tok = error("unset");
+  if (std::string(c.tokenizer).ends_with(".gguf")) {
+    tok = load_gguf_vocab(shared_path(c.tokenizer));
+  } else {
+    std::string json, config;
+    ASSERT_TRUE(read_file(shared_path(c.tokenizer) + "/tokenizer.json", &json));
+    read_file(shared_path(c.tokenizer) + "/tokenizer_config.json", &config);
+    tok = Tokenizer::from_hf_json(json, config);
+  }
+  ASSERT_TRUE(tok.ok()) << tok.message();
+  std::string inp;
+  ASSERT_TRUE(read_file(shared_path(c.vectors) + ".inp", &inp));
+  int n_checked = 0;
+  for (const std::string& text : read_vocab_test_inputs(inp)) {
+    SCOPED_TRACE("input '" + text + "'");
+    const std::vector<int32_t> ids = tok->encode(text, false, false);
+    std::string pieces;
+    for (int32_t id : ids) pieces += tok->token_to_piece(id);
+    const std::string decoded = tok->decode(ids, false);
+    std::string cleaned = text;
+    clean_up_spaces(&cleaned);
+    switch (c.mode) {
+      case RoundTrip::kSpm:
+        EXPECT_EQ(pieces, text.empty() ? "" : " " + text);
+        EXPECT_EQ(decoded, text);
+        break;
+      case RoundTrip::kByteLevel:
+        EXPECT_EQ(pieces, text);
+        EXPECT_EQ(decoded, text);
+        break;
+      case RoundTrip::kByteLevelCleaned:
+        EXPECT_EQ(pieces, text);
+        EXPECT_EQ(decoded, cleaned);
+        break;
+      case RoundTrip::kHfMetaspace:
+        if (std::find(ids.begin(), ids.end(), tok->unk_id()) != ids.end()) continue;
+        EXPECT_EQ(decoded, text);
+        break;
+      case RoundTrip::kWpm:
+        if (std::find(ids.begin(), ids.end(), tok->unk_id()) != ids.end()) continue;  // [UNK] renders ""
+        EXPECT_EQ(decoded.empty(), ids.empty());
+        break;
+    }
+    ++n_checked;
+  }
+  std::printf("[round trip] %s: %d inputs checked\n", c.name, n_checked);
+  EXPECT_GT(n_checked, 30);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, TokenizerRoundTrip,
+    ::testing::Values(
+        RoundTripCase{"llama_spm", "tokenizers/vocab/ggml-vocab-llama-spm.gguf",
+                      "tokenizers/vocab/ggml-vocab-llama-spm.gguf", RoundTrip::kSpm},
+        RoundTripCase{"phi_3", "tokenizers/vocab/ggml-vocab-phi-3.gguf", "tokenizers/vocab/ggml-vocab-phi-3.gguf",
+                      RoundTrip::kSpm},
+        RoundTripCase{"gpt_2", "tokenizers/vocab/ggml-vocab-gpt-2.gguf", "tokenizers/vocab/ggml-vocab-gpt-2.gguf",
+                      RoundTrip::kByteLevelCleaned},
+        RoundTripCase{"mpt", "tokenizers/vocab/ggml-vocab-mpt.gguf", "tokenizers/vocab/ggml-vocab-mpt.gguf",
+                      RoundTrip::kByteLevelCleaned},
+        RoundTripCase{"starcoder", "tokenizers/vocab/ggml-vocab-starcoder.gguf",
+                      "tokenizers/vocab/ggml-vocab-starcoder.gguf", RoundTrip::kByteLevelCleaned},
+        RoundTripCase{"falcon", "tokenizers/vocab/ggml-vocab-falcon.gguf", "tokenizers/vocab/ggml-vocab-falcon.gguf",
+                      RoundTrip::kByteLevelCleaned},
+        RoundTripCase{"deepseek_llm", "tokenizers/vocab/ggml-vocab-deepseek-llm.gguf",
+                      "tokenizers/vocab/ggml-vocab-deepseek-llm.gguf", RoundTrip::kByteLevel},
+        RoundTripCase{"bert_bge", "tokenizers/vocab/ggml-vocab-bert-bge.gguf",
+                      "tokenizers/vocab/ggml-vocab-bert-bge.gguf", RoundTrip::kWpm},
+        RoundTripCase{"hf_qwen2", "tokenizers/hf/qwen2-qwen3", "tokenizers/hf-vectors/qwen2-qwen3",
+                      RoundTrip::kByteLevel},
+        RoundTripCase{"hf_llama3", "tokenizers/hf/llama3", "tokenizers/hf-vectors/llama3",
+                      RoundTrip::kByteLevelCleaned},
+        RoundTripCase{"hf_tinystories", "models/TinyStories-656K", "tokenizers/hf-vectors/TinyStories-656K",
+                      RoundTrip::kHfMetaspace}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace lumen::tok
