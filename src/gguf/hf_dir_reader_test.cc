@@ -52,6 +52,7 @@ TEST(SafetensorsHfDir, TinyStories656k) {
   ASSERT_NE(emb, nullptr);
   ASSERT_NE(out, nullptr);
   EXPECT_EQ(emb->view.data, out->view.data);
+  EXPECT_EQ(file->data_bytes(), 2624000u);  // the safetensors data section; the alias counts once
   EXPECT_EQ(emb->view.ne[0], 128);
   EXPECT_EQ(emb->view.ne[1], 2048);
   struct Expect { const char* name; int64_t ne0, ne1; };

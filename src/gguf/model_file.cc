@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <set>
+#include <utility>
 
 #include "base/check.h"
 
@@ -106,9 +108,12 @@ MetaValue MetaValue::of_float_array(ValueType element_type, std::vector<double> 
   return m;
 }
 
+// Aliases (a tied token_embd.weight that is a view of output.weight's bytes) count once.
 uint64_t ModelFile::data_bytes() const {
   uint64_t total = 0;
-  for (const TensorInfo& t : tensors_) total += t.view.n_bytes;
+  std::set<std::pair<const std::byte*, size_t>> seen;
+  for (const TensorInfo& t : tensors_)
+    if (seen.emplace(t.view.data, t.view.n_bytes).second) total += t.view.n_bytes;
   return total;
 }
 

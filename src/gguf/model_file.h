@@ -88,7 +88,7 @@ class ModelFile {
   // The path the user gave (file or directory).
   const std::string& path() const { return path_; }
   uint32_t gguf_version() const { return gguf_version_; }  // 0 when not a GGUF file
-  uint64_t data_bytes() const;  // total bytes of all tensors
+  uint64_t data_bytes() const;  // total bytes of all tensors (aliased views count once)
 
   // --- metadata (keys in GGUF naming) ---
   const std::map<std::string, MetaValue, std::less<>>& metadata() const { return meta_; }
