@@ -436,14 +436,55 @@ double exp_sum(float* s, int64_t n, float max) {
 
 // ---- attention -------------------------------------------------------------------------
 
+// Scores four keys at a time: one 8-lane accumulator per key over head_dim, then a
+// horizontal-add tree that leaves the four sums side by side. A key's arithmetic does not
+// depend on its slot in the group of four (a short last group is padded with a repeat of
+// key 0, whose result is dropped), so results do not depend on n.
+constexpr int32_t kMaxScoreDim = 512;
+
+__m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+  const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+
+template <typename T, typename Load>
+void scores4(const T* k, int64_t n, const float* qf, int32_t hd, float scale, float* scores,
+             Load load) {
+  for (int64_t s = 0; s < n; s += 4) {
+    const T* kr[4];
+    for (int j = 0; j < 4; ++j) kr[j] = k + (s + j < n ? s + j : 0) * hd;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int32_t i = 0; i < hd; i += 8) {
+      const __m256 qv = _mm256_loadu_ps(qf + i);
+      a0 = _mm256_fmadd_ps(load(kr[0] + i), qv, a0);
+      a1 = _mm256_fmadd_ps(load(kr[1] + i), qv, a1);
+      a2 = _mm256_fmadd_ps(load(kr[2] + i), qv, a2);
+      a3 = _mm256_fmadd_ps(load(kr[3] + i), qv, a3);
+    }
+    float out[4];
+    _mm_storeu_ps(out, _mm_mul_ps(reduce4(a0, a1, a2, a3), _mm_set1_ps(scale)));
+    for (int j = 0; j < 4 && s + j < n; ++j) scores[s + j] = out[j];
+  }
+}
+
 void attn_scores_f16(const uint16_t* k, int64_t n, const uint16_t* q, int32_t hd, float scale,
                      float* scores) {
-  for (int64_t s = 0; s < n; ++s, k += hd) scores[s] = dot_f16(k, q, hd) * scale;
+  if (hd % 8 != 0 || hd > kMaxScoreDim) {
+    for (int64_t s = 0; s < n; ++s, k += hd) scores[s] = dot_f16(k, q, hd) * scale;
+    return;
+  }
+  float qf[kMaxScoreDim];  // q16 widened once (exact)
+  for (int32_t i = 0; i < hd; i += 8) _mm256_storeu_ps(qf + i, load_f16x8(q + i));
+  scores4(k, n, qf, hd, scale, scores, [](const uint16_t* p) { return load_f16x8(p); });
 }
 
 void attn_scores_f32(const float* k, int64_t n, const float* q, int32_t hd, float scale,
                      float* scores) {
-  for (int64_t s = 0; s < n; ++s, k += hd) scores[s] = dot_f32(k, q, hd) * scale;
+  if (hd % 8 != 0) {
+    for (int64_t s = 0; s < n; ++s, k += hd) scores[s] = dot_f32(k, q, hd) * scale;
+    return;
+  }
+  scores4(k, n, q, hd, scale, scores, [](const float* p) { return _mm256_loadu_ps(p); });
 }
 
 // acc += sum_s p[s] v_s with the accumulator held in registers for 32 dims at a time.

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/kernel_table.h"
 #include "kernels/quant_blocks.h"
@@ -55,9 +56,22 @@ void gemm_cols(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows,
   }
 }
 
-// All 8 scales and mins of a q4_K block (q4_k_scale_min for j = 0..7).
+// All 8 scales and mins of a q4_K block (= q4_k_scale_min for j = 0..7), four at a time
+// with 32-bit masks: bytes 0..3 hold sc[0..3] (low 6 bits) and the top bits of sc[4..7],
+// bytes 4..7 m[0..3] and the top bits of m[4..7], bytes 8..11 the low nibbles of
+// sc[4..7] (low) and m[4..7] (high).
 inline void unpack_q4_k_scales(const uint8_t* packed, uint8_t sc[8], uint8_t m[8]) {
-  for (int j = 0; j < 8; ++j) q4_k_scale_min(packed, j, &sc[j], &m[j]);
+  uint32_t u[3];
+  std::memcpy(u, packed, 12);
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  const uint32_t sc_lo = u[0] & kLow6;
+  const uint32_t m_lo = u[1] & kLow6;
+  const uint32_t sc_hi = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
+  const uint32_t m_hi = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);
+  std::memcpy(sc, &sc_lo, 4);
+  std::memcpy(sc + 4, &sc_hi, 4);
+  std::memcpy(m, &m_lo, 4);
+  std::memcpy(m + 4, &m_hi, 4);
 }
 
 }  // namespace

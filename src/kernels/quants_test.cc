@@ -9,6 +9,7 @@
 
 #include "base/fp16.h"
 #include "kernels/kernel_table.h"
+#include "kernels/kernels_isa_common.h"
 #include "kernels/kernels_ref.h"
 #include "kernels/kernels_test_util.h"
 #include "kernels/ops.h"
@@ -76,6 +77,23 @@ TEST(KernelsDequant, Q4_KKnownValues) {
   for (int e = 0; e < 256; ++e) {
     const int s = e / 32;
     EXPECT_EQ(y[e], 0.5f * sc[s] * q[e] - 0.25f * m[s]) << e;
+  }
+}
+
+TEST(KernelsDequant, Q4_KPackedScalesAllPatterns) {
+  // The 32-bit-mask unpacking used by the SIMD kernels equals the per-index definition.
+  std::mt19937 rng(12);
+  for (int trial = 0; trial < 2000; ++trial) {
+    uint8_t packed[12];
+    for (uint8_t& b : packed) b = static_cast<uint8_t>(rng());
+    uint8_t sc[8], m[8];
+    unpack_q4_k_scales(packed, sc, m);
+    for (int j = 0; j < 8; ++j) {
+      uint8_t want_sc, want_m;
+      q4_k_scale_min(packed, j, &want_sc, &want_m);
+      ASSERT_EQ(sc[j], want_sc) << j;
+      ASSERT_EQ(m[j], want_m) << j;
+    }
   }
 }
 

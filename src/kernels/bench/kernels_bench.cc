@@ -94,8 +94,9 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->UseRealTime()->MinTime(0.3);
 
-// args: table index, kv dtype, n_ctx (decode: 1 token at pos n_ctx-1), n_threads
-void BM_AttentionDecode(benchmark::State& state) {
+// args: table index, kv dtype, n_ctx, n_threads, n_tokens (the last n_tokens positions
+// are queries: 1 = decode, n_ctx = whole prefill)
+void BM_Attention(benchmark::State& state) {
   const auto tables = available_kernel_tables();
   if (state.range(0) >= static_cast<int64_t>(tables.size())) {
     state.SkipWithError("table not available");
@@ -123,21 +124,28 @@ void BM_AttentionDecode(benchmark::State& state) {
   kv.k_base = ks.data();
   kv.v_base = vs.data();
   kv.block_table = table;
-  std::vector<float> kvals(n_ctx * 2 * 64), q(14 * 64), out(14 * 64);
+  const int64_t n_tokens = state.range(4);
+  std::vector<float> kvals(n_ctx * 2 * 64), q(n_tokens * 14 * 64), out(n_tokens * 14 * 64);
   for (size_t i = 0; i < kvals.size(); ++i) kvals[i] = 0.01f * (i % 97);
   for (size_t i = 0; i < q.size(); ++i) q[i] = 0.02f * (i % 13);
   kv_store(kv, 0, n_ctx, kvals.data(), kvals.data());
-  std::vector<std::byte> scratch(attention_scratch_bytes(p, 1, n_ctx, pool.n_threads()));
+  std::vector<std::byte> scratch(attention_scratch_bytes(p, n_tokens, n_ctx, pool.n_threads()));
   for (auto _ : state) {
-    attention(k, pool, p, kv, q.data(), n_ctx - 1, 1, out.data(), scratch.data());
+    attention(k, pool, p, kv, q.data(), n_ctx - n_tokens, n_tokens, out.data(), scratch.data());
     benchmark::DoNotOptimize(out.data());
   }
   state.SetLabel(std::string(k.name) + (dt == DType::kF16 ? " f16" : " f32"));
-  state.counters["GB/s(kv)"] = benchmark::Counter(2.0 * n_ctx * 2 * 64 * kv.elem_bytes() * state.iterations(),
-                                                  benchmark::Counter::kIsRate);
+  // Query-key pairs (causal) x 14 heads x 2 dot products of 64 x 2 flop.
+  double pairs = 0;
+  for (int64_t t = 0; t < n_tokens; ++t) pairs += static_cast<double>(n_ctx - n_tokens + t + 1);
+  state.counters["GFLOP/s"] = benchmark::Counter(pairs * 14 * 2 * 64 * 2 * 1e-9 * state.iterations(),
+                                                 benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_AttentionDecode)
-    ->ArgsProduct({{0, 1, 2}, {static_cast<int>(DType::kF16)}, {512, 4096}, {1, 2}})
+BENCHMARK(BM_Attention)
+    ->ArgsProduct({{0, 1, 2}, {static_cast<int>(DType::kF16)}, {512, 4096}, {1, 2}, {1}})
+    ->Args({0, static_cast<int>(DType::kF16), 512, 1, 512})
+    ->Args({1, static_cast<int>(DType::kF16), 512, 1, 512})
+    ->Args({2, static_cast<int>(DType::kF16), 512, 1, 512})
     ->UseRealTime();
 
 }  // namespace
