@@ -32,6 +32,12 @@ constexpr uint64_t kMaxTensorNameBytes = 65535;
 constexpr int kMaxArrayDepth = 8;              // nested arrays (never produced by real files)
 constexpr uint64_t kMaxAlignment = uint64_t{1} << 30;
 constexpr uint32_t kDefaultAlignment = 32;
+// Caps far above real files (vocabularies and merge lists have < 2^21 entries, models
+// < 2^16 tensors) that bound memory for a huge file whose bytes merely parse: counts are
+// also bounded by the bytes left, but that alone would allow ~4x a multi-GB file.
+constexpr uint64_t kMaxArrayElements = uint64_t{1} << 24;
+constexpr uint64_t kMaxTensors = uint64_t{1} << 20;
+constexpr uint64_t kMaxKvs = uint64_t{1} << 20;
 // Smallest encodings, used to bound counts by the bytes that remain.
 constexpr uint64_t kMinKvBytes = 8 + 4 + 1;                 // key length, type, 1-byte value
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;  // name length, n_dims, 1 dim, type, offset
@@ -138,6 +144,8 @@ Status GgufParser::read_header() {
     return fail("unsupported GGUF version " + std::to_string(version_) + " (supported: 2, 3)");
   LUMEN_TRY(read_pod(&n_tensors_, "tensor count"));
   LUMEN_TRY(read_pod(&n_kv_, "metadata kv count"));
+  if (n_kv_ > kMaxKvs) return fail("metadata kv count " + std::to_string(n_kv_) + " exceeds the limit 2^20");
+  if (n_tensors_ > kMaxTensors) return fail("tensor count " + std::to_string(n_tensors_) + " exceeds the limit 2^20");
   if (n_kv_ > remaining() / kMinKvBytes)
     return fail("metadata kv count " + std::to_string(n_kv_) + " cannot fit in the " + std::to_string(remaining()) +
                 " bytes left in the file (truncated or corrupt)");
@@ -189,6 +197,8 @@ Status GgufParser::read_array(const std::string& key, int depth, MetaValue* out)
   const ValueType elem = static_cast<ValueType>(elem_raw);
   out->type = ValueType::kArray;
   out->array_type = elem;
+  if (count > kMaxArrayElements)
+    return fail(what + ": array count " + std::to_string(count) + " exceeds the limit 2^24");
   if (count > remaining() / min_value_bytes(elem))
     return fail(what + ": array count " + std::to_string(count) + " of " + std::string(value_type_name(elem)) +
                 " exceeds what the " + std::to_string(remaining()) + " bytes left in the file can hold");
