@@ -8,7 +8,9 @@
 //   q8_0 / q4_0 x q8_0   integer products exact (VNNI, unsigned-offset form below); the
 //                        f32 block terms accumulate in 8 lanes
 //   q4_K / q6_K x q8_K   as the AVX2 kernels, with vpdpwssd for the scale multiply-add
-//   f32 / f16 / bf16     16 f32 lanes x 2 accumulators with FMA; tails by masked loads
+//   f32 / f16 / bf16     AVX2 kernels kept: 16-lane versions measured slower on Zen 4
+//                        (512-bit ops are double-pumped there), and vdpbf16ps would
+//                        flush subnormals
 // Within this table gemm and vec_dot are bit-identical (same per-(row, column) arithmetic
 // whatever the tile shape), so a token's result never depends on the batch it came in.
 #include <immintrin.h>
@@ -249,61 +251,9 @@ struct Q6_KKernel {
   }
 };
 
-// ---- float dots: 2 x 16 lanes, masked tail ----------------------------------------------
-
-template <typename Load>
-float dot16(int64_t n, Load load) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    a0 = load(i, a0, static_cast<__mmask16>(0xffff));
-    a1 = load(i + 16, a1, static_cast<__mmask16>(0xffff));
-  }
-  for (; i < n; i += 16) {
-    const int64_t left = n - i;
-    const __mmask16 m = left >= 16 ? static_cast<__mmask16>(0xffff)
-                                   : static_cast<__mmask16>((1u << left) - 1);
-    a0 = load(i, a0, m);
-  }
-  const __m512 a = _mm512_add_ps(a0, a1);
-  // (maskz forms: GCC 12's plain 512-bit extract/convert intrinsics trip -Wuninitialized)
-  return hsum(_mm256_add_ps(_mm512_maskz_extractf32x8_ps(0xff, a, 0), _mm512_maskz_extractf32x8_ps(0xff, a, 1)));
-}
-
-float vec_dot_f32(int64_t n, const std::byte* w, const std::byte* x) {
-  const auto* a = reinterpret_cast<const float*>(w);
-  const auto* b = reinterpret_cast<const float*>(x);
-  return dot16(n, [&](int64_t i, __m512 acc, __mmask16 m) {
-    return _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
-  });
-}
-
-float vec_dot_f16(int64_t n, const std::byte* w, const std::byte* x) {
-  const auto* a = reinterpret_cast<const uint16_t*>(w);
-  const auto* b = reinterpret_cast<const uint16_t*>(x);
-  return dot16(n, [&](int64_t i, __m512 acc, __mmask16 m) {
-    const __m512 va = _mm512_maskz_cvtph_ps(m, _mm256_maskz_loadu_epi16(m, a + i));
-    const __m512 vb = _mm512_maskz_cvtph_ps(m, _mm256_maskz_loadu_epi16(m, b + i));
-    return _mm512_fmadd_ps(va, vb, acc);
-  });
-}
-
-// bf16 -> f32 is a 16-bit shift, exact (vdpbf16ps is not used: it flushes subnormals).
-float vec_dot_bf16(int64_t n, const std::byte* w, const std::byte* x) {
-  const auto* a = reinterpret_cast<const uint16_t*>(w);
-  const auto* b = reinterpret_cast<const uint16_t*>(x);
-  return dot16(n, [&](int64_t i, __m512 acc, __mmask16 m) {
-    const __m512 va = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(
-        m, _mm512_maskz_cvtepu16_epi32(m, _mm256_maskz_loadu_epi16(m, a + i)), 16));
-    const __m512 vb = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(
-        m, _mm512_maskz_cvtepu16_epi32(m, _mm256_maskz_loadu_epi16(m, b + i)), 16));
-    return _mm512_fmadd_ps(va, vb, acc);
-  });
-}
-
 }  // namespace
 
-void override_kernels_avx512(KernelTable& t, bool has_bf16) {
+void override_kernels_avx512(KernelTable& t, bool /*has_bf16*/) {
   t.name = "avx512";
   t.mm_q8_0.vec_dot = &vec_dot_q8_0_tiled<WeightsQ8_0>;
   t.mm_q8_0.gemm = &gemm_q8_0_tiled<WeightsQ8_0>;
@@ -313,12 +263,6 @@ void override_kernels_avx512(KernelTable& t, bool has_bf16) {
   t.mm_q4_k.gemm = &gemm_cols<Q4_KKernel>;
   t.mm_q6_k.vec_dot = &vec_dot_cols<Q6_KKernel>;
   t.mm_q6_k.gemm = &gemm_cols<Q6_KKernel>;
-  t.mm_f32.vec_dot = &vec_dot_f32;
-  t.mm_f32.gemm = &gemm_from_vec_dot<&vec_dot_f32>;
-  t.mm_f16.vec_dot = &vec_dot_f16;
-  t.mm_f16.gemm = &gemm_from_vec_dot<&vec_dot_f16>;
-  t.mm_bf16.vec_dot = &vec_dot_bf16;
-  t.mm_bf16.gemm = &gemm_from_vec_dot<&vec_dot_bf16>;
 }
 
 }  // namespace lumen::kernels
