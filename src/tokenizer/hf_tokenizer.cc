@@ -169,8 +169,8 @@ int32_t model_find(const Vocab& vocab, std::string_view text) {
   return id >= 0 && vocab.tokens[id].in_model ? id : -1;
 }
 
-void bpe_piece(const Vocab& vocab, const HfPipeline& hf, std::string_view piece, std::vector<HfSymbol>* buf,
-               std::vector<int32_t>* out) {
+void bpe_word(const Vocab& vocab, const HfPipeline& hf, std::string_view piece, std::vector<HfSymbol>* buf,
+              std::vector<int32_t>* out) {
   if (piece.empty()) return;
   if (hf.ignore_merges) {
     if (const int32_t id = model_find(vocab, piece); id >= 0) {
@@ -258,6 +258,18 @@ void bpe_piece(const Vocab& vocab, const HfPipeline& hf, std::string_view piece,
   }
   for (const HfSymbol& s : symbols) {
     if (s.len != 0) out->push_back(s.id);
+  }
+}
+
+void bpe_piece(const Vocab& vocab, const HfPipeline& hf, std::string_view piece, std::vector<HfSymbol>* buf,
+               std::vector<int32_t>* out) {
+  // Metaspace without split (Llama-2 style) leaves the whole text as one piece; cutting it in
+  // front of each word's "▁" gives the same ids when no merge can cross that point (vocab
+  // check at load; ignore_merges would look up the uncut piece, so it rules this out).
+  if (vocab.split_before_metaspace && !hf.ignore_merges && piece.size() > 64) {
+    for_each_metaspace_word(piece, [&](std::string_view word) { bpe_word(vocab, hf, word, buf, out); });
+  } else {
+    bpe_word(vocab, hf, piece, buf, out);
   }
 }
 

@@ -38,7 +38,9 @@ struct SpmBigramOrder {  // std::priority_queue pops the "largest": best score, 
 
 }  // namespace
 
-void spm_encode(const Vocab& vocab, std::string_view text, std::vector<int32_t>* out) {
+namespace {
+
+void spm_encode_segment(const Vocab& vocab, std::string_view text, std::vector<int32_t>* out) {
   if (text.empty()) return;
   std::vector<SpmSymbol> symbols;
   symbols.reserve(text.size());
@@ -91,6 +93,16 @@ void spm_encode(const Vocab& vocab, std::string_view text, std::vector<int32_t>*
     } else if (vocab.unk_id >= 0) {
       out->push_back(vocab.unk_id);
     }
+  }
+}
+
+}  // namespace
+
+void spm_encode(const Vocab& vocab, std::string_view text, std::vector<int32_t>* out) {
+  if (vocab.split_before_metaspace) {
+    for_each_metaspace_word(text, [&](std::string_view word) { spm_encode_segment(vocab, word, out); });
+  } else {
+    spm_encode_segment(vocab, text, out);
   }
 }
 

@@ -31,6 +31,14 @@ void finish_loading(TokenizerImpl* impl) {
     }
   }
   impl->special.build(vocab, ids);
+  // Word-by-word merging is exact when no mergeable token spans a word's leading "▁".
+  if (impl->family == Family::kSpm || impl->family == Family::kHf) {
+    std::vector<std::string> texts;
+    for (const TokenData& t : vocab.tokens) {
+      if (impl->family == Family::kSpm || t.in_model) texts.push_back(t.text);
+    }
+    vocab.split_before_metaspace = vocab.find("\xE2\x96\x81") >= 0 && no_inner_metaspace(texts);
+  }
   impl->max_token_bytes = 0;
   for (const TokenData& t : vocab.tokens) {
     impl->max_token_bytes = std::max(impl->max_token_bytes, static_cast<int32_t>(t.text.size()));

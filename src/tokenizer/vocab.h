@@ -56,6 +56,11 @@ struct Vocab {
   bool decode_strip_space = false;  // decode drops the first token's leading space
   bool clean_spaces = false;        // decode removes " ," " ." " 's" ... (llama.cpp clean_spaces)
   PieceStyle piece_style = PieceStyle::kMetaspace;
+  // No mergeable token contains "▁" right after another character (true for SentencePiece
+  // vocabs that split on whitespace, e.g. Llama 2). Then no merge can cross the boundary in
+  // front of a word's "▁", and the merge encoders may run word by word: the same result as
+  // one pass over the whole text, with small priority queues instead of one huge one.
+  bool split_before_metaspace = false;
 
   // Filled by finalize():
   std::vector<std::string> pieces;  // [n_vocab] token_to_piece(id, special = true)
@@ -87,6 +92,31 @@ struct Vocab {
 // llama.cpp's decode clean-up (clean_up_tokenization_spaces): " ?" " !" " ." " ," -> no space,
 // " ' " -> "'", and " 's" " 'm" " 'll" " 're" " 've" lose their space.
 void clean_up_spaces(std::string* text);
+
+// True when no token among `texts` has "▁" right after a character other than "▁".
+template <typename TextRange>
+bool no_inner_metaspace(const TextRange& texts) {
+  for (const std::string& t : texts) {
+    for (size_t pos = t.find("\xE2\x96\x81", 1); pos != std::string::npos; pos = t.find("\xE2\x96\x81", pos + 1)) {
+      if (pos < 3 || t.compare(pos - 3, 3, "\xE2\x96\x81") != 0) return false;
+    }
+  }
+  return true;
+}
+
+// Calls fn(word) for consecutive pieces of `text` cut in front of every "▁" that follows a
+// character other than "▁" (see Vocab::split_before_metaspace).
+template <typename Fn>
+void for_each_metaspace_word(std::string_view text, Fn&& fn) {
+  static constexpr std::string_view kMeta = "\xE2\x96\x81";
+  size_t begin = 0;
+  for (size_t pos = text.find(kMeta, 1); pos != std::string_view::npos; pos = text.find(kMeta, pos + 1)) {
+    if (pos >= 3 && text.compare(pos - 3, 3, kMeta) == 0) continue;  // inside a run of "▁"
+    if (pos > begin) fn(text.substr(begin, pos - begin));
+    begin = pos;
+  }
+  if (begin < text.size()) fn(text.substr(begin));
+}
 
 // Replaces every U+2581 "▁" with a space.
 std::string unescape_metaspace(std::string_view text);
