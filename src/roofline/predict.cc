@@ -1,0 +1,86 @@
+#include "roofline/predict.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+#include "roofline/peak_flops.h"
+
+namespace lumen::roofline {
+
+MachineRates measure_machine_rates(ThreadPool& pool, size_t membw_bytes, bool huge_pages) {
+  MachineRates r;
+  r.read_bytes_per_s = measure_read_bandwidth_detailed(pool, membw_bytes, huge_pages).best_bytes_per_s;
+  const PeakRates peak = measure_peak_rates(pool);
+  r.flops_f32 = peak.flops_f32;
+  r.ops_int8 = peak.ops_int8;
+  return r;
+}
+
+namespace {
+
+struct StepTimes {
+  double memory_s = 0;
+  double compute_s = 0;
+  double bytes = 0;
+};
+
+// Seconds of matmul arithmetic for n_tokens tokens through the decoder (+ lm_head for
+// n_logits of them), each matrix at the rate of its stored type.
+double matmul_seconds(const FileWeights& w, const MachineRates& r, double n_tokens, double n_logits) {
+  const double int8_s = 2.0 * static_cast<double>(w.decoder_macs_int8) * n_tokens / r.ops_int8;
+  const double f32_s = 2.0 * static_cast<double>(w.decoder_macs_float) * n_tokens / r.flops_f32;
+  const double lm_rate = w.lm_head_int8 ? r.ops_int8 : r.flops_f32;
+  const double lm_s = 2.0 * static_cast<double>(w.params.lm_head) * n_logits / lm_rate;
+  return int8_s + f32_s + lm_s;
+}
+
+}  // namespace
+
+Prediction predict_lumen(const ModelShape& shape, const FileWeights& w, const MachineRates& r,
+                         const PredictOptions& o) {
+  LUMEN_CHECK(o.n_prompt >= 1 && o.n_gen >= 1 && o.n_depth >= 0);
+  LUMEN_CHECK(r.read_bytes_per_s > 0 && r.flops_f32 > 0 && r.ops_int8 > 0);
+  Prediction p;
+  p.weight_bytes_per_token = static_cast<double>(w.read_per_step_bytes() + w.norm_bytes +
+                                                 (shape.tied_output ? 0 : w.embedding_row_bytes));
+  p.kv_bytes_per_token = static_cast<double>(kv_elems_per_token(shape)) * o.kv_bytes_per_elem;
+  const double kv = p.kv_bytes_per_token;
+  const double a = static_cast<double>(attn_macs_per_pair(shape));
+
+  // tg: one token at a time, the context growing from n_depth.
+  double mem_s = 0, comp_s = 0, time_s = 0, bytes = 0;
+  for (int64_t i = 0; i < o.n_gen; ++i) {
+    const double n_past = static_cast<double>(o.n_depth + i);
+    const double step_bytes = p.weight_bytes_per_token + (n_past + 1) * kv;  // read past, write new
+    const double m = step_bytes / r.read_bytes_per_s;
+    const double c = matmul_seconds(w, r, 1, 1) + 2.0 * 2.0 * a * (n_past + 1) / r.flops_f32;
+    mem_s += m;
+    comp_s += c;
+    time_s += std::max(m, c);
+    bytes += step_bytes;
+  }
+  p.tg_ms = time_s * 1e3;
+  p.tg_tok_s = static_cast<double>(o.n_gen) / time_s;
+  p.tg_bytes_per_s = bytes / time_s;
+  p.binding_roof = comp_s > mem_s ? "compute" : "memory";
+
+  // pp: the whole prompt in one pass over the weights, after n_depth cached tokens.
+  const double n = static_cast<double>(o.n_prompt);
+  const double d = static_cast<double>(o.n_depth);
+  const double pp_bytes = p.weight_bytes_per_token + (d + 2.0 * n) * kv;  // read depth + prompt, write prompt
+  const double pp_mem = pp_bytes / r.read_bytes_per_s;
+  const double pp_comp = matmul_seconds(w, r, n, 1) + 2.0 * 2.0 * a * (n * d + n * (n + 1) / 2.0) / r.flops_f32;
+  p.pp_ms = std::max(pp_mem, pp_comp) * 1e3;
+  p.pp_tok_s = n / std::max(pp_mem, pp_comp);
+  p.pp_binding_roof = pp_comp > pp_mem ? "compute" : "memory";
+  return p;
+}
+
+Result<Prediction> predict_lumen(const gguf::ModelFile& file, const MachineRates& rates,
+                                 const PredictOptions& options) {
+  LUMEN_ASSIGN_OR_RETURN(ModelShape shape, shape_from_model_file(file));
+  LUMEN_ASSIGN_OR_RETURN(FileWeights weights, count_file_weights(file));
+  return predict_lumen(shape, weights, rates, options);
+}
+
+}  // namespace lumen::roofline

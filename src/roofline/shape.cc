@@ -1,0 +1,258 @@
+#include "roofline/shape.h"
+
+#include <charconv>
+#include <optional>
+
+#include "model/hparams.h"
+#include "tensor/dtype.h"
+
+namespace lumen::roofline {
+
+Status validate_shape(const ModelShape& s) {
+  auto field = [](const char* name, int64_t v, int64_t max_value) -> Status {
+    if (v <= 0 || v > max_value)
+      return error(std::string("model shape: ") + name + " = " + std::to_string(v) +
+                   " is out of range [1, " + std::to_string(max_value) + "]");
+    return Status();
+  };
+  constexpr int64_t kMaxDim = int64_t{1} << 20;
+  LUMEN_TRY(field("hidden", s.n_embd, kMaxDim));
+  LUMEN_TRY(field("layers", s.n_layer, 4096));
+  LUMEN_TRY(field("heads", s.n_head, 4096));
+  LUMEN_TRY(field("kv_heads", s.n_kv_head, 4096));
+  LUMEN_TRY(field("head_dim", s.head_dim, 4096));
+  LUMEN_TRY(field("ffn", s.n_ff, kMaxDim));
+  LUMEN_TRY(field("vocab", s.n_vocab, int64_t{1} << 24));
+  if (s.n_head % s.n_kv_head != 0)
+    return error("model shape: heads = " + std::to_string(s.n_head) +
+                 " is not a multiple of kv_heads = " + std::to_string(s.n_kv_head));
+  return Status();
+}
+
+LayerParams layer_params(const ModelShape& s) {
+  LayerParams p;
+  p.attn_q = s.n_embd * s.n_q_dim();
+  p.attn_k = s.n_embd * s.n_kv_dim();
+  p.attn_v = s.n_embd * s.n_kv_dim();
+  p.attn_qkv_bias = s.has_qkv_bias ? s.n_q_dim() + 2 * s.n_kv_dim() : 0;
+  p.attn_o = s.n_q_dim() * s.n_embd;
+  p.mlp_gate = s.gated_mlp ? s.n_embd * s.n_ff : 0;
+  p.mlp_up = s.n_embd * s.n_ff;
+  p.mlp_down = s.n_ff * s.n_embd;
+  return p;
+}
+
+ParamCounts count_params(const ModelShape& s) {
+  const LayerParams layer = layer_params(s);
+  ParamCounts c;
+  c.attention = s.n_layer * layer.attention();
+  c.mlp = s.n_layer * layer.mlp();
+  c.decoder = c.attention + c.mlp;
+  c.lm_head = s.n_vocab * s.n_embd;
+  c.embedding = s.n_vocab * s.n_embd;
+  c.norms = (2 * s.n_layer + 1) * s.n_embd;
+  c.total = c.decoder + c.norms + c.embedding + (s.tied_output ? 0 : c.lm_head);
+  return c;
+}
+
+// ---- presets ----
+//
+// Figures from each model's published Hugging Face config.json (hidden_size,
+// num_hidden_layers, num_attention_heads, num_key_value_heads, intermediate_size,
+// vocab_size, tie_word_embeddings); head_dim = hidden / heads unless the config says
+// otherwise. Qwen1.5 and Qwen2.5 put a bias on q/k/v; Llama and SmolLM2 do not.
+
+std::span<const ModelPreset> model_presets() {
+  static constexpr ModelPreset kPresets[] = {
+      // name             hidden layers heads kv  hd   ffn    vocab   tied   bias
+      {"qwen1.5-0.5b",    1024, 24, 16, 16,  64,  2816, 151936, false, true, "Qwen/Qwen1.5-0.5B config.json"},
+      {"qwen1.5-1.8b",    2048, 24, 16, 16, 128,  5504, 151936, false, true, "Qwen/Qwen1.5-1.8B config.json"},
+      {"qwen1.5-4b",      2560, 40, 20, 20, 128,  6912, 151936, false, true, "Qwen/Qwen1.5-4B config.json"},
+      {"qwen1.5-7b",      4096, 32, 32, 32, 128, 11008, 151936, false, true, "Qwen/Qwen1.5-7B config.json"},
+      {"qwen1.5-14b",     5120, 40, 40, 40, 128, 13696, 152064, false, true, "Qwen/Qwen1.5-14B config.json"},
+      {"qwen1.5-32b",     5120, 64, 40,  8, 128, 27392, 152064, false, true, "Qwen/Qwen1.5-32B config.json"},
+      {"qwen1.5-72b",     8192, 80, 64, 64, 128, 24576, 152064, false, true, "Qwen/Qwen1.5-72B config.json"},
+      {"qwen1.5-110b",    8192, 80, 64,  8, 128, 49152, 152064, false, true, "Qwen/Qwen1.5-110B config.json"},
+      {"qwen2.5-0.5b",     896, 24, 14,  2,  64,  4864, 151936, true,  true, "Qwen/Qwen2.5-0.5B config.json"},
+      {"qwen2.5-1.5b",    1536, 28, 12,  2, 128,  8960, 151936, true,  true, "Qwen/Qwen2.5-1.5B config.json"},
+      {"qwen2.5-3b",      2048, 36, 16,  2, 128, 11008, 151936, true,  true, "Qwen/Qwen2.5-3B config.json"},
+      {"qwen2.5-7b",      3584, 28, 28,  4, 128, 18944, 152064, false, true, "Qwen/Qwen2.5-7B config.json"},
+      {"qwen2.5-14b",     5120, 48, 40,  8, 128, 13824, 152064, false, true, "Qwen/Qwen2.5-14B config.json"},
+      {"qwen2.5-32b",     5120, 64, 40,  8, 128, 27648, 152064, false, true, "Qwen/Qwen2.5-32B config.json"},
+      {"qwen2.5-72b",     8192, 80, 64,  8, 128, 29568, 152064, false, true, "Qwen/Qwen2.5-72B config.json"},
+      {"llama-2-7b",      4096, 32, 32, 32, 128, 11008,  32000, false, false, "meta-llama/Llama-2-7b-hf config.json"},
+      {"llama-2-13b",     5120, 40, 40, 40, 128, 13824,  32000, false, false, "meta-llama/Llama-2-13b-hf config.json"},
+      {"llama-2-70b",     8192, 80, 64,  8, 128, 28672,  32000, false, false, "meta-llama/Llama-2-70b-hf config.json"},
+      {"llama-3-8b",      4096, 32, 32,  8, 128, 14336, 128256, false, false, "meta-llama/Meta-Llama-3-8B config.json"},
+      {"llama-3-70b",     8192, 80, 64,  8, 128, 28672, 128256, false, false, "meta-llama/Meta-Llama-3-70B config.json"},
+      {"llama-3.1-8b",    4096, 32, 32,  8, 128, 14336, 128256, false, false, "meta-llama/Llama-3.1-8B config.json"},
+      {"llama-3.1-70b",   8192, 80, 64,  8, 128, 28672, 128256, false, false, "meta-llama/Llama-3.1-70B config.json"},
+      {"llama-3.2-1b",    2048, 16, 32,  8,  64,  8192, 128256, true,  false, "meta-llama/Llama-3.2-1B config.json"},
+      {"llama-3.2-3b",    3072, 28, 24,  8, 128,  8192, 128256, true,  false, "meta-llama/Llama-3.2-3B config.json"},
+      {"smollm2-135m",     576, 30,  9,  3,  64,  1536,  49152, true,  false, "HuggingFaceTB/SmolLM2-135M config.json"},
+      {"smollm2-360m",     960, 32, 15,  5,  64,  2560,  49152, true,  false, "HuggingFaceTB/SmolLM2-360M config.json"},
+      {"smollm2-1.7b",    2048, 24, 32, 32,  64,  8192,  49152, true,  false, "HuggingFaceTB/SmolLM2-1.7B config.json"},
+  };
+  return kPresets;
+}
+
+std::string model_preset_names() {
+  std::string names;
+  for (const ModelPreset& p : model_presets()) {
+    if (!names.empty()) names += ", ";
+    names += p.name;
+  }
+  return names;
+}
+
+Result<ModelShape> model_preset(std::string_view name, std::string_view flag) {
+  for (const ModelPreset& p : model_presets()) {
+    if (name != p.name) continue;
+    ModelShape s;
+    s.name = p.name;
+    s.n_embd = p.n_embd;
+    s.n_layer = p.n_layer;
+    s.n_head = p.n_head;
+    s.n_kv_head = p.n_kv_head;
+    s.head_dim = p.head_dim;
+    s.n_ff = p.n_ff;
+    s.n_vocab = p.n_vocab;
+    s.tied_output = p.tied_output;
+    s.has_qkv_bias = p.has_qkv_bias;
+    s.gated_mlp = true;
+    return s;
+  }
+  return error(std::string(flag) + ": unknown model preset '" + std::string(name) +
+               "' (known: " + model_preset_names() + ")");
+}
+
+// ---- model files ----
+
+namespace {
+
+std::string file_model_name(const gguf::ModelFile& file) {
+  if (auto name = file.get_string("general.name"); name && !name->empty()) return std::string(*name);
+  return file.path();
+}
+
+// Generic GGUF keys, for architectures model::read_hparams does not know.
+Result<ModelShape> shape_from_generic_keys(const gguf::ModelFile& file) {
+  std::optional<std::string_view> arch = file.get_string("general.architecture");
+  if (!arch) return error("model metadata: missing 'general.architecture'");
+  const std::string a(*arch);
+  auto get = [&](const std::string& key) -> Result<int64_t> {
+    std::optional<int64_t> v = file.get_int(key);
+    if (!v) return error("model metadata: missing integer key '" + key + "'");
+    return *v;
+  };
+  ModelShape s;
+  s.name = file_model_name(file);
+  LUMEN_ASSIGN_OR_RETURN(s.n_embd, get(a + ".embedding_length"));
+  LUMEN_ASSIGN_OR_RETURN(s.n_layer, get(a + ".block_count"));
+  LUMEN_ASSIGN_OR_RETURN(s.n_head, get(a + ".attention.head_count"));
+  LUMEN_ASSIGN_OR_RETURN(s.n_ff, get(a + ".feed_forward_length"));
+  s.n_kv_head = file.get_int(a + ".attention.head_count_kv").value_or(s.n_head);
+  if (s.n_head <= 0) return error("model metadata: '" + a + ".attention.head_count' must be positive");
+  s.head_dim = file.get_int(a + ".attention.key_length").value_or(s.n_embd / s.n_head);
+  const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight");
+  if (!embd) return error("model: tensor 'token_embd.weight' is missing");
+  s.n_vocab = embd->view.ne[1];
+  s.tied_output = file.find_tensor("output.weight") == nullptr;
+  s.has_qkv_bias = file.find_tensor("blk.0.attn_q.bias") != nullptr;
+  s.gated_mlp = file.find_tensor("blk.0.ffn_gate.weight") != nullptr;
+  LUMEN_TRY(validate_shape(s));
+  return s;
+}
+
+// "blk.12.attn_q.weight" -> "attn_q.weight"; nullopt when not a per-layer tensor.
+std::optional<std::string_view> layer_tensor_suffix(std::string_view name) {
+  constexpr std::string_view kPrefix = "blk.";
+  if (!name.starts_with(kPrefix)) return std::nullopt;
+  name.remove_prefix(kPrefix.size());
+  const size_t dot = name.find('.');
+  if (dot == 0 || dot == std::string_view::npos) return std::nullopt;
+  int layer_idx = 0;
+  auto [ptr, ec] = std::from_chars(name.data(), name.data() + dot, layer_idx);
+  if (ec != std::errc() || ptr != name.data() + dot) return std::nullopt;
+  return name.substr(dot + 1);
+}
+
+bool is_norm(std::string_view suffix) {
+  const size_t dot = suffix.find('.');
+  return suffix.substr(0, dot).ends_with("norm");
+}
+
+bool is_attention(std::string_view suffix) { return suffix.starts_with("attn_"); }
+bool is_mlp(std::string_view suffix) { return suffix.starts_with("ffn_"); }
+
+}  // namespace
+
+Result<ModelShape> shape_from_model_file(const gguf::ModelFile& file) {
+  Result<model::HParams> hp = model::read_hparams(file);
+  if (!hp.ok()) {
+    // Not a Llama/Qwen2 file lumen can run: still plan from the generic keys, but keep
+    // the original message when those are missing too.
+    Result<ModelShape> generic = shape_from_generic_keys(file);
+    if (!generic.ok()) return error(hp.message());
+    return generic;
+  }
+  ModelShape s;
+  s.name = file_model_name(file);
+  s.n_embd = hp->n_embd;
+  s.n_layer = hp->n_layer;
+  s.n_head = hp->n_head;
+  s.n_kv_head = hp->n_kv_head;
+  s.head_dim = hp->head_dim;
+  s.n_ff = hp->n_ff;
+  s.n_vocab = hp->n_vocab;
+  s.tied_output = hp->tied_output;
+  s.has_qkv_bias = hp->has_qkv_bias;
+  s.gated_mlp = file.find_tensor("blk.0.ffn_gate.weight") != nullptr;
+  LUMEN_TRY(validate_shape(s));
+  return s;
+}
+
+double FileWeights::bits_per_weight() const {
+  const int64_t n = params.read_per_step();
+  return n > 0 ? 8.0 * static_cast<double>(read_per_step_bytes()) / static_cast<double>(n) : 0.0;
+}
+
+Result<FileWeights> count_file_weights(const gguf::ModelFile& file) {
+  FileWeights w;
+  ParamCounts& c = w.params;
+  const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight");
+  if (!embd) return error("model: tensor 'token_embd.weight' is missing");
+  const gguf::TensorInfo* output = file.find_tensor("output.weight");
+  const gguf::TensorInfo* lm_head = output ? output : embd;
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    const int64_t n = t.view.n_elements();
+    c.total += n;
+    const bool quantized = dtype_info(t.view.dtype).is_quantized;
+    if (std::optional<std::string_view> suffix = layer_tensor_suffix(t.name)) {
+      if (is_norm(*suffix)) {
+        c.norms += n;
+        w.norm_bytes += t.view.n_bytes;
+        continue;
+      }
+      if (is_attention(*suffix)) c.attention += n;
+      else if (is_mlp(*suffix)) c.mlp += n;
+      else c.decoder_other += n;
+      w.decoder_bytes += t.view.n_bytes;
+      if (t.view.n_dims >= 2) (quantized ? w.decoder_macs_int8 : w.decoder_macs_float) += n;
+    } else if (t.name.ends_with("norm.weight") || t.name.ends_with("norm.bias")) {
+      c.norms += n;
+      w.norm_bytes += t.view.n_bytes;
+    }
+  }
+  c.decoder = c.attention + c.mlp + c.decoder_other;
+  c.embedding = embd->view.n_elements();
+  c.lm_head = lm_head->view.n_elements();
+  w.embedding_bytes = embd->view.n_bytes;
+  w.embedding_row_bytes = embd->view.ne[1] > 0 ? embd->view.n_bytes / embd->view.n_rows() : 0;
+  w.lm_head_bytes = lm_head->view.n_bytes;
+  w.lm_head_int8 = dtype_info(lm_head->view.dtype).is_quantized;
+  if (c.decoder == 0) return error("model: no per-layer tensors ('blk.N.*') found");
+  return w;
+}
+
+}  // namespace lumen::roofline
