@@ -38,7 +38,15 @@ void ThreadPool::run_raw(RawFn fn, void* ctx) {
   }
   cv_.notify_all();
   fn(ctx, 0, n_threads_);
-  while (n_pending_.load(std::memory_order_acquire) != 0) _mm_pause();
+  // Spin briefly (workers usually finish within microseconds of each other), then yield
+  // so that an oversubscribed machine can run the worker we are waiting for.
+  for (int spin = 0; n_pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kSpinIterations) {
+      _mm_pause();
+    } else {
+      std::this_thread::yield();
+    }
+  }
 }
 
 void ThreadPool::worker_loop(int thread_idx) {

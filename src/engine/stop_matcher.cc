@@ -1,6 +1,7 @@
 #include "engine/stop_matcher.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace lumen::engine {
 
