@@ -4,12 +4,26 @@
 // Order of the chain (llama.cpp's default order): penalties (repetition / presence /
 // frequency over the last `penalty_last_n` tokens) -> top-k -> top-p -> min-p ->
 // temperature -> draw. temperature <= 0 means greedy: argmax, ties to the lowest id.
+//
+// Each filter sees the distribution left by the one before it, at temperature 1:
+//   penalties  for every token t with count c > 0 in the window:
+//                l = l > 0 ? l / repeat_penalty : l * repeat_penalty   (llama.cpp's rule)
+//                l -= c * frequency_penalty + presence_penalty
+//   top-k      keep the k largest logits (ties: lower id first)
+//   top-p      softmax over the survivors; keep the shortest prefix (by logit desc, then id
+//              asc) whose cumulative probability reaches top_p, at least one token
+//   min-p      keep tokens with p >= min_p * p_max, i.e. l >= l_max + log(min_p)
+//   draw       w_i = exp((l_i - l_max) / temperature) over the survivors; see sample().
+//
+// Not thread-safe: one Sampler per request, used by one thread at a time.
 #pragma once
 
 #include <cstdint>
 #include <random>
 #include <span>
 #include <vector>
+
+#include "base/status.h"
 
 namespace lumen::sample {
 
@@ -21,38 +35,76 @@ struct SamplingParams {
   float repeat_penalty = 1.0f;   // 1: disabled
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
-  int32_t penalty_last_n = 64;   // window of the penalties; -1: whole history
+  int32_t penalty_last_n = 64;   // window of the penalties; -1: whole history; 0: disabled
   uint64_t seed = 0;
 };
 
+// Checks the parameters a request may carry (finite numbers, repeat_penalty > 0,
+// top_p in (0, 1] or disabled, penalty_last_n >= -1). The message names the field and value.
+Status validate(const SamplingParams& params);
+
 class Sampler {
  public:
+  // Precondition: validate(params).ok() and n_vocab > 0.
   Sampler(const SamplingParams& params, int32_t n_vocab);
 
-  // Picks the next token. `logits` has n_vocab entries and is left unchanged.
+  // Picks the next token. `logits` has n_vocab entries and is left unchanged; NaN logits
+  // count as -inf. Allocates nothing.
+  //
+  // The draw (temperature > 0) is defined exactly, so a seed reproduces a sequence:
+  //   u = (rng() >> 11) * 2^-53, one 64-bit mt19937_64 output per call (also when only
+  //   one candidate survives); the survivors are walked in ascending token id, adding
+  //   w_i = expf((l_i - l_max) / temperature) (float) into a double running sum, and the
+  //   first id whose running sum exceeds u * sum(w) is returned.
   int32_t sample(std::span<const float> logits);
   // Records a token in the penalty history (prompt tokens and generated tokens).
+  // Allocates nothing (the window ring is reserved at construction).
   void accept(int32_t id);
   void reset_history();
 
   const SamplingParams& params() const { return params_; }
+  // Tokens whose count in the penalty window is > 0 (any order); for tests and logging.
+  std::span<const int32_t> penalized_ids() const { return active_ids_; }
+  int32_t penalty_count(int32_t id) const { return counts_[static_cast<size_t>(id)]; }
 
  private:
+  bool penalties_enabled() const;
+  void count_add(int32_t id);
+  void count_remove(int32_t id);
+  void apply_penalties();                       // on work_logits_
+  // Each filter returns the new candidate count.
+  size_t apply_top_k();
+  size_t apply_top_p_sorted(size_t n_cand, float max_logit);
+  size_t apply_top_p_unsorted(float max_logit);
+  size_t apply_min_p(size_t n_cand, bool sorted, float max_logit);
+  int32_t draw(size_t n_cand, bool sorted, float max_logit);
+
   SamplingParams params_;
   int32_t n_vocab_;
   std::mt19937_64 rng_;
-  std::vector<int32_t> history_;     // ring of the last penalty_last_n tokens
-  std::vector<float> work_logits_;   // [n_vocab]
-  std::vector<int32_t> candidates_;  // [n_vocab]
+  std::vector<int32_t> history_;     // ring of the last penalty_last_n tokens (window > 0)
+  size_t history_head_ = 0;          // index of the oldest entry once the ring is full
+  std::vector<float> work_logits_;   // [n_vocab] penalized logits, then draw weights
+  std::vector<int32_t> candidates_;  // [n_vocab] surviving token ids
   std::vector<int32_t> counts_;      // [n_vocab] occurrences within the window
+  std::vector<int32_t> active_ids_;  // ids with counts_ > 0; capacity n_vocab
+  std::vector<int32_t> active_idx_;  // [n_vocab] position in active_ids_, or -1
 };
 
-// argmax with ties to the lowest id.
+// argmax with ties to the lowest id. NaN entries never win. Precondition: non-empty.
 int32_t argmax(std::span<const float> logits);
 
 // log-softmax helpers used for perplexity and logprobs (double accumulation as
 // llama-perplexity: float max, double sum of expf(l - max)).
 double log_softmax_at(std::span<const float> logits, int32_t id);
 double logsumexp(std::span<const float> logits);
+
+// The k most likely tokens of the raw distribution (for OpenAI-style logprobs), sorted by
+// logprob descending, ties by id ascending. O(n log k); allocates only the k results.
+struct TokenLogprob {
+  int32_t id;
+  double logprob;
+};
+std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int32_t k);
 
 }  // namespace lumen::sample

@@ -1,10 +1,8 @@
 // Kernel microbenchmarks (Google Benchmark). Matmul reports weight bandwidth (GB/s of
 // weight bytes streamed) and GFLOP/s; attention reports keys/s.
 //
-// Not yet wired into CMake (a subdirectory so the layer's *.cc glob skips it). Build:
-//   g++ -std=c++20 -O2 -I src src/kernels/bench/kernels_bench.cc \
-//     build-kern/liblumen_kernels.a build-kern/liblumen_tensor.a build-kern/liblumen_base.a \
-//     -lbenchmark -lpthread -o build-kern/lumen_kernels_bench
+// Built as build/lumen_kernels_bench (cmake/lumen.cmake: src/LAYER/bench/*_bench.cc);
+// e.g. build/lumen_kernels_bench --benchmark_filter=Matmul
 #include <benchmark/benchmark.h>
 
 #include <random>
