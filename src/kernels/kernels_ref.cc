@@ -194,12 +194,32 @@ void quantize_row_bf16(const float* x, std::byte* y, int64_t n) {
 
 // Float dots: like ggml's scalar paths, each product is rounded to f32 (exact for f16 and
 // bf16 inputs) and the sum is kept in double.
+// The f32 dot sums in the order of the SIMD tables (so scalar and SIMD agree bit for bit):
+// 4 accumulators x 8 lanes over steps of 32 elements (FMA), then steps of 8 into the first,
+// lanes combined as (a0 + a1) + (a2 + a3) and reduced 8 -> 4 -> 2 -> 1, plus the n % 8
+// tail summed sequentially. This order matters more than it seems: with an F16 KV cache,
+// tiny differences flip F16 roundings, and over a 500-token context a more exact double
+// sum measured |dlogit| 0.021 against the stories260K stress golden where this lane order
+// measures 0.011 (tolerance 0.02): llama.cpp itself sums f32 dots in float vector lanes.
 float vec_dot_f32_f32(int64_t n, const std::byte* w, const std::byte* x) {
   const auto* a = reinterpret_cast<const float*>(w);
   const auto* b = reinterpret_cast<const float*>(x);
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(a[i] * b[i]);
-  return static_cast<float>(sum);
+  float acc[4][8] = {};
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int j = 0; j < 4; ++j)
+      for (int l = 0; l < 8; ++l) acc[j][l] = std::fma(a[i + 8 * j + l], b[i + 8 * j + l], acc[j][l]);
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) acc[0][l] = std::fma(a[i + l], b[i + l], acc[0][l]);
+  float v[8];
+  for (int l = 0; l < 8; ++l) v[l] = (acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l]);
+  for (int l = 0; l < 4; ++l) v[l] += v[l + 4];
+  v[0] += v[2];
+  v[1] += v[3];
+  const float lanes = v[0] + v[1];
+  float tail = 0.0f;
+  for (; i < n; ++i) tail += a[i] * b[i];
+  return lanes + tail;
 }
 
 float vec_dot_f16_f16(int64_t n, const std::byte* w, const std::byte* x) {
