@@ -1,0 +1,83 @@
+// lumen quantize: a model (GGUF, Hugging Face directory or llama2.c checkpoint) -> a GGUF
+// with quantized weight matrices that lumen and llama.cpp load (see convert/quantize.h).
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "cli/common.h"
+#include "cli/convert_cmds.h"
+#include "convert/quantize.h"
+
+namespace lumen::cli {
+
+int cmd_quantize(int argc, char** argv, int first) {
+  ArgParser args("quantize", "lumen quantize IN OUT.gguf --type TYPE",
+                 {
+                     {{"--type"}, "TYPE", "f32, f16, bf16, q8_0, q4_0, q4_k, q6_k"},
+                     {{"--output-type"}, "TYPE", "type of the output matrix (default: q6_k for q4_k, else --type)"},
+                     {{"--token-embd-type"}, "TYPE", "type of token_embd.weight of an untied model"},
+                     {{"--allow-requantize"}, "", "requantize weights that are already quantized (lossy)"},
+                     {{"-t", "--threads"}, "N", "threads (default: all cores)"},
+                     {{"--tensors"}, "", "list every tensor with its input and output type"},
+                     {{"-v", "--verbose"}, "", "verbose logging"},
+                 });
+  int rc = 0;
+  if (!parse_or_report(args, argc, argv, first, rc)) return rc;
+  auto fail = [](const std::string& msg) {
+    std::fprintf(stderr, "error: %s\n", msg.c_str());
+    return 2;
+  };
+  if (args.positional().size() != 2)
+    return fail("expected IN and OUT.gguf (lumen quantize IN OUT.gguf --type TYPE), got " +
+                std::to_string(args.positional().size()) + " arguments");
+  const auto type = args.get("--type");
+  if (!type) return fail("missing --type TYPE (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)");
+  convert::QuantizeOptions opt;
+  Result<convert::TypeRules> rules =
+      convert::make_type_rules(*type, args.get_or("--output-type", ""), args.get_or("--token-embd-type", ""));
+  if (!rules.ok()) return fail(rules.message());
+  opt.rules = *rules;
+  opt.allow_requantize = args.has("--allow-requantize");
+  const int64_t n_cores = std::max(1u, std::thread::hardware_concurrency());
+  Result<int64_t> threads = args.get_int("--threads", n_cores, 1, 1024);
+  if (!threads.ok()) return fail(threads.message());
+  opt.n_threads = static_cast<int>(*threads);
+
+  const std::string& in_path = args.positional()[0];
+  const std::string& out_path = args.positional()[1];
+  const auto t0 = std::chrono::steady_clock::now();
+  convert::QuantizeReport report;
+  Status st = convert::quantize_model(in_path, out_path, opt, &report);
+  if (!st.ok()) {
+    std::fprintf(stderr, "error: %s\n", st.message().c_str());
+    return 1;
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::map<std::string, std::pair<int, uint64_t>> by_type;  // output type -> (count, bytes)
+  for (const convert::TensorReport& t : report.tensors) {
+    auto& e = by_type[std::string(dtype_name(t.to))];
+    ++e.first;
+    e.second += t.n_bytes;
+    if (args.has("--tensors")) {
+      std::string shape;
+      for (int64_t d : t.ne) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+      std::printf("  %-32s [%s] %s -> %s\n", t.name.c_str(), shape.c_str(), std::string(dtype_name(t.from)).c_str(),
+                  std::string(dtype_name(t.to)).c_str());
+    }
+  }
+  std::string types;
+  for (const auto& [name, e] : by_type)
+    types += (types.empty() ? "" : ", ") + name + " " + std::to_string(e.first);
+  std::printf("lumen quantize: %s (%s, %s) -> %s (%s)\n", in_path.c_str(), report.container.c_str(),
+              report.arch.c_str(), out_path.c_str(), std::string(dtype_name(opt.rules.type)).c_str());
+  std::printf("  %zu tensors (%s), %.2f MiB -> %.2f MiB, %.1f s\n", report.tensors.size(), types.c_str(),
+              report.n_bytes_in / 1048576.0, report.file_bytes / 1048576.0, secs);
+  std::printf("  tokenizer: %s\n", report.tokenizer.c_str());
+  if (report.permuted_qk) std::printf("  q/k rows permuted from the NeoX (HF) to the interleaved RoPE layout\n");
+  if (report.dropped_tied_output) std::printf("  tied embeddings: output.weight not written (token_embd.weight is the output)\n");
+  return 0;
+}
+
+}  // namespace lumen::cli

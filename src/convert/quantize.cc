@@ -1,0 +1,237 @@
+#include "convert/quantize.h"
+
+#include <algorithm>
+#include <optional>
+#include <string_view>
+#include <utility>
+
+#include "base/thread_pool.h"
+#include "convert/gguf_stream.h"
+#include "convert/quantize_ref.h"
+#include "convert/row_writer.h"
+#include "convert/tokenizer_to_gguf.h"
+#include "gguf/model_file.h"
+#include "kernels/ops.h"
+
+namespace lumen::convert {
+namespace {
+
+using gguf::MetaValue;
+using gguf::ModelFile;
+using gguf::TensorInfo;
+
+// Input keys not copied: the writer's own (alignment), the ones this conversion sets, and
+// lumen-only descriptions of the input layout that the output no longer has.
+constexpr std::string_view kDroppedKeys[] = {
+    "general.alignment", "general.file_type", "general.quantization_version",
+    "lumen.rope_layout", "lumen.tie_word_embeddings",
+};
+
+// Output order of metadata keys: general.architecture, general.*, <arch>.*, tokenizer.*, rest.
+int key_rank(std::string_view key, std::string_view arch) {
+  if (key == "general.architecture") return 0;
+  if (key.starts_with("general.")) return 1;
+  if (!arch.empty() && key.starts_with(arch) && key.size() > arch.size() && key[arch.size()] == '.') return 2;
+  if (key.starts_with("tokenizer.")) return 3;
+  return 4;
+}
+
+bool can_dequantize(DType t) {
+  switch (t) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_K:
+    case DType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Output row (or element) -> input row of a head-major q/k tensor stored NeoX-style
+// (see quantize.h): GGUF row 2i + s of a head comes from HF row s * head_dim/2 + i.
+int64_t interleaved_from_neox(int64_t out_idx, int64_t head_dim) {
+  const int64_t head = out_idx / head_dim;
+  const int64_t r = out_idx % head_dim;
+  return head * head_dim + (r % 2) * (head_dim / 2) + r / 2;
+}
+
+struct PlannedTensor {
+  const TensorInfo* src;
+  DType to;
+  std::vector<int64_t> ne;
+  int64_t head_dim = 0;  // > 0: rows (2-D) or elements (1-D) are permuted NeoX -> interleaved
+};
+
+// "blk.N.<suffix>" -> true when the tensor name ends with ".<suffix>" after a block prefix.
+bool is_block_tensor(std::string_view name, std::string_view suffix) {
+  return name.starts_with("blk.") && name.ends_with(suffix) && name.size() > suffix.size() &&
+         name[name.size() - suffix.size() - 1] == '.';
+}
+
+class Quantizer {
+ public:
+  Quantizer(const ModelFile& file, const QuantizeOptions& opt, QuantizeReport* report)
+      : file_(file), opt_(opt), report_(report) {}
+
+  Status plan() {
+    arch_ = std::string(file_.get_string("general.architecture").value_or(""));
+    if (arch_.empty()) return error("input: missing 'general.architecture'");
+    report_->container = std::string(file_.container());
+    report_->arch = arch_;
+    LUMEN_TRY(plan_metadata());
+    LUMEN_TRY(plan_tensors());
+    return Status();
+  }
+
+  Status write(const std::string& out_path) {
+    ThreadPool pool(std::max(1, opt_.n_threads));
+    Status st = writer_.write_file(out_path, [&](size_t idx, TensorSink& sink) { return write_tensor(pool, planned_[idx], sink); });
+    if (!st.ok()) return error("writing '" + out_path + "': " + st.message());
+    report_->file_bytes = writer_.file_bytes();
+    return Status();
+  }
+
+ private:
+  Status plan_metadata() {
+    std::vector<std::pair<std::string, MetaValue>> entries;
+    for (const auto& [key, value] : file_.metadata()) {
+      if (std::find(std::begin(kDroppedKeys), std::end(kDroppedKeys), key) != std::end(kDroppedKeys)) continue;
+      entries.emplace_back(key, value);
+    }
+    if (file_.container() == "safetensors") LUMEN_TRY(convert_hf_tokenizer(&entries));
+    else report_->tokenizer = file_.find("tokenizer.ggml.model") ? "from the input's metadata" : "none";
+    entries.emplace_back("general.file_type", MetaValue::of_u32(llama_file_type(opt_.rules.type)));
+    entries.emplace_back("general.quantization_version", MetaValue::of_u32(2));
+    std::stable_sort(entries.begin(), entries.end(), [&](const auto& a, const auto& b) {
+      return key_rank(a.first, arch_) < key_rank(b.first, arch_);
+    });
+    for (auto& [key, value] : entries) writer_.set(std::move(key), std::move(value));
+    return Status();
+  }
+
+  Status convert_hf_tokenizer(std::vector<std::pair<std::string, MetaValue>>* entries) {
+    if (file_.hf_tokenizer_json().empty())
+      return error("input: the Hugging Face directory has no tokenizer.json (the GGUF needs a vocabulary)");
+    const TensorInfo* embd = file_.find_tensor("token_embd.weight");
+    TokenizerGgufOptions topt;
+    topt.n_vocab = embd ? embd->view.ne[1] : 0;
+    topt.bos_id = file_.get_int("tokenizer.ggml.bos_token_id").value_or(-1);
+    topt.eos_id = file_.get_int("tokenizer.ggml.eos_token_id").value_or(-1);
+    topt.pad_id = file_.get_int("tokenizer.ggml.padding_token_id").value_or(-1);
+    HfTokenizerTexts texts{file_.hf_tokenizer_json(), file_.hf_tokenizer_config_json(), ""};
+    Result<TokenizerGguf> tok = hf_tokenizer_to_gguf(texts, topt);
+    if (!tok.ok()) return error("input tokenizer: " + tok.message());
+    // The converter's special ids win over config.json's (llama.cpp's order).
+    for (auto& [key, value] : tok->metadata) {
+      std::erase_if(*entries, [&](const auto& e) { return e.first == key; });
+      entries->emplace_back(key, std::move(value));
+    }
+    report_->tokenizer = "tokenizer.json -> " + tok->model + " (pre " + tok->pre + ", " +
+                         std::to_string(tok->n_tokens_kept) + " tokens" +
+                         (tok->n_tokens_padded ? ", " + std::to_string(tok->n_tokens_padded) + " padding" : "") + ")";
+    return Status();
+  }
+
+  Status plan_tensors() {
+    const TensorInfo* embd = file_.find_tensor("token_embd.weight");
+    const TensorInfo* output = file_.find_tensor("output.weight");
+    // An output.weight that is the same bytes as token_embd.weight (an alias the HF reader
+    // makes for tied embeddings) is not written: a GGUF without output.weight is tied.
+    const bool drop_output = embd && output && output->view.data == embd->view.data &&
+                             output->view.dtype == embd->view.dtype && output->view.n_bytes == embd->view.n_bytes;
+    report_->dropped_tied_output = drop_output;
+    const bool tied = drop_output || !output;
+
+    int64_t n_head = 0, n_head_kv = 0;
+    const bool permute = arch_ == "llama" && file_.get_string("lumen.rope_layout").value_or("") == "neox";
+    if (permute) {
+      n_head = file_.get_int(arch_ + ".attention.head_count").value_or(0);
+      n_head_kv = file_.get_int(arch_ + ".attention.head_count_kv").value_or(n_head);
+      if (n_head <= 0 || n_head_kv <= 0)
+        return error("input: NeoX-layout llama without valid attention.head_count / head_count_kv");
+      report_->permuted_qk = true;
+    }
+
+    for (const TensorInfo& t : file_.tensors()) {
+      if (drop_output && &t == output) continue;
+      PlannedTensor p{&t, DType::kF32, std::vector<int64_t>(t.view.ne, t.view.ne + t.view.n_dims), 0};
+      p.to = choose_tensor_type(opt_.rules, t.name, p.ne, tied);
+      if (permute) {
+        const bool is_q = is_block_tensor(t.name, "attn_q.weight") || is_block_tensor(t.name, "attn_q.bias");
+        const bool is_k = is_block_tensor(t.name, "attn_k.weight") || is_block_tensor(t.name, "attn_k.bias");
+        if (is_q || is_k) {
+          const int64_t heads = is_q ? n_head : n_head_kv;
+          const int64_t n = t.view.n_dims == 1 ? t.view.ne[0] : t.view.n_rows();
+          if (n % heads != 0 || (n / heads) % 2 != 0)
+            return error("input: tensor '" + t.name + "' with " + std::to_string(n) + " rows does not split into " +
+                         std::to_string(heads) + " heads of even size");
+          p.head_dim = n / heads;
+        }
+      }
+      const DType from = t.view.dtype;
+      if (from != p.to) {
+        if (!can_dequantize(from))
+          return error("input: tensor '" + t.name + "' has type " + std::string(dtype_name(from)) +
+                       ", which lumen cannot convert to " + std::string(dtype_name(p.to)));
+        if (dtype_info(from).is_quantized && !opt_.allow_requantize)
+          return error("input: tensor '" + t.name + "' is already " + std::string(dtype_name(from)) +
+                       "; writing it as " + std::string(dtype_name(p.to)) +
+                       " would requantize it (lossy: pass --allow-requantize to do it anyway)");
+      }
+      Status st = writer_.add_tensor(t.name, p.to, p.ne);
+      if (!st.ok()) return error("output: " + st.message());
+      report_->tensors.push_back(TensorReport{t.name, from, p.to, p.ne, writer_.tensors().back().n_bytes});
+      report_->n_bytes_in += t.view.n_bytes;
+      planned_.push_back(std::move(p));
+    }
+    return Status();
+  }
+
+  static Status write_tensor(ThreadPool& pool, const PlannedTensor& p, TensorSink& sink) {
+    const TensorView& v = p.src->view;
+    if (v.n_dims == 1) {
+      // A vector: one row; a q/k bias is permuted element-wise.
+      return write_rows(pool, p.to, v.ne[0], 1, [&](int64_t, float* out) {
+        kernels::dequantize_row(v.dtype, v.data, out, v.ne[0]);
+        if (p.head_dim > 0) {
+          std::vector<float> in(out, out + v.ne[0]);
+          for (int64_t i = 0; i < v.ne[0]; ++i) out[i] = in[interleaved_from_neox(i, p.head_dim)];
+        }
+      }, sink);
+    }
+    auto src_row = [&](int64_t r) { return p.head_dim > 0 ? interleaved_from_neox(r, p.head_dim) : r; };
+    if (v.dtype == p.to)
+      return copy_rows(p.to, v.ne[0], v.n_rows(), [&](int64_t r) { return v.row(src_row(r)); }, sink);
+    return write_rows(pool, p.to, v.ne[0], v.n_rows(), [&](int64_t r, float* out) {
+      kernels::dequantize_row(v.dtype, v.row(src_row(r)), out, v.ne[0]);
+    }, sink);
+  }
+
+  const ModelFile& file_;
+  const QuantizeOptions& opt_;
+  QuantizeReport* report_;
+  std::string arch_;
+  GgufStreamWriter writer_;
+  std::vector<PlannedTensor> planned_;
+};
+
+}  // namespace
+
+Status quantize_model(const std::string& in_path, const std::string& out_path, const QuantizeOptions& options,
+                      QuantizeReport* report) {
+  if (!can_quantize_to(options.rules.type)) return error("quantize: unsupported target type");
+  QuantizeReport local;
+  if (!report) report = &local;
+  *report = QuantizeReport();
+  Result<ModelFile> file = gguf::open_model(in_path);
+  if (!file.ok()) return error("cannot read '" + in_path + "': " + file.message());
+  Quantizer q(*file, options, report);
+  LUMEN_TRY(q.plan());
+  return q.write(out_path);
+}
+
+}  // namespace lumen::convert

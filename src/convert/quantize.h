@@ -1,0 +1,66 @@
+// `lumen quantize`: any container lumen reads (GGUF with f32/f16/bf16 tensors, a Hugging
+// Face directory, a llama2.c checkpoint) -> a GGUF v3 file with quantized weight matrices
+// that both lumen and llama.cpp load.
+//
+//   metadata   copied in GGUF naming; general.file_type = llama.cpp's LLAMA_FTYPE for the
+//              type, general.quantization_version = 2; lumen-only keys that describe the
+//              input layout (lumen.rope_layout, lumen.tie_word_embeddings) are dropped
+//   tokenizer  GGUF / llama2.c: the tokenizer.ggml.* arrays already in the metadata;
+//              Hugging Face: tokenizer.json converted (tokenizer_to_gguf.h)
+//   tensors    types by type_rules.h (matrices quantized, 1-D tensors F32); a tied model's
+//              output.weight alias of token_embd.weight is not written (a GGUF without
+//              output.weight is tied); a tensor already in its target type is copied
+//   RoPE       a Hugging Face llama keeps q/k rows in the NeoX ("rotate half") layout, which
+//              lumen reads zero-copy with lumen.rope_layout = "neox". llama.cpp's llama arch
+//              rotates interleaved pairs, so q and k rows (and biases) are permuted per head
+//              the way convert_hf_to_gguf.py does:
+//
+//                  HF row in head:   s * (head_dim/2) + i      (s = 0: first half, 1: second)
+//                  GGUF row in head: 2 * i + s
+//
+//              qwen2 is NeoX in both, so its rows are left alone.
+//
+// Input weights must be f32 / f16 / bf16 (or already in the target type); requantizing
+// q8_0 / q4_0 / q4_K / q6_K weights needs allow_requantize (quality loss, as llama-quantize's
+// --allow-requantize).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "convert/type_rules.h"
+#include "tensor/dtype.h"
+
+namespace lumen::convert {
+
+struct QuantizeOptions {
+  TypeRules rules;
+  bool allow_requantize = false;
+  int n_threads = 1;
+};
+
+struct TensorReport {
+  std::string name;
+  DType from = DType::kF32;
+  DType to = DType::kF32;
+  std::vector<int64_t> ne;
+  uint64_t n_bytes = 0;
+};
+
+struct QuantizeReport {
+  std::string container;           // of the input: "gguf", "safetensors", "llama2c"
+  std::string arch;
+  std::vector<TensorReport> tensors;
+  uint64_t n_bytes_in = 0;         // tensor bytes read
+  uint64_t file_bytes = 0;         // size of the written file
+  bool permuted_qk = false;        // HF llama q/k rows -> interleaved RoPE layout
+  bool dropped_tied_output = false;
+  std::string tokenizer;           // "from metadata" or "tokenizer.json -> gpt2/qwen2 (151665 tokens)"
+};
+
+Status quantize_model(const std::string& in_path, const std::string& out_path, const QuantizeOptions& options,
+                      QuantizeReport* report);
+
+}  // namespace lumen::convert

@@ -1,0 +1,81 @@
+// `lumen synth`: a GGUF with random weights at the shapes of a real model, with a real
+// tokenizer embedded, for benchmarks (speed does not depend on weight values; run with EOS
+// ignored). llama.cpp and lumen both load the files.
+//
+//   weights  N(0, 0.02), norms 1, q/k/v biases N(0, 0.02); a counter-based generator keyed
+//            by (seed, tensor name, row), so the bytes do not depend on the thread count
+//   types    type_rules.h (the same mix `lumen quantize` writes)
+//   writing  streamed row by row (GgufStreamWriter + row_writer.h): a 1 GB file needs a few
+//            MB of buffers, not the file
+//   llama3   RoPE scaling (llama-3.2-1b) is written as rope_freqs.weight, the per-frequency
+//            factors llama.cpp's converter stores, and no rope.scaling keys
+//
+// Presets (hidden / layers / heads / KV heads / ffn / vocab / context / RoPE theta / eps):
+//   qwen2.5-0.5b   qwen2   896 / 24 / 14 /  2 / 4864 / 151936 /  32768 / 1e6    / 1e-6, tied, qkv bias
+//   qwen1.5-0.5b   qwen2  1024 / 24 / 16 / 16 / 2816 / 151936 /  32768 / 1e6    / 1e-6, untied, qkv bias
+//   llama-3.2-1b   llama  2048 / 16 / 32 /  8 / 8192 / 128256 / 131072 / 500000 / 1e-5, tied,
+//                         llama3 scaling factor 32, low 1, high 4, original context 8192
+//   smollm2-135m   llama   576 / 30 /  9 /  3 / 1536 /  49152 /   8192 / 100000 / 1e-5, tied
+// Tokenizers (from the shared dir, $LUMEN_SHARED or ../shared): the Qwen2/3 tokenizer.json
+// for the qwen presets, Llama 3's for llama-3.2-1b and smollm2-135m. SmolLM2's own
+// tokenizer is not in the shared dir: its file gets Llama 3's, truncated to 49152 tokens
+// (the first 48896 regular tokens + Llama 3's 256 special tokens, tokenizer_to_gguf.h), so
+// the embedding has the real shape and llama.cpp sees a valid llama-bpe vocabulary.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "convert/type_rules.h"
+
+namespace lumen::convert {
+
+struct SynthConfig {
+  std::string name;       // preset name, written as general.name
+  std::string arch;       // "llama" or "qwen2"
+  int64_t n_embd = 0;
+  int64_t n_layer = 0;
+  int64_t n_head = 0;
+  int64_t n_kv_head = 0;
+  int64_t n_ff = 0;
+  int64_t n_vocab = 0;
+  int64_t n_ctx = 0;
+  double rope_theta = 10000.0;
+  double rms_eps = 1e-5;
+  bool tied = true;       // no output.weight
+  bool qkv_bias = false;
+  // Llama 3 RoPE scaling; factor 0 = none.
+  double rope_scaling_factor = 0.0;
+  double rope_low_freq_factor = 1.0;
+  double rope_high_freq_factor = 4.0;
+  int64_t rope_original_ctx = 8192;
+
+  uint64_t seed = 42;
+  std::string tokenizer_path;  // a tokenizer.json (tokenizer_config.json beside it is read too)
+  TypeRules rules;
+  int n_threads = 1;
+
+  int64_t head_dim() const { return n_embd / n_head; }
+};
+
+std::vector<std::string_view> synth_preset_names();
+// The preset's shape; tokenizer_path defaults to the preset's tokenizer under shared_dir.
+Result<SynthConfig> synth_preset(std::string_view name, const std::string& shared_dir);
+// Checks shapes (after overrides): every count positive and bounded, n_embd a multiple of
+// n_head with an even head size, n_head a multiple of n_kv_head.
+Status validate_synth_config(const SynthConfig& config);
+
+struct SynthReport {
+  uint64_t file_bytes = 0;
+  int64_t n_params = 0;       // elements of all tensors
+  int64_t n_tensors = 0;
+  std::vector<std::pair<DType, int64_t>> n_tensors_by_type;
+  std::string tokenizer;      // what was embedded
+};
+
+Status synth_model(const SynthConfig& config, const std::string& out_path, SynthReport* report);
+
+}  // namespace lumen::convert
