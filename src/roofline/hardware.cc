@@ -87,9 +87,10 @@ Hardware measure_this_machine(ThreadPool& pool, size_t membw_bytes, bool huge_pa
   hw.memory_bytes = pages > 0 && page_bytes > 0 ? static_cast<double>(pages) * page_bytes : 0.0;
   char desc[256];
   std::snprintf(desc, sizeof desc,
-                "this machine, measured with %d threads: read bandwidth over %zu MiB%s, "
-                "%s f32 FMA and int8 dot loops; memory = physical RAM",
-                hw.n_threads, bw.n_bytes >> 20, bw.huge_pages ? " (huge pages)" : "", peak.isa.c_str());
+                "this machine, measured with %d threads: read bandwidth best of %d passes over %zu MiB%s "
+                "(%d undisturbed), %s f32 FMA and int8 dot loops; memory = physical RAM",
+                hw.n_threads, bw.n_passes, bw.n_bytes >> 20, bw.huge_pages ? ", huge pages" : "",
+                bw.n_clean_passes, peak.isa.c_str());
   hw.description = desc;
   return hw;
 }

@@ -9,6 +9,9 @@
 // match how the weights are mapped. Make it several times the last-level cache
 // (>= 256 MiB; this machine has a 32 MiB L3), or the cache is what gets measured.
 //
+// On a machine busy with other work, passes in which a thread was preempted are set aside
+// (see n_clean_passes), so the figure is the memory's, not the scheduler's.
+//
 // Blocking: runs for roughly (n_passes + 1) x bytes / bandwidth (~0.1 s for 512 MiB at
 // 30 GB/s) and uses every thread of the pool. Not for unit tests' timing assertions.
 #pragma once
@@ -28,12 +31,14 @@ struct MembwResult {
   size_t n_bytes = 0;             // buffer size actually used (rounded to 2 MiB)
   int n_threads = 0;
   int n_passes = 0;
+  int n_clean_passes = 0;         // passes no thread was preempted in; best/median come
+                                  // from these when there are any (else from all passes)
   bool huge_pages = false;        // MADV_HUGEPAGE was requested and accepted
 };
 
 // Precondition: bytes >= 1 MiB (smaller buffers measure a cache, not memory), n_passes >= 1.
 MembwResult measure_read_bandwidth_detailed(ThreadPool& pool, size_t bytes, bool huge_pages,
-                                            int n_passes = 5);
+                                            int n_passes = 8);
 
 // The fastest pass, in GB/s of 10^9 bytes (SI, whatever --units says; convert for display).
 double measure_read_bandwidth(ThreadPool& pool, size_t bytes, bool huge_pages);

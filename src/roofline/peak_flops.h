@@ -9,7 +9,11 @@
 //         vpmaddwd), 2 OP per multiply-add — what lumen's quantized kernels use, since
 //         they quantize activations to 8-bit blocks
 //
-// Blocking: about 0.3 s in total, on every thread of the pool.
+// Each thread's rate is its operations over its own CPU time, so a machine busy with other
+// work still reports what its cores can do (the roof), not the share it got; the pool
+// should have no more threads than the machine has cores.
+//
+// Blocking: about 0.3 s of CPU per thread.
 #pragma once
 
 #include <string>

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <set>
+#include <string_view>
 #include <vector>
 
 namespace lumen::roofline {
@@ -47,8 +48,11 @@ class Svg {
   }
   void text(double x, double y, const std::string& s, const char* anchor = "start", int size = 13,
             const char* color = "#222", const char* weight = "normal", double rotate_deg = 0) {
+    // weight "halo": normal text with a white outline under it, legible over lines.
+    const bool halo = std::string_view(weight) == "halo";
     out_ += "<text x=\"" + num(x) + "\" y=\"" + num(y) + "\" font-size=\"" + std::to_string(size) +
-            "\" text-anchor=\"" + anchor + "\" fill=\"" + color + "\" font-weight=\"" + weight + "\"";
+            "\" text-anchor=\"" + anchor + "\" fill=\"" + color + "\" font-weight=\"" + (halo ? "normal" : weight) + "\"";
+    if (halo) out_ += " stroke=\"white\" stroke-width=\"3\" paint-order=\"stroke\"";
     if (rotate_deg != 0) out_ += " transform=\"rotate(" + num(rotate_deg) + " " + num(x) + " " + num(y) + ")\"";
     out_ += ">" + xml_escape(s) + "</text>\n";
   }
@@ -145,10 +149,21 @@ void draw_roofline(Svg& svg, const Plan& plan, const Axes& frame) {
   const double bw = w.read_bytes_per_s;
   const double peak = w.matmul_flop_rate;
 
-  std::set<int64_t> prompts = {16, 64, 256, 1024, 4096, 16384};
-  prompts.insert(plan.n_prompt);
-  std::set<int64_t> batches = {1, 4, 16, 64, 256};
-  for (const BatchEstimate& b : plan.batches) batches.insert(b.n_batch);
+  // Default lengths and batches a factor of 4 apart, plus the ones asked for; a default
+  // too close to an asked value would print its label on top of it.
+  auto merge = [](std::vector<int64_t> defaults, const std::vector<int64_t>& asked) {
+    std::set<int64_t> out(asked.begin(), asked.end());
+    for (int64_t d : defaults) {
+      bool close = false;
+      for (int64_t a : asked) close |= d != a && d * 3 > a * 2 && a * 3 > d * 2;
+      if (!close) out.insert(d);
+    }
+    return out;
+  };
+  std::vector<int64_t> asked_batches;
+  for (const BatchEstimate& b : plan.batches) asked_batches.push_back(b.n_batch);
+  const std::set<int64_t> prompts = merge({16, 64, 256, 1024, 4096, 16384}, {plan.n_prompt});
+  const std::set<int64_t> batches = merge({1, 4, 16, 64, 256}, asked_batches);
   std::vector<RoofPoint> prefill, decode;
   for (int64_t n : prompts) {
     const StepEstimate s = estimate_prefill(w, n);
@@ -203,7 +218,7 @@ void draw_roofline(Svg& svg, const Plan& plan, const Axes& frame) {
   }
   svg.text((ax.left + ax.right()) / 2, ax.bottom() + 42, "arithmetic intensity (FLOP per byte moved, log scale)",
            "middle", 14, "#222", "bold");
-  svg.text(ax.left - 78, (ax.top + ax.bottom()) / 2, "attainable FLOP/s (log scale)", "middle", 14, "#222", "bold", -90);
+  svg.text(ax.left - 96, (ax.top + ax.bottom()) / 2, "attainable FLOP/s (log scale)", "middle", 14, "#222", "bold", -90);
 
   // Roofs: memory (slope = bandwidth) up to the ridge, then compute.
   const double ridge = peak / bw;
@@ -220,22 +235,45 @@ void draw_roofline(Svg& svg, const Plan& plan, const Axes& frame) {
   char ridge_text[64];
   std::snprintf(ridge_text, sizeof ridge_text, "ridge %.3g FLOP/B", ridge);
   svg.text(ax.px(ridge) + 5, ax.bottom() - 8, ridge_text, "start", 12, "#555");
-  svg.text(ax.right() - 6, ax.py(peak) + 17, "compute roof: " + format_rate(peak, u), "end", 13, kRoofColor, "bold");
+  // The compute-roof label: above the flat roof left of the ridge where there is room
+  // (nothing is plotted there), else under the roof at the right end.
+  if (ax.px(ridge) - ax.left >= 125) {
+    svg.text(ax.px(ridge) - 10, ax.py(peak) - 24, "compute roof", "end", 13, kRoofColor, "bold");
+    svg.text(ax.px(ridge) - 10, ax.py(peak) - 8, format_rate(peak, u), "end", 13, kRoofColor, "bold");
+  } else {
+    svg.text(ax.right() - 6, ax.py(peak) + 18, "compute roof", "end", 13, kRoofColor, "bold");
+    svg.text(ax.right() - 6, ax.py(peak) + 34, format_rate(peak, u), "end", 13, kRoofColor, "bold");
+  }
   // The memory-roof label runs along the diagonal, a third of the way up.
   const double x_mid = std::pow(10.0, std::log10(x_start) + (std::log10(ridge) - std::log10(x_start)) * 0.35);
   const double angle = std::atan2(ax.py(bw * x_mid * 10) - ax.py(bw * x_mid), ax.px(x_mid * 10) - ax.px(x_mid));
   svg.text(ax.px(x_mid) - 4, ax.py(bw * x_mid) - 8, "memory roof: " + format_bandwidth(bw, u), "start", 13,
            kRoofColor, "bold", angle * 180 / 3.14159265358979);
 
-  // Points: prefill labels above-left of the roof, decode labels below-right.
-  for (const RoofPoint& p : prefill) {
-    svg.circle(ax.px(p.intensity), ax.py(p.flops), 5.5, kPrefillColor);
-    svg.text(ax.px(p.intensity) - 7, ax.py(p.flops) - 8, p.label, "end", 12, kPrefillColor);
-  }
-  for (const RoofPoint& p : decode) {
-    svg.square(ax.px(p.intensity), ax.py(p.flops), 5, kDecodeColor);
-    svg.text(ax.px(p.intensity) + 7, ax.py(p.flops) + 17, p.label, "start", 12, kDecodeColor);
-  }
+  // Points. Labels are slanted so that neighbours a factor of 4 apart do not collide:
+  // prefill labels rise up-right above the roof, decode labels fall down-right below it.
+  // Points that land within a few pixels of each other share one label ("tg b=64,256").
+  for (const RoofPoint& p : prefill) svg.circle(ax.px(p.intensity), ax.py(p.flops), 5.5, kPrefillColor);
+  for (const RoofPoint& p : decode) svg.square(ax.px(p.intensity), ax.py(p.flops), 5, kDecodeColor);
+  auto label_groups = [&](const std::vector<RoofPoint>& pts, const char* prefix) {
+    std::vector<std::pair<const RoofPoint*, std::string>> groups;  // first point, label
+    for (const RoofPoint& p : pts) {
+      const std::string value = p.label.substr(std::string(prefix).size());
+      if (!groups.empty()) {
+        const RoofPoint& q = *groups.back().first;
+        if (std::hypot(ax.px(p.intensity) - ax.px(q.intensity), ax.py(p.flops) - ax.py(q.flops)) < 16) {
+          groups.back().second += "," + value;
+          continue;
+        }
+      }
+      groups.push_back({&p, p.label});
+    }
+    return groups;
+  };
+  for (const auto& [p, label] : label_groups(prefill, "pp"))
+    svg.text(ax.px(p->intensity) + 2, ax.py(p->flops) - 9, label, "start", 12, kPrefillColor, "halo", -40);
+  for (const auto& [p, label] : label_groups(decode, "tg b="))
+    svg.text(ax.px(p->intensity) + 6, ax.py(p->flops) + 12, label, "start", 12, kDecodeColor, "halo", 40);
 
   // Legend under the axis title.
   const double ly = ax.bottom() + 66;
@@ -248,12 +286,13 @@ void draw_roofline(Svg& svg, const Plan& plan, const Axes& frame) {
 }
 
 void draw_latency(Svg& svg, const Plan& plan, const Axes& frame) {
-  const Units u = plan.units;
   // Context range: up to the largest capacity, within [4K, 128K] tokens.
   double max_fit = 0;
   for (const PrecisionPlan& p : plan.precisions)
     if (p.kv_tokens) max_fit = std::max(max_fit, static_cast<double>(*p.kv_tokens));
-  const double x_max = nice_ceil(std::clamp(max_fit, 4096.0, 131072.0));
+  // Context lengths go in powers of two (a "128K" context is 131072 tokens).
+  double x_max = 4096;
+  while (x_max < std::min(max_fit, 131072.0)) x_max *= 2;
 
   struct Series {
     const PrecisionPlan* plan;
@@ -279,7 +318,7 @@ void draw_latency(Svg& svg, const Plan& plan, const Axes& frame) {
     const double x = x_max * i / 8;
     svg.line(ax.px(x), ax.top, ax.px(x), ax.bottom(), "#e2e2e2", 1);
     char buf[32];
-    if (x >= 1024) std::snprintf(buf, sizeof buf, "%gK", x / 1024);
+    if (x >= 1024) std::snprintf(buf, sizeof buf, "%.3gK", x / 1024);
     else std::snprintf(buf, sizeof buf, "%g", x);
     svg.text(ax.px(x), ax.bottom() + 18, x == 0 ? "0" : buf, "middle", 12);
   }
@@ -305,9 +344,9 @@ void draw_latency(Svg& svg, const Plan& plan, const Axes& frame) {
     std::snprintf(buf, sizeof buf, "%.4g", p.decode.w_tokens_per_ms);
     legend += std::string(buf) + " tok/ms";
     if (!p.kv_tokens) {
-      legend += " — weights do not fit";
+      legend += " (weights do not fit)";
     } else if (static_cast<double>(*p.kv_tokens) < x_max) {
-      legend += ", fits " + format_count(static_cast<double>(*p.kv_tokens), u) + " tokens";
+      legend += ", KV fits " + format_grouped(*p.kv_tokens) + " tokens";
     }
     svg.line(ax.left + 12, legend_y - 4, ax.left + 36, legend_y - 4, color, 3);
     svg.text(ax.left + 42, legend_y, legend, "start", 12);
@@ -345,7 +384,7 @@ std::string plan_to_svg(const Plan& plan) {
                format_bytes(chosen.workload.kv_bytes_per_token, plan.units) + " per token)",
            "start", 18, "#111", "bold");
   svg.text(24, 54, "units " + units_legend(plan.units) + " | " + plan.hw.description, "start", 12, "#555");
-  draw_roofline(svg, plan, Axes{110, 80, 450, 560, 1, 10, 1, 10, true, true});
+  draw_roofline(svg, plan, Axes{122, 80, 440, 560, 1, 10, 1, 10, true, true});
   draw_latency(svg, plan, Axes{720, 80, 450, 560, 0, 1, 0, 1, false, false});
   svg.raw("</svg>\n");
   return svg.take();
