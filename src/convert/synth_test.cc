@@ -1,0 +1,215 @@
+#include "convert/synth.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+
+#include "convert/convert_test_util.h"
+#include "gguf/model_file.h"
+#include "model/hparams.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lumen::convert {
+namespace {
+
+using testing::model_logits;
+using testing::temp_path;
+
+// qwen2.5-0.5b's layout at a test size: 256 wide (so the K types apply), 2 layers, GQA,
+// and the Qwen tokenizer truncated to 600 tokens.
+SynthConfig tiny_qwen(const std::string& type) {
+  auto c = synth_preset("qwen2.5-0.5b", shared_dir());
+  EXPECT_TRUE(c.ok()) << c.message();
+  c->n_embd = 256;
+  c->n_layer = 2;
+  c->n_head = 4;
+  c->n_kv_head = 2;
+  c->n_ff = 512;
+  c->n_vocab = 600;
+  c->n_ctx = 256;
+  c->rules = *make_type_rules(type, "", "");
+  c->n_threads = 2;
+  return *c;
+}
+
+uint64_t file_hash(const std::string& path) {  // FNV-1a over the file
+  std::ifstream in(path, std::ios::binary);
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (std::istreambuf_iterator<char> it(in), end; it != end; ++it) {
+    h ^= static_cast<unsigned char>(*it);
+    h *= 0x100000001B3ull;
+  }
+  return h;
+}
+
+TEST(SynthModel, EveryTypeLoads) {
+  for (const char* type : {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"}) {
+    SCOPED_TRACE(type);
+    const SynthConfig c = tiny_qwen(type);
+    const std::string out = temp_path(std::string("synth-") + type + ".gguf");
+    SynthReport report;
+    Status st = synth_model(c, out, &report);
+    ASSERT_TRUE(st.ok()) << st.message();
+    auto f = gguf::open_model(out);
+    ASSERT_TRUE(f.ok()) << f.message();
+    std::ifstream size_probe(out, std::ios::binary | std::ios::ate);
+    EXPECT_EQ(report.file_bytes, static_cast<uint64_t>(size_probe.tellg()));
+    auto hp = model::read_hparams(*f);
+    ASSERT_TRUE(hp.ok()) << hp.message();
+    EXPECT_EQ(hp->arch, model::Arch::kQwen2);
+    EXPECT_EQ(hp->n_embd, 256);
+    EXPECT_EQ(hp->n_layer, 2);
+    EXPECT_EQ(hp->n_head, 4);
+    EXPECT_EQ(hp->n_kv_head, 2);
+    EXPECT_EQ(hp->n_ff, 512);
+    EXPECT_EQ(hp->n_vocab, 600);
+    EXPECT_EQ(hp->n_ctx_train, 256);
+    EXPECT_TRUE(hp->tied_output);
+    EXPECT_TRUE(hp->has_qkv_bias);
+    EXPECT_FLOAT_EQ(hp->rope_theta, 1e6f);
+    EXPECT_FLOAT_EQ(hp->rms_eps, 1e-6f);
+    EXPECT_EQ(f->get_int("general.file_type"), llama_file_type(c.rules.type));
+    EXPECT_EQ(f->get_int("general.quantization_version"), 2);
+    EXPECT_EQ(f->tensors().size(), 1u + 2 * 12 + 1);
+    for (const gguf::TensorInfo& t : f->tensors()) {
+      const std::vector<int64_t> ne(t.view.ne, t.view.ne + t.view.n_dims);
+      EXPECT_EQ(t.view.dtype, choose_tensor_type(c.rules, t.name, ne, true)) << t.name;
+    }
+    if (c.rules.type == DType::kQ4_K) {
+      EXPECT_EQ(f->find_tensor("token_embd.weight")->view.dtype, DType::kQ6_K);
+      EXPECT_EQ(f->find_tensor("blk.0.ffn_up.weight")->view.dtype, DType::kQ4_K);
+    }
+    // Weights N(0, 0.02), norms 1.
+    const gguf::TensorInfo* w = f->find_tensor("blk.1.ffn_down.weight");
+    std::vector<float> row(w->view.ne[0]);
+    double sum2 = 0;
+    int64_t n = 0;
+    for (int64_t r = 0; r < w->view.n_rows(); ++r, n += w->view.ne[0]) {
+      kernels::dequantize_row(w->view.dtype, w->view.row(r), row.data(), w->view.ne[0]);
+      for (float v : row) sum2 += static_cast<double>(v) * v;
+    }
+    EXPECT_NEAR(std::sqrt(sum2 / n), 0.02, 0.002);
+    const float* norm = reinterpret_cast<const float*>(f->find_tensor("blk.0.attn_norm.weight")->view.data);
+    EXPECT_EQ(norm[0], 1.0f);
+    auto tok = tok::Tokenizer::from_model_file(*f);
+    ASSERT_TRUE(tok.ok()) << tok.message();
+    EXPECT_EQ(tok->n_vocab(), 600);
+    EXPECT_EQ(tok->pre_name(), "qwen2");
+    EXPECT_FALSE(tok->encode("Hello world", false, false).empty());
+    // lumen runs it.
+    int32_t n_vocab = 0;
+    auto logits = model_logits(out, {1, 2, 3, 4, 5}, &n_vocab);
+    ASSERT_TRUE(logits.ok()) << logits.message();
+    for (float v : *logits) ASSERT_TRUE(std::isfinite(v));
+    std::remove(out.c_str());
+  }
+}
+
+TEST(SynthModel, DeterministicAcrossThreads) {
+  SynthConfig c = tiny_qwen("q4_k");
+  const std::string a = temp_path("synth-a.gguf"), b = temp_path("synth-b.gguf");
+  c.n_threads = 1;
+  ASSERT_TRUE(synth_model(c, a, nullptr).ok());
+  c.n_threads = 2;
+  ASSERT_TRUE(synth_model(c, b, nullptr).ok());
+  const uint64_t ha = file_hash(a);
+  EXPECT_EQ(ha, file_hash(b));
+  c.seed = 43;
+  ASSERT_TRUE(synth_model(c, b, nullptr).ok());
+  EXPECT_NE(ha, file_hash(b));
+  std::printf("  tiny qwen2 q4_k seed 42: fnv1a %016llx\n", static_cast<unsigned long long>(ha));
+  std::remove(a.c_str());
+  std::remove(b.c_str());
+}
+
+// llama-3.2-1b's layout: llama arch, Llama 3 tokenizer, llama3 RoPE scaling stored as
+// rope_freqs.weight (what lumen's model computes from the scaling parameters).
+TEST(SynthModel, LlamaWithRopeFreqs) {
+  auto c = synth_preset("llama-3.2-1b", shared_dir());
+  ASSERT_TRUE(c.ok()) << c.message();
+  EXPECT_EQ(c->n_embd, 2048);
+  EXPECT_EQ(c->n_vocab, 128256);
+  c->n_embd = 512;
+  c->n_head = 8;   // head_dim 64 as the real model
+  c->n_kv_head = 2;
+  c->n_layer = 1;
+  c->n_ff = 256;
+  c->n_vocab = 1000;
+  c->rules = *make_type_rules("q4_0", "", "");
+  const std::string out = temp_path("synth-llama.gguf");
+  SynthReport report;
+  Status st = synth_model(*c, out, &report);
+  ASSERT_TRUE(st.ok()) << st.message();
+  auto f = gguf::open_model(out);
+  ASSERT_TRUE(f.ok()) << f.message();
+  auto hp = model::read_hparams(*f);
+  ASSERT_TRUE(hp.ok()) << hp.message();
+  EXPECT_EQ(hp->arch, model::Arch::kLlama);
+  EXPECT_EQ(hp->rope_layout, kernels::RopeLayout::kInterleaved);
+  EXPECT_EQ(f->find_tensor("blk.0.attn_q.bias"), nullptr);
+  EXPECT_EQ(f->find_tensor("output.weight"), nullptr);
+  const gguf::TensorInfo* rf = f->find_tensor("rope_freqs.weight");
+  ASSERT_NE(rf, nullptr);
+  ASSERT_EQ(rf->view.n_elements(), 32);
+  model::HParams ref = *hp;
+  ref.rope_scaling_factor = 32.0f;
+  ref.rope_low_freq_factor = 1.0f;
+  ref.rope_high_freq_factor = 4.0f;
+  ref.rope_original_ctx = 8192;
+  const std::vector<float> want = model::llama3_rope_freq_factors(ref);
+  const float* got = reinterpret_cast<const float*>(rf->view.data);
+  for (int i = 0; i < 32; ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * want[i]) << i;
+  EXPECT_EQ(got[0], 1.0f);
+  EXPECT_EQ(got[31], 32.0f);
+  auto tok = tok::Tokenizer::from_model_file(*f);
+  ASSERT_TRUE(tok.ok()) << tok.message();
+  EXPECT_EQ(tok->pre_name(), "llama-bpe");
+  EXPECT_EQ(tok->bos_id(), 1000 - 256);  // Llama 3's added tokens renumbered after the kept ones
+  int32_t n_vocab = 0;
+  auto logits = model_logits(out, {1, 2, 3}, &n_vocab);
+  ASSERT_TRUE(logits.ok()) << logits.message();
+  std::remove(out.c_str());
+}
+
+TEST(SynthModel, PresetsAndValidation) {
+  for (std::string_view name : synth_preset_names()) {
+    auto c = synth_preset(name, shared_dir());
+    ASSERT_TRUE(c.ok()) << c.message();
+    EXPECT_TRUE(validate_synth_config(*c).ok()) << name;
+  }
+  auto q15 = synth_preset("qwen1.5-0.5b", shared_dir());
+  EXPECT_FALSE(q15->tied);
+  EXPECT_EQ(q15->n_kv_head, 16);
+  auto bad = synth_preset("gpt-5", shared_dir());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("unknown preset 'gpt-5'"), std::string::npos) << bad.message();
+
+  SynthConfig c = tiny_qwen("q8_0");
+  c.n_head = 5;
+  Status st = validate_synth_config(c);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("--heads 5"), std::string::npos) << st.message();
+  c = tiny_qwen("q8_0");
+  c.n_kv_head = 3;
+  EXPECT_FALSE(validate_synth_config(c).ok());
+  c = tiny_qwen("q8_0");
+  c.tokenizer_path = "/nonexistent/tokenizer.json";
+  st = synth_model(c, temp_path("never.gguf"), nullptr);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("/nonexistent/tokenizer.json"), std::string::npos) << st.message();
+
+  // Untied: output.weight is written.
+  c = tiny_qwen("q8_0");
+  c.tied = false;
+  const std::string out = temp_path("synth-untied.gguf");
+  ASSERT_TRUE(synth_model(c, out, nullptr).ok());
+  auto f = gguf::open_model(out);
+  ASSERT_TRUE(f.ok());
+  EXPECT_NE(f->find_tensor("output.weight"), nullptr);
+  std::remove(out.c_str());
+}
+
+}  // namespace
+}  // namespace lumen::convert
