@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "cli/bench_cmd.h"
 #include "cli/common.h"
 
 namespace {
@@ -16,7 +17,8 @@ void print_usage() {
       "  chat        interactive chat with the model's chat template\n"
       "  tokenize    text -> token ids (--vectors FILE.inp for conformance files)\n"
       "  info        what a model file holds\n"
-      "  perplexity  llama-perplexity's method over a text file\n",
+      "  perplexity  llama-perplexity's method over a text file\n"
+      "  bench       prompt / generation speed vs this machine's bandwidth (like llama-bench)\n",
       stdout);
 }
 
@@ -35,6 +37,7 @@ int main(int argc, char** argv) {
   if (cmd == "tokenize") return cmd_tokenize(argc, argv, 2);
   if (cmd == "info") return cmd_info(argc, argv, 2);
   if (cmd == "perplexity") return cmd_perplexity(argc, argv, 2);
+  if (cmd == "bench") return cmd_bench(argc, argv, 2);
   std::fprintf(stderr, "error: unknown command '%s'\n\n", cmd.c_str());
   print_usage();
   return 2;

@@ -23,6 +23,18 @@ const char* finish_reason_name(FinishReason reason) {
   return "?";
 }
 
+namespace {
+
+// FNV-1a over the bytes of the logits: lets a benchmark prove it computed the same thing.
+uint64_t hash_floats(std::span<const float> values) {
+  uint64_t h = 1469598103934665603ull;
+  const auto* p = reinterpret_cast<const unsigned char*>(values.data());
+  for (size_t i = 0; i < values.size_bytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
 struct Engine::Sequence {
   Sequence(RequestId id_, Request req, const tok::Tokenizer& tokenizer, int32_t n_vocab,
            int32_t n_ctx)
@@ -206,7 +218,10 @@ void Engine::finish(Sequence& seq, FinishReason reason, RequestEvent& ev) {
 
 void Engine::process_new_token(Sequence& seq, int32_t token_id, std::span<const float> logits,
                                RequestEvent& ev) {
-  if (seq.n_generated == 0) seq.timings.first_token_ms = now_ms();
+  if (seq.n_generated == 0) {
+    seq.timings.first_token_ms = now_ms();
+    if (seq.params.hash_logits) ev.logits_hash = hash_floats(logits);
+  }
   seq.n_generated++;
   seq.tokens.push_back(token_id);
   seq.sched.n_tokens_target = static_cast<int64_t>(seq.tokens.size());

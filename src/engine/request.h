@@ -19,6 +19,7 @@ struct GenerationParams {
   std::vector<std::string> stop;      // stop strings (not included in the output text)
   int32_t top_logits = 0;             // report the K largest logits of every step
   bool prompt_logprobs = false;       // report log p(prompt[i] | prompt[<i]) for i >= 1
+  bool hash_logits = false;           // report a hash of the first generated token's logits
 };
 
 struct Request {
@@ -37,6 +38,7 @@ struct RequestEvent {
   std::vector<std::vector<std::pair<int32_t, float>>> top;   // per new token, if asked
   std::vector<double> prompt_logprobs;                       // when the prompt finished, if asked
   std::vector<int32_t> prompt_argmax;                        // argmax id at each prompt position
+  uint64_t logits_hash = 0;                                  // with hash_logits, on the first token
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::string error;                                         // set with kError

@@ -1,0 +1,294 @@
+// lumen bench: pp / tg rates through the same engine every other command uses.
+//
+//   ppN       one request of N random tokens, prefilled in one step; rate = N / time.
+//   tgN       one request generating N tokens one step at a time (after a 1-token prompt);
+//             rate = N / time of the N decode steps.
+//   tgN@dD    the same after D random tokens are already in the KV cache (attention over a
+//             long cache is its own cost); the prefill is not timed.
+//
+// Each test runs -r times after one warm-up; the median is reported with min and max.
+// Bytes moved per generated token = weight bytes (every matrix once + one embedding row)
+// + the KV cache read at that depth; dividing by time gives GB/s, compared with the
+// machine's read bandwidth measured in the same process (--membw, STREAM-like) when asked.
+// A hash of the logits of the first generated token proves the kernels computed the same
+// thing as the last run (same kernels table, same model, same random prompt).
+#include "cli/bench_cmd.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "base/timer.h"
+#include "cli/common.h"
+#include "roofline/membw.h"
+#include "roofline/predict.h"
+
+namespace lumen::cli {
+namespace {
+
+struct TestResult {
+  std::string name;     // "pp512", "tg128", "tg128@d4096"
+  std::vector<double> tok_s;
+  double bytes_per_token = 0;  // tg: weights + average KV read per token
+  double median() const {
+    std::vector<double> v = tok_s;
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n == 0 ? 0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+  }
+  double min() const { return *std::min_element(tok_s.begin(), tok_s.end()); }
+  double max() const { return *std::max_element(tok_s.begin(), tok_s.end()); }
+};
+
+std::vector<int32_t> random_tokens(int64_t n, int32_t n_vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, n_vocab - 1);
+  std::vector<int32_t> v(n);
+  for (auto& t : v) t = dist(rng);
+  return v;
+}
+
+struct RunOutcome {
+  engine::RequestTimings timings;
+  uint64_t logits_hash = 0;
+  bool ok = false;
+  std::string error;
+};
+
+RunOutcome run_request(engine::Engine& eng, std::vector<int32_t> prompt, int32_t max_tokens) {
+  RunOutcome out;
+  engine::Request req;
+  req.prompt_ids = std::move(prompt);
+  req.params.max_tokens = max_tokens;
+  req.params.ignore_eos = true;
+  req.params.sampling.temperature = 0;  // greedy: sampling cost is one argmax
+  req.params.hash_logits = true;
+  auto id = eng.add_request(std::move(req));
+  if (!id.ok()) {
+    out.error = id.message();
+    return out;
+  }
+  while (eng.has_work()) {
+    for (engine::RequestEvent& ev : eng.step()) {
+      if (ev.logits_hash) out.logits_hash = ev.logits_hash;
+      if (ev.finish_reason == engine::FinishReason::kError) out.error = ev.error;
+    }
+  }
+  out.timings = eng.timings(*id).value_or(engine::RequestTimings{});
+  out.ok = out.error.empty();
+  return out;
+}
+
+std::string main_weight_type(const gguf::ModelFile& f) {
+  std::map<std::string, uint64_t> bytes;
+  for (const gguf::TensorInfo& t : f.tensors())
+    if (t.view.n_dims == 2) bytes[std::string(dtype_name(t.view.dtype))] += t.view.n_bytes;
+  std::string best;
+  uint64_t most = 0;
+  for (const auto& [name, b] : bytes)
+    if (b > most) most = b, best = name;
+  return best;
+}
+
+std::string model_label(const std::string& path) {
+  const size_t slash = path.find_last_of('/', path.size() > 1 ? path.size() - 2 : 0);
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv, int first) {
+  std::vector<OptionSpec> specs = engine_option_specs();
+  specs.push_back({{"-p", "--n-prompt"}, "N", "prompt tokens of the pp test (default 512; 0 = skip)"});
+  specs.push_back({{"-n", "--n-gen"}, "N", "generated tokens of the tg test (default 128; 0 = skip)"});
+  specs.push_back({{"-d", "--depth"}, "D", "also run tg at this KV depth (tokens already cached)"});
+  specs.push_back({{"-r", "--repetitions"}, "N", "runs per test; the median is reported (default 3)"});
+  specs.push_back({{"--membw"}, "", "measure this machine's read bandwidth in the same process"});
+  specs.push_back({{"--vs-roofline"}, "", "print the roofline prediction next to each measurement"});
+  specs.push_back({{"--json"}, "", "print a JSON array, one object per test"});
+  ArgParser args("bench", "lumen bench -m MODEL [-t N] [-p 512] [-n 128] [-d D] [-r 3] [--membw] [--json]", specs);
+  int rc = 0;
+  if (!parse_or_report(args, argc, argv, first, rc)) return rc;
+  const bool membw_only = args.has("--membw") && !args.has("--model");
+  auto n_prompt = args.get_int("--n-prompt", 512, 0, 1 << 16);
+  auto n_gen = args.get_int("--n-gen", 128, 0, 1 << 16);
+  auto depth = args.get_int("--depth", 0, 0, 1 << 20);
+  auto reps = args.get_int("--repetitions", 3, 1, 1000);
+  auto threads = args.get_int("--threads", 0, 1, 1024);
+  for (const Status* st : {&n_prompt.status(), &n_gen.status(), &depth.status(), &reps.status(), &threads.status()}) {
+    if (!st->ok()) {
+      std::fprintf(stderr, "error: %s\n", st->message().c_str());
+      return 2;
+    }
+  }
+  const bool json = args.has("--json");
+  const int n_threads = *threads > 0 ? static_cast<int>(*threads)
+                                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+
+  // --- memory bandwidth, same process, same threads ---
+  double membw_gb_s = 0;
+  if (args.has("--membw") || args.has("--vs-roofline")) {
+    ThreadPool pool(n_threads);
+    roofline::MembwResult r = roofline::measure_read_bandwidth_detailed(pool, roofline::kDefaultMembwBytes, false);
+    membw_gb_s = r.best_bytes_per_s / 1e9;
+    if (membw_only) {
+      roofline::MembwResult h = roofline::measure_read_bandwidth_detailed(pool, roofline::kDefaultMembwBytes, true);
+      if (json) {
+        nlohmann::json j = {{"test", "membw"}, {"gb_s", membw_gb_s}, {"gb_s_median", r.median_bytes_per_s / 1e9},
+                            {"gb_s_hugepages", h.best_bytes_per_s / 1e9}, {"threads", n_threads},
+                            {"bytes", r.n_bytes}};
+        std::puts(nlohmann::json::array({j}).dump().c_str());
+      } else {
+        std::printf("lumen bench --membw: %d threads, %zu MiB: read %.1f GB/s (median %.1f), with huge pages %.1f GB/s%s\n",
+                    n_threads, r.n_bytes >> 20, membw_gb_s, r.median_bytes_per_s / 1e9, h.best_bytes_per_s / 1e9,
+                    h.huge_pages ? "" : " (THP not granted)");
+      }
+      return 0;
+    }
+  }
+
+  auto config = engine_config_from_args(args);
+  if (!config.ok()) {
+    std::fprintf(stderr, "error: %s\n", config.message().c_str());
+    return 2;
+  }
+  engine::EngineConfig c = *config;
+  c.n_threads = n_threads;
+  c.max_seqs = 1;
+  const int64_t need_ctx = std::max<int64_t>({*n_prompt, *depth + *n_gen + 2, *n_gen + 2, 16});
+  if (c.n_ctx <= 0 || c.n_ctx < need_ctx) c.n_ctx = static_cast<int32_t>(need_ctx);
+  if (!args.has("--batch-size")) c.max_batch_tokens = static_cast<int32_t>(std::max<int64_t>(*n_prompt, 1));
+  std::unique_ptr<engine::Engine> eng = load_engine_or_report(args, c);
+  if (!eng) return 1;
+  const model::HParams& hp = eng->hparams();
+  const gguf::ModelFile& file = eng->model().file();
+  const double weight_bytes = static_cast<double>(model::weight_bytes_per_token(eng->model().weights(), hp));
+  const double kv_bytes_per_ctx_token = 2.0 * hp.n_layer * hp.n_kv_dim() * (c.kv_dtype == DType::kF32 ? 4 : 2);
+  const std::string label = model_label(*args.get("--model"));
+  const std::string type = main_weight_type(file);
+
+  std::vector<TestResult> results;
+  uint64_t logits_hash = 0;
+  std::string error;
+  // Warm-up: touch every weight page once (and let the CPU clock settle).
+  RunOutcome warm = run_request(*eng, random_tokens(std::min<int64_t>(*n_prompt > 0 ? *n_prompt : 8, 32), hp.n_vocab, 1), 2);
+  if (!warm.ok) error = warm.error;
+  if (*n_prompt > 0 && error.empty()) {
+    TestResult t{"pp" + std::to_string(*n_prompt), {}, weight_bytes};
+    for (int64_t r = 0; r < *reps && error.empty(); ++r) {
+      const double t0 = now_ms();
+      RunOutcome o = run_request(*eng, random_tokens(*n_prompt, hp.n_vocab, 42), 1);
+      const double ms = o.timings.first_token_ms - t0;
+      if (!o.ok) error = o.error;
+      t.tok_s.push_back(*n_prompt / (ms / 1000.0));
+      logits_hash = o.logits_hash;
+    }
+    results.push_back(t);
+  }
+  auto run_tg = [&](int64_t d) {
+    TestResult t{"tg" + std::to_string(*n_gen) + (d > 0 ? "@d" + std::to_string(d) : ""), {}, 0};
+    // Average KV bytes read per generated token: the context grows from d+1 to d+n.
+    t.bytes_per_token = weight_bytes + kv_bytes_per_ctx_token * (d + 1 + (*n_gen + 1) / 2.0);
+    for (int64_t r = 0; r < *reps && error.empty(); ++r) {
+      RunOutcome o = run_request(*eng, random_tokens(std::max<int64_t>(d, 1), hp.n_vocab, 7), static_cast<int32_t>(*n_gen + 1));
+      if (!o.ok) error = o.error;
+      const double ms = o.timings.finish_ms - o.timings.first_token_ms;  // n_gen decode steps
+      t.tok_s.push_back(*n_gen / (ms / 1000.0));
+      if (*n_prompt == 0) logits_hash = o.logits_hash;
+    }
+    results.push_back(t);
+  };
+  if (*n_gen > 0 && error.empty()) run_tg(0);
+  if (*n_gen > 0 && *depth > 0 && error.empty()) run_tg(*depth);
+  if (!error.empty()) {
+    std::fprintf(stderr, "error: %s\n", error.c_str());
+    return 1;
+  }
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  const double peak_rss_mib = ru.ru_maxrss / 1024.0;
+
+  std::optional<roofline::Prediction> pred_pp, pred_tg, pred_tgd;
+  if (args.has("--vs-roofline")) {
+    ThreadPool pool(n_threads);
+    roofline::MachineRates rates = roofline::measure_machine_rates(pool);
+    auto predict = [&](int64_t d) -> std::optional<roofline::Prediction> {
+      roofline::PredictOptions o;
+      o.n_prompt = std::max<int64_t>(*n_prompt, 1);
+      o.n_gen = std::max<int64_t>(*n_gen, 1);
+      o.n_depth = d;
+      o.kv_bytes_per_elem = c.kv_dtype == DType::kF32 ? 4 : 2;
+      auto p = roofline::predict_lumen(file, rates, o);
+      if (!p.ok()) return std::nullopt;
+      return *p;
+    };
+    pred_pp = pred_tg = predict(0);
+    if (*depth > 0) pred_tgd = predict(*depth);
+  }
+
+  nlohmann::json arr = nlohmann::json::array();
+  char hash_hex[17];
+  std::snprintf(hash_hex, sizeof hash_hex, "%016" PRIx64, logits_hash);
+  std::string summary = "lumen bench: " + label + " " + type;
+  for (const TestResult& t : results) {
+    const bool is_tg = t.name.rfind("tg", 0) == 0;
+    const double med = t.median();
+    const double gb_s = is_tg ? med * t.bytes_per_token / 1e9 : 0.0;
+    const double pct = membw_gb_s > 0 && is_tg ? 100.0 * gb_s / membw_gb_s : 0.0;
+    nlohmann::json j = {{"test", t.name}, {"tok_s", med}, {"tok_s_min", t.min()}, {"tok_s_max", t.max()},
+                        {"threads", n_threads}, {"model", label}, {"type", type},
+                        {"weight_bytes_per_token", weight_bytes}, {"peak_rss_mib", peak_rss_mib},
+                        {"logits_hash", hash_hex}, {"kernels", std::string(eng->kernel_name())}};
+    j["gb_s"] = is_tg ? nlohmann::json(gb_s) : nlohmann::json(nullptr);
+    j["pct_bandwidth"] = pct > 0 ? nlohmann::json(pct) : nlohmann::json(nullptr);
+    if (membw_gb_s > 0) j["membw_gb_s"] = membw_gb_s;
+    const std::optional<roofline::Prediction>& pr = !is_tg ? pred_pp : (t.name.find('@') != std::string::npos ? pred_tgd : pred_tg);
+    if (pr) {
+      const double predicted = is_tg ? pr->tg_tok_s : pr->pp_tok_s;
+      j["predicted_tok_s"] = predicted;
+      j["ratio_to_predicted"] = med / predicted;
+      j["binding_roof"] = is_tg ? pr->binding_roof : pr->pp_binding_roof;
+    }
+    arr.push_back(j);
+    char line[512];
+    if (is_tg) {
+      std::snprintf(line, sizeof line, " | %s %.1f tok/s, %.1f GB/s", t.name.c_str(), med, gb_s);
+      summary += line;
+      if (pct > 0) {
+        std::snprintf(line, sizeof line, " (%.0f%% of %.1f GB/s measured)", pct, membw_gb_s);
+        summary += line;
+      }
+    } else {
+      std::snprintf(line, sizeof line, " | %s %.1f tok/s", t.name.c_str(), med);
+      summary += line;
+    }
+    if (pr) {
+      const double predicted = is_tg ? pr->tg_tok_s : pr->pp_tok_s;
+      std::snprintf(line, sizeof line, " [roofline %.1f, %.0f%%, %s-bound]", predicted, 100 * med / predicted,
+                    is_tg ? pr->binding_roof : pr->pp_binding_roof);
+      summary += line;
+    }
+  }
+  if (json) {
+    std::puts(arr.dump().c_str());
+    return 0;
+  }
+  std::printf("%-28s %-6s %3s %-14s %10s %10s %10s %8s\n", "model", "type", "t", "test", "tok/s", "min", "max", "GB/s");
+  for (const TestResult& t : results) {
+    const bool is_tg = t.name.rfind("tg", 0) == 0;
+    std::printf("%-28s %-6s %3d %-14s %10.2f %10.2f %10.2f %8s\n", label.c_str(), type.c_str(), n_threads,
+                t.name.c_str(), t.median(), t.min(), t.max(),
+                is_tg ? std::to_string(t.median() * t.bytes_per_token / 1e9).substr(0, 6).c_str() : "-");
+  }
+  std::printf("%s | logits %s\n", summary.c_str(), hash_hex);
+  std::printf("weights %.1f MiB read per token | peak RSS %.1f MiB | kernels %s\n", weight_bytes / 1048576.0,
+              peak_rss_mib, std::string(eng->kernel_name()).c_str());
+  return 0;
+}
+
+}  // namespace lumen::cli
