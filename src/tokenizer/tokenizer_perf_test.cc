@@ -36,11 +36,20 @@ double seconds_per_byte(const Tokenizer& tok, const std::string& text, size_t* n
   return best / static_cast<double>(text.size());
 }
 
+// Shared CI machines are noisy: a ratio over the limit is measured again (up to 3 rounds,
+// the best one counts). A quadratic encoder fails every round.
 void expect_linear(const char* name, const Tokenizer& tok, const std::string& small, const std::string& large) {
   size_t n_small = 0, n_large = 0;
-  const double per_byte_small = seconds_per_byte(tok, small, &n_small);
-  const double per_byte_large = seconds_per_byte(tok, large, &n_large);
-  const double growth = per_byte_large / per_byte_small;
+  double growth = 1e30, per_byte_small = 0, per_byte_large = 0;
+  for (int round = 0; round < 3 && growth >= 2.5; ++round) {
+    const double s = seconds_per_byte(tok, small, &n_small);
+    const double l = seconds_per_byte(tok, large, &n_large);
+    if (l / s < growth) {
+      growth = l / s;
+      per_byte_small = s;
+      per_byte_large = l;
+    }
+  }
   std::printf("[linear] %-28s %7zu B -> %6zu tok %7.1f ns/B | %7zu B -> %6zu tok %7.1f ns/B | growth %.2fx\n", name,
               small.size(), n_small, per_byte_small * 1e9, large.size(), n_large, per_byte_large * 1e9, growth);
   EXPECT_GT(n_small, 0u);
