@@ -130,3 +130,61 @@ TEST(TokenizerGoldenQuirks, TinyStories656KUnknownCharactersBecomeUnk) {
 
 }  // namespace
 }  // namespace lumen::tok
+
+namespace lumen::tok {
+namespace {
+
+// The same tokenizers reached through the other containers: the llama2.c checkpoint with its
+// tokenizer.bin, and the Hugging Face directory (tokenizer.json) of TinyStories-656K.
+TEST(TokenizerContainers, Llama2cMatchesGguf) {
+  auto bin = gguf::open_llama2c(testing::shared_path("models/stories260K/stories260K.bin"),
+                                testing::shared_path("models/stories260K/tok512.bin"));
+  ASSERT_TRUE(bin.ok()) << bin.message();
+  auto from_bin = Tokenizer::from_model_file(*bin);
+  ASSERT_TRUE(from_bin.ok()) << from_bin.message();
+  auto from_gguf = load_model_tokenizer("stories260K");
+  ASSERT_TRUE(from_gguf.ok()) << from_gguf.message();
+  EXPECT_EQ(from_bin->n_vocab(), from_gguf->n_vocab());
+  EXPECT_EQ(from_bin->bos_id(), from_gguf->bos_id());
+  EXPECT_EQ(from_bin->add_bos(), from_gguf->add_bos());
+  for (const char* text : {"Once upon a time", "On day 3, the cat said: \"Hello!\"", "caf\xC3\xA9 \xF0\x9F\x98\x80", ""}) {
+    EXPECT_EQ(from_bin->encode(text, true, false), from_gguf->encode(text, true, false)) << text;
+  }
+}
+
+TEST(TokenizerContainers, HfDirectoryUsesTokenizerJson) {
+  auto dir = gguf::open_hf_dir(testing::shared_path("models/TinyStories-656K"));
+  ASSERT_TRUE(dir.ok()) << dir.message();
+  auto tok = Tokenizer::from_model_file(*dir);
+  ASSERT_TRUE(tok.ok()) << tok.message();
+  EXPECT_EQ(tok->model_name(), "hf-bpe");
+  EXPECT_EQ(tok->n_vocab(), 2048);
+  EXPECT_EQ(tok->bos_id(), 1);  // <|start_story|>
+  EXPECT_EQ(tok->eos_id(), 2);  // <|end_story|>
+  EXPECT_TRUE(tok->add_bos());
+  EXPECT_TRUE(tok->is_eog(2));
+  // HF merges by rank where llama.cpp's GGUF (all scores equal) merges leftmost-first:
+  // FORMAT.md §5 says they differ on 2 of the 36 vector strings llama.cpp can tokenize.
+  auto gguf_tok = load_model_tokenizer("TinyStories-656K-Q8_0");
+  ASSERT_TRUE(gguf_tok.ok()) << gguf_tok.message();
+  std::string inp;
+  ASSERT_TRUE(testing::read_file(testing::shared_path("tokenizers/hf-vectors/TinyStories-656K.inp"), &inp));
+  int n_tokenizable = 0, n_differ = 0;
+  for (const std::string& text : read_vocab_test_inputs(inp)) {
+    const auto g = gguf_tok->encode(text, false, false);
+    if (std::find(g.begin(), g.end(), gguf_tok->unk_id()) != g.end()) continue;  // llama.cpp would throw
+    ++n_tokenizable;
+    if (tok->encode(text, false, false) != g) ++n_differ;
+  }
+  EXPECT_EQ(n_tokenizable, 36);
+  EXPECT_EQ(n_differ, 2);
+  // decode follows llama.cpp for every family: the first token's space is dropped, unless a
+  // removed BOS came before it.
+  const std::string text = "One day, Tim went to the park.";
+  const auto ids = tok->encode(text, true, false);
+  EXPECT_EQ(tok->decode(std::span(ids).subspan(1), false), text);
+  EXPECT_EQ(tok->decode(ids, true), " " + text);
+}
+
+}  // namespace
+}  // namespace lumen::tok
