@@ -89,6 +89,24 @@ int parse_byte_token(std::string_view text) {
   return value;
 }
 
+void TokenIndex::build(const TextIdMap& map, const std::vector<std::string_view>& id_texts) {
+  size_t n_slots = 16;
+  while (n_slots < map.size() * 2) n_slots *= 2;  // load factor <= 1/2
+  slots_.assign(n_slots, 0);
+  mask_ = n_slots - 1;
+  extra_.clear();
+  for (const auto& [text, id] : map) {
+    if (id < 0 || static_cast<size_t>(id) >= id_texts.size() || id_texts[id] != text) {
+      extra_.emplace(text, id);
+      continue;
+    }
+    const uint64_t h = hash(text);
+    size_t i = h & mask_;
+    while (slots_[i] != 0) i = (i + 1) & mask_;
+    slots_[i] = (h >> 32 << 32) | (static_cast<uint64_t>(static_cast<uint32_t>(id)) + 1);
+  }
+}
+
 void Vocab::finalize() {
   const int32_t n = n_tokens();
   // End-of-turn detection by name, as llama.cpp (its list; the first name found wins).
@@ -125,6 +143,12 @@ void Vocab::finalize() {
   }
   if (valid_id(eos_id)) eog[eos_id] = 1;
   if (valid_id(eot_id)) eog[eot_id] = 1;
+
+  // The flat index; the loader's map is no longer needed.
+  id_texts.resize(static_cast<size_t>(n));
+  for (int32_t id = 0; id < n; ++id) id_texts[id] = tokens[id].text;
+  index.build(text_to_id, id_texts);
+  text_to_id = TextIdMap();
 
   pieces.resize(static_cast<size_t>(n));
   for (int32_t id = 0; id < n; ++id) pieces[id] = compute_piece(tokens[id], piece_style);

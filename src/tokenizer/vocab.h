@@ -21,6 +21,44 @@ struct StringHash {  // heterogeneous lookup: find(std::string_view) without a c
 };
 using TextIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
+// Token text -> id for the encoders' hot loops: open addressing over one flat array, so a
+// lookup is one probe sequence plus one compare against the token's own text (the
+// node-based map costs a pointer chase per lookup). Built once from the loader's map.
+class TokenIndex {
+ public:
+  struct Token {
+    std::string_view text;
+    int32_t id;
+  };
+  void build(const TextIdMap& map, const std::vector<std::string_view>& id_texts);
+  bool empty() const { return slots_.empty(); }
+  int32_t find(std::string_view text, const std::vector<std::string_view>& id_texts) const {
+    if (slots_.empty()) return -1;
+    const uint64_t h = hash(text);
+    const auto tag = static_cast<uint32_t>(h >> 32);
+    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+      const uint64_t slot = slots_[i];
+      if (slot == 0) break;
+      if (static_cast<uint32_t>(slot >> 32) != tag) continue;
+      const auto id = static_cast<int32_t>(static_cast<uint32_t>(slot) - 1);
+      if (id_texts[id] == text) return id;
+    }
+    if (extra_.empty()) return -1;
+    auto it = extra_.find(text);
+    return it == extra_.end() ? -1 : it->second;
+  }
+  static uint64_t hash(std::string_view s) {  // FNV-1a, then a final mix for the low bits
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (char c : s) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+    return h ^ (h >> 29);
+  }
+
+ private:
+  std::vector<uint64_t> slots_;  // 0: empty; else (hash >> 32) << 32 | (id + 1)
+  size_t mask_ = 0;
+  TextIdMap extra_;  // keys that differ from their token's text (rare HF overrides)
+};
+
 // How the text of a normal token becomes bytes.
 enum class PieceStyle : uint8_t {
   kMetaspace,  // SentencePiece / WordPiece: "▁" -> " ", byte tokens <0xXX> -> that byte
@@ -40,8 +78,14 @@ struct TokenData {
 };
 
 struct Vocab {
+  Vocab() = default;
+  Vocab(Vocab&&) = default;  // moving keeps the token strings in place, so id_texts stay valid
+  Vocab& operator=(Vocab&&) = default;
+  Vocab(const Vocab&) = delete;
+  Vocab& operator=(const Vocab&) = delete;
+
   std::vector<TokenData> tokens;  // [n_vocab], index = token id
-  TextIdMap text_to_id;           // token text -> id (for duplicates: as the loader decides)
+  TextIdMap text_to_id;           // token text -> id while loading (duplicates: as the loader decides)
 
   int32_t bos_id = -1;
   int32_t eos_id = -1;
@@ -66,10 +110,13 @@ struct Vocab {
   std::vector<std::string> pieces;  // [n_vocab] token_to_piece(id, special = true)
   std::vector<uint8_t> eog;         // [n_vocab] 1 if end of generation
   std::vector<int32_t> byte_ids;    // [256] SPM byte fallback: <0xXX>, else the 1-byte token, else -1
+  TokenIndex index;                 // replaces text_to_id (which finalize() empties)
+  std::vector<std::string_view> id_texts;  // [n_vocab] views of tokens[id].text for the index
 
   int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
   bool valid_id(int32_t id) const { return id >= 0 && id < n_tokens(); }
   int32_t find(std::string_view text) const {
+    if (!index.empty()) return index.find(text, id_texts);
     auto it = text_to_id.find(text);
     return it == text_to_id.end() ? -1 : it->second;
   }
@@ -77,7 +124,7 @@ struct Vocab {
     return valid_id(id) && (tokens[id].type == TokenType::kControl || tokens[id].type == TokenType::kUnknown);
   }
 
-  // Computes pieces, byte_ids and the EOG set (eos, eot, and control tokens named like
+  // Computes pieces, byte_ids, the flat index and the EOG set (eos, eot, and control tokens named like
   // <|im_end|>, <|eot_id|>, <|end_of_text|>, <|endoftext|>, </s>, ... as llama.cpp does).
   // Tokens with an end-of-turn name that are not control become control (as llama.cpp).
   void finalize();
