@@ -120,6 +120,11 @@ Result<Hardware> load_hardware(const ArgParser& args, Units units) {
                  static_cast<long long>(n_threads), static_cast<long long>(membw_bytes >> 20));
     ThreadPool pool(static_cast<int>(n_threads));
     hw = measure_this_machine(pool, static_cast<size_t>(membw_bytes), args.has("--huge-pages"));
+    if (hw.bandwidth_disturbed && !args.has("--bandwidth"))
+      std::fprintf(stderr,
+                   "lumen roofline: warning: no bandwidth pass ran undisturbed (the machine is busy), so %.1f GB/s "
+                   "is a lower bound; rerun when it is idle, or give --bandwidth\n",
+                   hw.read_bytes_per_s / 1e9);
   } else {
     LUMEN_ASSIGN_OR_RETURN(hw, hardware_preset(name, units, "--hw"));
   }
@@ -200,9 +205,11 @@ std::optional<Prediction> lumen_prediction(const ModelInput& model, const Hardwa
   return predict_lumen(model.shape, *model.file_weights, rates, po);
 }
 
-int report(const Status& st) {
-  std::fprintf(stderr, "error: lumen roofline: %s\n", st.message().c_str());
-  return 2;
+// ArgParser's messages already start with "lumen roofline: ".
+int report(const Status& st, int exit_code = 2) {
+  const std::string& m = st.message();
+  std::fprintf(stderr, "error: %s%s\n", m.starts_with("lumen ") ? "" : "lumen roofline: ", m.c_str());
+  return exit_code;
 }
 
 }  // namespace
@@ -224,10 +231,7 @@ int cmd_roofline(int argc, char** argv, int first) {
   Result<Units> units = parse_units(args.get_or("--units", "si"), "--units");
   if (!units.ok()) return report(units.status());
   Result<ModelInput> model = load_model_input(args);
-  if (!model.ok()) {
-    std::fprintf(stderr, "error: lumen roofline: %s\n", model.message().c_str());
-    return args.has("--model") && !args.has("--preset") ? 1 : 2;
-  }
+  if (!model.ok()) return report(model.status(), args.has("--model") && !args.has("--preset") ? 1 : 2);
   Result<PlanOptions> options = plan_options(args, *model, *units);
   if (!options.ok()) return report(options.status());
   Result<Hardware> hw = load_hardware(args, *units);

@@ -82,15 +82,16 @@ Hardware measure_this_machine(ThreadPool& pool, size_t membw_bytes, bool huge_pa
   hw.ops_int8 = peak.ops_int8;
   hw.int8_for_quantized = true;
   hw.isa = peak.isa;
+  hw.bandwidth_disturbed = bw.n_clean_passes == 0;
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page_bytes = sysconf(_SC_PAGE_SIZE);
   hw.memory_bytes = pages > 0 && page_bytes > 0 ? static_cast<double>(pages) * page_bytes : 0.0;
   char desc[256];
   std::snprintf(desc, sizeof desc,
-                "this machine, measured with %d threads: read bandwidth best of %d passes over %zu MiB%s "
-                "(%d undisturbed), %s f32 FMA and int8 dot loops; memory = physical RAM",
-                hw.n_threads, bw.n_passes, bw.n_bytes >> 20, bw.huge_pages ? ", huge pages" : "",
-                bw.n_clean_passes, peak.isa.c_str());
+                "this machine, measured with %d threads: read bandwidth best of %d undisturbed passes "
+                "(of %d; median %.1f GB/s) over %zu MiB%s; %s f32 FMA and int8 dot loops; memory = RAM",
+                hw.n_threads, bw.n_clean_passes, bw.n_passes, bw.median_bytes_per_s / 1e9, bw.n_bytes >> 20,
+                bw.huge_pages ? " in huge pages" : "", peak.isa.c_str());
   hw.description = desc;
   return hw;
 }

@@ -30,6 +30,8 @@ struct Hardware {
   bool measured = false;          // figures measured on this machine
   int n_threads = 0;              // threads the measurement used (measured only)
   std::string isa;                // SIMD the FLOP measurement used (measured only)
+  // No bandwidth pass ran undisturbed (the machine is busy): the bandwidth is a lower bound.
+  bool bandwidth_disturbed = false;
 };
 
 // Which compute roof applies to a matmul with `weight_bits` weights.

@@ -4,6 +4,8 @@
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <cstdint>
 #include <vector>
 
@@ -15,6 +17,9 @@ namespace lumen::roofline {
 namespace {
 
 constexpr size_t kHugePageBytes = size_t{2} << 20;
+constexpr size_t kWindowBytes = size_t{16} << 20;  // read per pass, 8x a core's L2
+constexpr int kWantClean = 16;       // clean passes to collect beyond the minimum count...
+constexpr double kBudgetMs = 3000;   // ...within this much wall time
 
 double thread_cpu_ms() {
   timespec ts{};
@@ -73,7 +78,6 @@ MembwResult measure_read_bandwidth_detailed(ThreadPool& pool, size_t bytes, bool
   MembwResult r;
   r.n_bytes = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
   r.n_threads = pool.n_threads();
-  r.n_passes = n_passes;
   AnonBuffer buf(r.n_bytes);
   r.huge_pages = huge_pages && madvise(buf.data(), r.n_bytes, MADV_HUGEPAGE) == 0;
   if (!huge_pages) (void)madvise(buf.data(), r.n_bytes, MADV_NOHUGEPAGE);
@@ -86,28 +90,59 @@ MembwResult measure_read_bandwidth_detailed(ThreadPool& pool, size_t bytes, bool
     for (int64_t i = begin * 8; i < end * 8; ++i) words[i] = static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
   });
 
-  // A pass counts as clean when no thread lost more than 10% of its time to preemption
-  // (its CPU time against its wall time): on a machine shared with other work, a pass in
-  // which one slice waited for a core measures the scheduler, not the memory. The
-  // slices run concurrently, so the bandwidth is the bytes over the pass's wall time.
+  // Each pass reads one window of kWindowBytes, the next window each time, cycling through
+  // the buffer: the buffer is many times the last-level cache, so a window is never
+  // cached when it comes round again, and a short pass is likely to run undisturbed on a
+  // machine shared with other work.
+  //
+  // The threads meet at a barrier before they read, so the slices run at the same time
+  // even when a worker wakes late, and the pass lasts from the first start to the last
+  // end. A pass counts as clean when no thread lost more than 10% of its read to
+  // preemption (its CPU time against its wall time) and the starts are close together;
+  // a pass in which one slice waited for a core measures the scheduler, not the memory.
+  const int64_t n_window_lines = static_cast<int64_t>(std::min(r.n_bytes, kWindowBytes) / 64);
+  const int64_t n_windows = n_lines / n_window_lines;
   const size_t n_thr = static_cast<size_t>(pool.n_threads());
   std::vector<uint64_t> sinks(n_thr, 0);
-  std::vector<double> cpu_share(n_thr, 1.0);
+  std::vector<double> cpu_share(n_thr, 1.0), start_ms(n_thr, 0.0), end_ms(n_thr, 0.0);
   std::vector<double> rates, clean_rates;
-  for (int pass = 0; pass < n_passes + 1; ++pass) {  // pass 0 warms TLBs and caches
-    const double t0 = now_ms();
-    pool.parallel_for(n_lines, [&](int64_t begin, int64_t end, int thread_idx) {
+  std::atomic<int> n_arrived{0};
+  // At least n_passes; then on, while fewer than kWantClean passes ran clean, until the
+  // time budget is spent.
+  const double t_start = now_ms();
+  int pass = 0;
+  for (; pass < n_passes + 1 || (static_cast<int>(clean_rates.size()) < kWantClean &&
+                                 now_ms() - t_start < kBudgetMs);
+       ++pass) {  // pass 0 warms TLBs and the pool
+    const uint64_t* window = words + (pass % n_windows) * n_window_lines * 8;
+    n_arrived.store(0, std::memory_order_relaxed);
+    pool.run([&](int thread_idx, int n_threads) {
+      const size_t t = static_cast<size_t>(thread_idx);
+      const int64_t begin = n_window_lines * thread_idx / n_threads;
+      const int64_t end = n_window_lines * (thread_idx + 1) / n_threads;
+      n_arrived.fetch_add(1, std::memory_order_acq_rel);
+      for (int spin = 0; n_arrived.load(std::memory_order_acquire) < n_threads; ++spin)
+        if (spin > 1000) std::this_thread::yield();  // the others may be waiting for a core
       const double w0 = now_ms(), c0 = thread_cpu_ms();
-      sinks[static_cast<size_t>(thread_idx)] +=
-          sum_u64(words + begin * 8, static_cast<size_t>(end - begin) * 8);
-      cpu_share[static_cast<size_t>(thread_idx)] = (thread_cpu_ms() - c0) / std::max(now_ms() - w0, 1e-6);
+      sinks[t] += sum_u64(window + begin * 8, static_cast<size_t>(end - begin) * 8);
+      const double w1 = now_ms();
+      start_ms[t] = w0;
+      end_ms[t] = w1;
+      cpu_share[t] = (thread_cpu_ms() - c0) / std::max(w1 - w0, 1e-6);
     });
-    const double dt_s = (now_ms() - t0) / 1e3;
-    if (pass == 0 || dt_s <= 0) continue;
-    const double rate = static_cast<double>(r.n_bytes) / dt_s;
+    if (pass == 0) continue;
+    const double first_start = *std::min_element(start_ms.begin(), start_ms.end());
+    const double last_start = *std::max_element(start_ms.begin(), start_ms.end());
+    const double dt_ms = *std::max_element(end_ms.begin(), end_ms.end()) - first_start;
+    if (dt_ms <= 0) continue;
+    const double rate = static_cast<double>(n_window_lines * 64) / (dt_ms / 1e3);
     rates.push_back(rate);
-    if (*std::min_element(cpu_share.begin(), cpu_share.end()) >= 0.9) clean_rates.push_back(rate);
+    const bool together = last_start - first_start <= 0.05 * dt_ms;
+    const bool undisturbed = *std::min_element(cpu_share.begin(), cpu_share.end()) >= 0.9;
+    if (together && undisturbed) clean_rates.push_back(rate);
   }
+  r.n_passes = pass - 1;
+  r.n_window_bytes = static_cast<size_t>(n_window_lines * 64);
   r.n_clean_passes = static_cast<int>(clean_rates.size());
   if (!clean_rates.empty()) rates = clean_rates;
   // The sums must be used, or the reads could be dropped.

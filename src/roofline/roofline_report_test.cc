@@ -225,7 +225,8 @@ TEST(RooflineMembw, MeasuresSomething) {
   EXPECT_GE(r.best_bytes_per_s, r.median_bytes_per_s);
   EXPECT_EQ(r.n_bytes, size_t{4} << 20);
   EXPECT_EQ(r.n_threads, 2);
-  EXPECT_EQ(r.n_passes, 2);
+  EXPECT_GE(r.n_passes, 2);
+  EXPECT_LE(r.n_clean_passes, r.n_passes);
 }
 
 }  // namespace

@@ -137,6 +137,50 @@ void draw_frame(Svg& svg, const Axes& ax) {
   svg.rect(ax.left, ax.top, ax.width, ax.height, "#fcfcfc", "#888");
 }
 
+// Approximate rendered width of `text` at `size` px in a DejaVu/Helvetica-like sans.
+double text_width(const std::string& text, int size, bool bold = false) {
+  return static_cast<double>(text.size()) * size * (bold ? 0.64 : 0.58);
+}
+
+struct Box {
+  double x0, y0, x1, y1;  // pixels, x0 < x1, y0 < y1
+  double overlap(const Box& o) const {
+    const double w = std::min(x1, o.x1) - std::max(x0, o.x0);
+    const double h = std::min(y1, o.y1) - std::max(y0, o.y0);
+    return w > 0 && h > 0 ? w * h : 0;
+  }
+};
+
+// Places labels where they cover no point, no label placed before, and stay inside the
+// plot: the first free candidate, else the one with the least overlap.
+class Placer {
+ public:
+  explicit Placer(const Axes& ax) : frame_{ax.left + 2, ax.top + 2, ax.right() - 2, ax.bottom() - 2} {}
+  void add(const Box& b) { taken_.push_back(b); }
+  void add_point(double x, double y) { add({x - 7, y - 7, x + 7, y + 7}); }
+  Box place(const std::vector<Box>& candidates) {
+    const Box* best = &candidates.front();
+    double best_cost = 1e300;
+    for (const Box& c : candidates) {
+      double cost = 0;
+      for (const Box& t : taken_) cost += c.overlap(t);
+      const double area = (c.x1 - c.x0) * (c.y1 - c.y0);
+      cost += area - c.overlap(frame_);  // outside the plot counts as covered
+      if (cost < best_cost) {
+        best_cost = cost;
+        best = &c;
+      }
+      if (cost == 0) break;
+    }
+    add(*best);
+    return *best;
+  }
+
+ private:
+  Box frame_;
+  std::vector<Box> taken_;
+};
+
 struct RoofPoint {
   double intensity, flops;
   std::string label;
@@ -225,36 +269,17 @@ void draw_roofline(Svg& svg, const Plan& plan, const Axes& frame) {
   const double x_start = std::max(ax.x_lo, ax.y_lo / bw);
   svg.polyline({{ax.px(x_start), ax.py(bw * x_start)}, {ax.px(ridge), ax.py(peak)}, {ax.right(), ax.py(peak)}},
                kRoofColor, 2.5);
-  if (second > 0) {
-    const double ridge2 = second / bw;
-    svg.polyline({{ax.px(ridge), ax.py(peak)}, {ax.px(ridge2), ax.py(second)}, {ax.right(), ax.py(second)}},
+  if (second > 0)
+    svg.polyline({{ax.px(ridge), ax.py(peak)}, {ax.px(second / bw), ax.py(second)}, {ax.right(), ax.py(second)}},
                  "#777", 1.5, "6 4");
-    svg.text(ax.right() - 6, ax.py(second) - 7, second_label, "end", 12, "#555");
-  }
   svg.line(ax.px(ridge), ax.py(peak), ax.px(ridge), ax.bottom(), "#999", 1, "3 3");
   char ridge_text[64];
   std::snprintf(ridge_text, sizeof ridge_text, "ridge %.3g FLOP/B", ridge);
   svg.text(ax.px(ridge) + 5, ax.bottom() - 8, ridge_text, "start", 12, "#555");
-  // The compute-roof label: above the flat roof left of the ridge where there is room
-  // (nothing is plotted there), else under the roof at the right end.
-  if (ax.px(ridge) - ax.left >= 125) {
-    svg.text(ax.px(ridge) - 10, ax.py(peak) - 24, "compute roof", "end", 13, kRoofColor, "bold");
-    svg.text(ax.px(ridge) - 10, ax.py(peak) - 8, format_rate(peak, u), "end", 13, kRoofColor, "bold");
-  } else {
-    svg.text(ax.right() - 6, ax.py(peak) + 18, "compute roof", "end", 13, kRoofColor, "bold");
-    svg.text(ax.right() - 6, ax.py(peak) + 34, format_rate(peak, u), "end", 13, kRoofColor, "bold");
-  }
-  // The memory-roof label runs along the diagonal, a third of the way up.
-  const double x_mid = std::pow(10.0, std::log10(x_start) + (std::log10(ridge) - std::log10(x_start)) * 0.35);
-  const double angle = std::atan2(ax.py(bw * x_mid * 10) - ax.py(bw * x_mid), ax.px(x_mid * 10) - ax.px(x_mid));
-  svg.text(ax.px(x_mid) - 4, ax.py(bw * x_mid) - 8, "memory roof: " + format_bandwidth(bw, u), "start", 13,
-           kRoofColor, "bold", angle * 180 / 3.14159265358979);
 
-  // Points. Labels are slanted so that neighbours a factor of 4 apart do not collide:
-  // prefill labels rise up-right above the roof, decode labels fall down-right below it.
-  // Points that land within a few pixels of each other share one label ("tg b=64,256").
-  for (const RoofPoint& p : prefill) svg.circle(ax.px(p.intensity), ax.py(p.flops), 5.5, kPrefillColor);
-  for (const RoofPoint& p : decode) svg.square(ax.px(p.intensity), ax.py(p.flops), 5, kDecodeColor);
+  // Points, and their labels: slanted so that neighbours a factor of 4 apart do not
+  // collide, prefill labels rising up-right, decode labels falling down-right. Points
+  // within a few pixels of each other share one label ("tg b=64,256").
   auto label_groups = [&](const std::vector<RoofPoint>& pts, const char* prefix) {
     std::vector<std::pair<const RoofPoint*, std::string>> groups;  // first point, label
     for (const RoofPoint& p : pts) {
@@ -270,9 +295,67 @@ void draw_roofline(Svg& svg, const Plan& plan, const Axes& frame) {
     }
     return groups;
   };
-  for (const auto& [p, label] : label_groups(prefill, "pp"))
+  const auto prefill_labels = label_groups(prefill, "pp");
+  const auto decode_labels = label_groups(decode, "tg b=");
+  Placer placer(ax);
+  constexpr double kSlant = 40 * 3.14159265358979 / 180;
+  for (const RoofPoint& p : prefill) placer.add_point(ax.px(p.intensity), ax.py(p.flops));
+  for (const RoofPoint& p : decode) placer.add_point(ax.px(p.intensity), ax.py(p.flops));
+  for (const auto& [p, label] : prefill_labels) {
+    const double x = ax.px(p->intensity) + 2, y = ax.py(p->flops) - 9, len = text_width(label, 12);
+    placer.add({x, y - len * std::sin(kSlant) - 9, x + len * std::cos(kSlant) + 9, y});
+  }
+  for (const auto& [p, label] : decode_labels) {
+    const double x = ax.px(p->intensity) + 6, y = ax.py(p->flops) + 12, len = text_width(label, 12);
+    placer.add({x, y - 9, x + len * std::cos(kSlant) + 9, y + len * std::sin(kSlant)});
+  }
+
+  // Roof labels go where they hit nothing: the first free candidate, else the least bad.
+  // The compute roof's, two lines: left of the ridge above the roof (nothing is plotted
+  // there), or at the right end above or below it, or a line further down.
+  const std::string peak_text = format_rate(peak, u);
+  const double cw = std::max(text_width("compute roof", 13, true), text_width(peak_text, 13, true));
+  const double py_peak = ax.py(peak);
+  std::vector<Box> compute_spots;
+  for (double right : {ax.px(ridge) - 10, ax.right() - 6, (ax.px(ridge) + ax.right() + cw) / 2})
+    for (double top : {py_peak - 38, py_peak + 6, py_peak + 44}) compute_spots.push_back({right - cw, top, right, top + 34});
+  const Box cb = placer.place(compute_spots);
+  svg.text(cb.x1, cb.y0 + 13, "compute roof", "end", 13, kRoofColor, "bold");
+  svg.text(cb.x1, cb.y0 + 29, peak_text, "end", 13, kRoofColor, "bold");
+  if (second > 0) {
+    const double sw = text_width(second_label, 12), py2 = ax.py(second);
+    std::vector<Box> spots;
+    for (double right : {ax.right() - 6, (ax.px(second / bw) + ax.right() + sw) / 2})
+      for (double top : {py2 + 4, py2 - 18, py2 + 22}) spots.push_back({right - sw, top, right, top + 15});
+    const Box sb = placer.place(spots);
+    svg.text(sb.x1, sb.y0 + 12, second_label, "end", 12, "#555", "halo");
+  }
+  // The memory roof's runs along the diagonal, above it.
+  const std::string mem_text = "memory roof: " + format_bandwidth(bw, u);
+  const double angle = std::atan2(ax.py(bw * 10) - ax.py(bw), ax.px(10) - ax.px(1));  // the diagonal's slope
+  const double mw = text_width(mem_text, 13, true);
+  std::vector<Box> mem_spots;
+  std::vector<double> mem_x;
+  for (double f : {0.3, 0.15, 0.45, 0.05, 0.6}) {
+    const double x = std::pow(10.0, std::log10(x_start) + (std::log10(ridge) - std::log10(x_start)) * f);
+    const double x0 = ax.px(x) - 4, y0 = ax.py(bw * x) - 8;
+    const double x1 = x0 + mw * std::cos(angle), y1 = y0 + mw * std::sin(angle);
+    mem_spots.push_back({std::min(x0, x1) - 4, std::min(y0, y1) - 12, std::max(x0, x1), std::max(y0, y1)});
+    mem_x.push_back(x);
+  }
+  const Box mb = placer.place(mem_spots);
+  for (size_t i = 0; i < mem_spots.size(); ++i) {
+    if (mem_spots[i].x0 != mb.x0 || mem_spots[i].y0 != mb.y0) continue;
+    svg.text(ax.px(mem_x[i]) - 4, ax.py(bw * mem_x[i]) - 8, mem_text, "start", 13, kRoofColor, "bold",
+             angle * 180 / 3.14159265358979);
+    break;
+  }
+
+  for (const RoofPoint& p : prefill) svg.circle(ax.px(p.intensity), ax.py(p.flops), 5.5, kPrefillColor);
+  for (const RoofPoint& p : decode) svg.square(ax.px(p.intensity), ax.py(p.flops), 5, kDecodeColor);
+  for (const auto& [p, label] : prefill_labels)
     svg.text(ax.px(p->intensity) + 2, ax.py(p->flops) - 9, label, "start", 12, kPrefillColor, "halo", -40);
-  for (const auto& [p, label] : label_groups(decode, "tg b="))
+  for (const auto& [p, label] : decode_labels)
     svg.text(ax.px(p->intensity) + 6, ax.py(p->flops) + 12, label, "start", 12, kDecodeColor, "halo", 40);
 
   // Legend under the axis title.
@@ -383,9 +466,13 @@ std::string plan_to_svg(const Plan& plan) {
                " (weights " + format_bytes(chosen.workload.weight_bytes, plan.units) + ", KV " +
                format_bytes(chosen.workload.kv_bytes_per_token, plan.units) + " per token)",
            "start", 18, "#111", "bold");
-  svg.text(24, 54, "units " + units_legend(plan.units) + " | " + plan.hw.description, "start", 12, "#555");
-  draw_roofline(svg, plan, Axes{122, 80, 440, 560, 1, 10, 1, 10, true, true});
-  draw_latency(svg, plan, Axes{720, 80, 450, 560, 0, 1, 0, 1, false, false});
+  svg.text(24, 52, "units " + units_legend(plan.units), "start", 12, "#555");
+  // The machine's description can be long (a measured one says how): cut it to the width.
+  std::string hw_line = "machine: " + plan.hw.description;
+  if (hw_line.size() > 185) hw_line = hw_line.substr(0, 182) + "...";
+  svg.text(24, 68, hw_line, "start", 12, "#555");
+  draw_roofline(svg, plan, Axes{122, 90, 440, 550, 1, 10, 1, 10, true, true});
+  draw_latency(svg, plan, Axes{720, 90, 450, 550, 0, 1, 0, 1, false, false});
   svg.raw("</svg>\n");
   return svg.take();
 }
