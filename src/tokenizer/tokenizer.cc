@@ -145,41 +145,45 @@ Result<Tokenizer> Tokenizer::from_hf_json(std::string_view tokenizer_json, std::
   return Tokenizer(std::move(impl));
 }
 
+const TokenizerImpl& Tokenizer::impl() const {
+  LUMEN_CHECK_MSG(impl_ != nullptr, "use of a default-constructed or moved-from Tokenizer");
+  return *impl_;
+}
+
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
-  LUMEN_CHECK(impl_ != nullptr);
-  return impl_->encode(text, add_special, parse_special);
+  return impl().encode(text, add_special, parse_special);
 }
 
 std::string Tokenizer::token_to_piece(int32_t id, bool special) const {
-  return std::string(impl_->vocab.piece(id, special));
+  return std::string(impl().vocab.piece(id, special));
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool remove_special) const {
-  return impl_->vocab.detokenize(ids, remove_special);
+  return impl().vocab.detokenize(ids, remove_special);
 }
 
-int32_t Tokenizer::n_vocab() const { return impl_->vocab.n_tokens(); }
-int32_t Tokenizer::bos_id() const { return impl_->vocab.bos_id; }
-int32_t Tokenizer::eos_id() const { return impl_->vocab.eos_id; }
-int32_t Tokenizer::eot_id() const { return impl_->vocab.eot_id; }
-int32_t Tokenizer::unk_id() const { return impl_->vocab.unk_id; }
-int32_t Tokenizer::pad_id() const { return impl_->vocab.pad_id; }
-bool Tokenizer::add_bos() const { return impl_->vocab.add_bos; }
-bool Tokenizer::add_eos() const { return impl_->vocab.add_eos; }
-bool Tokenizer::is_eog(int32_t id) const { return impl_->vocab.valid_id(id) && impl_->vocab.eog[id] != 0; }
+int32_t Tokenizer::n_vocab() const { return impl().vocab.n_tokens(); }
+int32_t Tokenizer::bos_id() const { return impl().vocab.bos_id; }
+int32_t Tokenizer::eos_id() const { return impl().vocab.eos_id; }
+int32_t Tokenizer::eot_id() const { return impl().vocab.eot_id; }
+int32_t Tokenizer::unk_id() const { return impl().vocab.unk_id; }
+int32_t Tokenizer::pad_id() const { return impl().vocab.pad_id; }
+bool Tokenizer::add_bos() const { return impl().vocab.add_bos; }
+bool Tokenizer::add_eos() const { return impl().vocab.add_eos; }
+bool Tokenizer::is_eog(int32_t id) const { return impl().vocab.valid_id(id) && impl().vocab.eog[id] != 0; }
 bool Tokenizer::is_control(int32_t id) const {
-  return impl_->vocab.valid_id(id) && impl_->vocab.tokens[id].type == TokenType::kControl;
+  return impl().vocab.valid_id(id) && impl().vocab.tokens[id].type == TokenType::kControl;
 }
 std::string_view Tokenizer::token_text(int32_t id) const {
-  return impl_->vocab.valid_id(id) ? std::string_view(impl_->vocab.tokens[id].text) : std::string_view();
+  return impl().vocab.valid_id(id) ? std::string_view(impl().vocab.tokens[id].text) : std::string_view();
 }
 TokenType Tokenizer::token_type(int32_t id) const {
-  return impl_->vocab.valid_id(id) ? impl_->vocab.tokens[id].type : TokenType::kUndefined;
+  return impl().vocab.valid_id(id) ? impl().vocab.tokens[id].type : TokenType::kUndefined;
 }
-int32_t Tokenizer::find_token(std::string_view text) const { return impl_->vocab.find(text); }
-std::string_view Tokenizer::model_name() const { return impl_->model_name; }
-std::string_view Tokenizer::pre_name() const { return impl_->pre_name; }
-const std::string& Tokenizer::chat_template() const { return impl_->chat_template; }
+int32_t Tokenizer::find_token(std::string_view text) const { return impl().vocab.find(text); }
+std::string_view Tokenizer::model_name() const { return impl().model_name; }
+std::string_view Tokenizer::pre_name() const { return impl().pre_name; }
+const std::string& Tokenizer::chat_template() const { return impl().chat_template; }
 
 // ---- StreamingDetokenizer ----
 

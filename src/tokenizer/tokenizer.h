@@ -9,6 +9,14 @@
 //   HF tokenizer.json: BPE models (byte-level or Metaspace/SentencePiece-style) with their
 //       normalizer / pre-tokenizer / decoder pipeline and added tokens.
 //
+// Semantics follow the reference of each format: GGUF vocabs tokenize as llama.cpp does
+// (special-token splitting, SPM space prefix, BPE pre-tokenizer sets), tokenizer.json as
+// Hugging Face tokenizers does (normalizers, pre-tokenizers, added tokens). token_to_piece /
+// decode / is_eog use llama.cpp's rules for every format. Known differences from the
+// references: characters outside a byte-less SPM vocab become <unk> (llama.cpp throws); NFC /
+// NFKC normalizers compose canonically without reordering combining marks and without
+// compatibility mappings.
+//
 // Encoding time grows linearly with input length. Immutable after construction, so one
 // Tokenizer may be shared by many threads.
 #pragma once
@@ -81,6 +89,7 @@ class Tokenizer {
 
  private:
   explicit Tokenizer(std::unique_ptr<TokenizerImpl> impl);
+  const TokenizerImpl& impl() const;  // checked: never null on a loaded Tokenizer
   std::unique_ptr<TokenizerImpl> impl_;
 };
 
