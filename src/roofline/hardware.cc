@@ -86,12 +86,18 @@ Hardware measure_this_machine(ThreadPool& pool, size_t membw_bytes, bool huge_pa
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page_bytes = sysconf(_SC_PAGE_SIZE);
   hw.memory_bytes = pages > 0 && page_bytes > 0 ? static_cast<double>(pages) * page_bytes : 0.0;
-  char desc[256];
+  char clean[96];
+  if (bw.n_clean_passes > 0)
+    std::snprintf(clean, sizeof clean, "best of %d undisturbed passes (of %d; median %.1f GB/s)", bw.n_clean_passes,
+                  bw.n_passes, bw.median_bytes_per_s / 1e9);
+  else
+    std::snprintf(clean, sizeof clean, "best of %d passes, none undisturbed (busy machine: a lower bound)",
+                  bw.n_passes);
+  char desc[320];
   std::snprintf(desc, sizeof desc,
-                "this machine, measured with %d threads: read bandwidth best of %d undisturbed passes "
-                "(of %d; median %.1f GB/s) over %zu MiB%s; %s f32 FMA and int8 dot loops; memory = RAM",
-                hw.n_threads, bw.n_clean_passes, bw.n_passes, bw.median_bytes_per_s / 1e9, bw.n_bytes >> 20,
-                bw.huge_pages ? " in huge pages" : "", peak.isa.c_str());
+                "this machine, measured with %d threads: read bandwidth %s over %zu MiB%s; %s f32 FMA and int8 "
+                "dot loops; memory = RAM",
+                hw.n_threads, clean, bw.n_bytes >> 20, bw.huge_pages ? " in huge pages" : "", peak.isa.c_str());
   hw.description = desc;
   return hw;
 }

@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <thread>
 #include <vector>
 
 #include "base/cpu_features.h"
@@ -52,8 +53,8 @@ double thread_cpu_seconds() {
 // per second of its own CPU time, best of `n_runs` runs of about `target_ms` each (the
 // first, short run sizes the iteration count). CPU time, not wall time: on a machine
 // shared with other work a preempted thread would otherwise report a fraction of what its
-// core can do. Cores do not share arithmetic units here, so per-thread rates add up; the
-// caller keeps the thread count at or below the number of cores.
+// core can do. Cores do not share arithmetic units here, so per-thread rates add up (up to
+// the number of cores: more threads than cores are scaled down to it).
 double measure_rate(ThreadPool& pool, LoopFn fn, double target_ms, int n_runs) {
   std::vector<double> rates(static_cast<size_t>(pool.n_threads()), 0.0);
   auto run = [&](int64_t n_iter) {
@@ -67,6 +68,9 @@ double measure_rate(ThreadPool& pool, LoopFn fn, double target_ms, int n_runs) {
     const double wall_ms = std::max(now_ms() - t0, 1e-3);
     double total = 0;
     for (double v : rates) total += v;
+    // More threads than cores share them: count the cores, not the threads.
+    const double n_cores = static_cast<double>(std::thread::hardware_concurrency());
+    if (n_cores > 0 && pool.n_threads() > n_cores) total *= n_cores / pool.n_threads();
     return std::pair<double, double>(total, wall_ms);
   };
   int64_t n_iter = 1 << 14;

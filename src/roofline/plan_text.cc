@@ -34,12 +34,15 @@ void append_header(std::string& out, const Plan& plan) {
   append(out, "lumen roofline: %s on %s\n", s.name.c_str(), hw.name.c_str());
   append(out, "units      %s\n", units_legend(u).c_str());
   append(out, "hardware   %s\n", hw.description.c_str());
-  append(out, "           read %s | fp16 %s%s | int8 %s | memory %s\n",
-         format_bandwidth(hw.read_bytes_per_s, u).c_str(), format_rate(hw.flops_fp16, u).c_str(),
+  append(out, "           read %s | %s %s%s | int8 %s | memory %s\n",
+         format_bandwidth(hw.read_bytes_per_s, u).c_str(), hw.measured ? "f32 FMA" : "fp16",
+         format_rate(hw.flops_fp16, u).c_str(),
          hw.flops_fp16_tensor != hw.flops_fp16
              ? (" (tensor cores " + format_rate(hw.flops_fp16_tensor, u) + ")").c_str()
              : "",
          format_rate(hw.ops_int8, u, "OP").c_str(), format_bytes(hw.memory_bytes, u).c_str());
+  if (hw.bandwidth_disturbed)
+    append(out, "           (no bandwidth pass ran undisturbed: the machine is busy, the bandwidth is a lower bound)\n");
   const Workload& w = plan.chosen().workload;
   append(out, "           compute roof %s for %s weights%s; ridge at %.1f FLOP/byte\n",
          format_rate(w.matmul_flop_rate, u).c_str(), plan.chosen().precision.name.c_str(),

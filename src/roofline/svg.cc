@@ -186,15 +186,13 @@ struct RoofPoint {
   std::string label;
 };
 
-void draw_roofline(Svg& svg, const Plan& plan, const Axes& frame) {
-  const PrecisionPlan& chosen = plan.chosen();
-  const Workload& w = chosen.workload;
-  const Units u = plan.units;
-  const double bw = w.read_bytes_per_s;
-  const double peak = w.matmul_flop_rate;
-
-  // Default lengths and batches a factor of 4 apart, plus the ones asked for; a default
-  // too close to an asked value would print its label on top of it.
+// Prefill at several prompt lengths and decode at several batch sizes, for the chosen
+// precision: default lengths and batches a factor of 4 apart, plus the ones asked for (a
+// default too close to an asked value would print its label on top of it).
+struct RoofPoints {
+  std::vector<RoofPoint> prefill, decode;
+};
+RoofPoints roof_points(const Plan& plan, const Workload& w) {
   auto merge = [](std::vector<int64_t> defaults, const std::vector<int64_t>& asked) {
     std::set<int64_t> out(asked.begin(), asked.end());
     for (int64_t d : defaults) {
@@ -206,35 +204,103 @@ void draw_roofline(Svg& svg, const Plan& plan, const Axes& frame) {
   };
   std::vector<int64_t> asked_batches;
   for (const BatchEstimate& b : plan.batches) asked_batches.push_back(b.n_batch);
-  const std::set<int64_t> prompts = merge({16, 64, 256, 1024, 4096, 16384}, {plan.n_prompt});
-  const std::set<int64_t> batches = merge({1, 4, 16, 64, 256}, asked_batches);
-  std::vector<RoofPoint> prefill, decode;
-  for (int64_t n : prompts) {
+  RoofPoints pts;
+  for (int64_t n : merge({16, 64, 256, 1024, 4096, 16384}, {plan.n_prompt})) {
     const StepEstimate s = estimate_prefill(w, n);
-    prefill.push_back({s.intensity(), s.attained_flops(), "pp" + std::to_string(n)});
+    pts.prefill.push_back({s.intensity(), s.attained_flops(), "pp" + std::to_string(n)});
   }
-  for (int64_t b : batches) {
+  for (int64_t b : merge({1, 4, 16, 64, 256}, asked_batches)) {
     const StepEstimate s = estimate_decode_step(w, b, plan.n_context);
-    decode.push_back({s.intensity(), s.attained_flops(), "tg b=" + std::to_string(b)});
+    pts.decode.push_back({s.intensity(), s.attained_flops(), "tg b=" + std::to_string(b)});
   }
+  return pts;
+}
 
-  // The other compute roof this machine has, dashed: int8 vs float, or tensor cores.
-  double second = 0;
-  std::string second_label;
+// The other compute roof the machine has, drawn dashed: int8 against float on a CPU,
+// tensor cores against none on a GPU. rate = 0 when there is none.
+struct SecondRoof {
+  double rate = 0;
+  std::string label;
+};
+SecondRoof second_roof(const Plan& plan, double peak) {
   const Hardware& hw = plan.hw;
+  const Units u = plan.units;
+  SecondRoof r;
   if (hw.int8_for_quantized) {
     if (peak == hw.ops_int8) {
-      second = hw.flops_fp16;
-      second_label = "f32 FMA roof (attention, float weights): " + format_rate(second, u);
+      r.rate = hw.flops_fp16;
+      r.label = "f32 FMA roof (attention, float weights): " + format_rate(r.rate, u);
     } else {
-      second = hw.ops_int8;
-      second_label = "int8 roof (quantized weights): " + format_rate(second, u, "OP");
+      r.rate = hw.ops_int8;
+      r.label = "int8 roof (quantized weights): " + format_rate(r.rate, u, "OP");
     }
   } else if (hw.flops_fp16_tensor != hw.flops_fp16) {
-    second = plan.tensor_cores ? hw.flops_fp16 : hw.flops_fp16_tensor;
-    second_label = std::string(plan.tensor_cores ? "fp16 roof without tensor cores: " : "fp16 tensor-core roof: ") +
-                   format_rate(second, u);
+    r.rate = plan.tensor_cores ? hw.flops_fp16 : hw.flops_fp16_tensor;
+    r.label = std::string(plan.tensor_cores ? "fp16 roof without tensor cores: " : "fp16 tensor-core roof: ") +
+              format_rate(r.rate, u);
   }
+  return r;
+}
+
+// Roof labels go where they hit nothing already placed: the first free candidate spot,
+// else the least bad.
+void draw_roof_labels(Svg& svg, Placer& placer, const Axes& ax, double bw, double peak, const char* peak_kind,
+                      const SecondRoof& second, double x_start, Units u) {
+  const double ridge = peak / bw;
+  // The compute roof's, two lines: left of the ridge above the roof (nothing is plotted
+  // there), or at the right end or the middle, just above or below the roof, then further
+  // away.
+  const std::string title = std::string("compute roof (") + peak_kind + ")";
+  const std::string peak_text = format_rate(peak, u);
+  const double cw = std::max(text_width(title, 13, true), text_width(peak_text, 13, true));
+  const double py_peak = ax.py(peak);
+  std::vector<Box> compute_spots;
+  for (double top : {py_peak - 38, py_peak + 6, py_peak + 44, py_peak - 84, py_peak + 84, py_peak + 124})
+    for (double right : {ax.px(ridge) - 10, ax.right() - 6, (ax.px(ridge) + ax.right() + cw) / 2})
+      compute_spots.push_back({right - cw, top, right, top + 34});
+  const Box cb = placer.place(compute_spots);
+  svg.text(cb.x1, cb.y0 + 13, title, "end", 13, kRoofColor, "bold");
+  svg.text(cb.x1, cb.y0 + 29, peak_text, "end", 13, kRoofColor, "bold");
+  if (second.rate > 0) {
+    const double sw = text_width(second.label, 12), py2 = ax.py(second.rate);
+    std::vector<Box> spots;
+    for (double right : {ax.right() - 6, (ax.px(second.rate / bw) + ax.right() + sw) / 2})
+      for (double top : {py2 + 4, py2 - 18, py2 + 22}) spots.push_back({right - sw, top, right, top + 15});
+    const Box sb = placer.place(spots);
+    svg.text(sb.x1, sb.y0 + 12, second.label, "end", 12, "#555", "halo");
+  }
+  // The memory roof's runs along the diagonal, above it.
+  const std::string mem_text = "memory roof: " + format_bandwidth(bw, u);
+  const double angle = std::atan2(ax.py(bw * 10) - ax.py(bw), ax.px(10) - ax.px(1));  // the diagonal's slope
+  const double mw = text_width(mem_text, 13, true);
+  std::vector<Box> mem_spots;
+  std::vector<double> mem_x;
+  for (double f : {0.3, 0.15, 0.45, 0.05, 0.6}) {
+    const double x = std::pow(10.0, std::log10(x_start) + (std::log10(ridge) - std::log10(x_start)) * f);
+    const double x0 = ax.px(x) - 4, y0 = ax.py(bw * x) - 8;
+    const double x1 = x0 + mw * std::cos(angle), y1 = y0 + mw * std::sin(angle);
+    mem_spots.push_back({std::min(x0, x1) - 4, std::min(y0, y1) - 12, std::max(x0, x1), std::max(y0, y1)});
+    mem_x.push_back(x);
+  }
+  const Box mb = placer.place(mem_spots);
+  for (size_t i = 0; i < mem_spots.size(); ++i) {
+    if (mem_spots[i].x0 != mb.x0 || mem_spots[i].y0 != mb.y0) continue;
+    svg.text(ax.px(mem_x[i]) - 4, ax.py(bw * mem_x[i]) - 8, mem_text, "start", 13, kRoofColor, "bold",
+             angle * 180 / 3.14159265358979);
+    break;
+  }
+}
+
+void draw_roofline(Svg& svg, const Plan& plan, const Axes& frame) {
+  const Workload& w = plan.chosen().workload;
+  const Units u = plan.units;
+  const double bw = w.read_bytes_per_s;
+  const double peak = w.matmul_flop_rate;
+  const RoofPoints pts = roof_points(plan, w);
+  const std::vector<RoofPoint>& prefill = pts.prefill;
+  const std::vector<RoofPoint>& decode = pts.decode;
+  const SecondRoof second_roof_info = second_roof(plan, peak);
+  const double second = second_roof_info.rate;
 
   double ai_lo = peak / bw, ai_hi = peak / bw, y_lo = peak;
   for (const auto* pts : {&prefill, &decode})
@@ -310,46 +376,12 @@ void draw_roofline(Svg& svg, const Plan& plan, const Axes& frame) {
     placer.add({x, y - 9, x + len * std::cos(kSlant) + 9, y + len * std::sin(kSlant)});
   }
 
-  // Roof labels go where they hit nothing: the first free candidate, else the least bad.
-  // The compute roof's, two lines: left of the ridge above the roof (nothing is plotted
-  // there), or at the right end above or below it, or a line further down.
-  const std::string peak_text = format_rate(peak, u);
-  const double cw = std::max(text_width("compute roof", 13, true), text_width(peak_text, 13, true));
-  const double py_peak = ax.py(peak);
-  std::vector<Box> compute_spots;
-  for (double right : {ax.px(ridge) - 10, ax.right() - 6, (ax.px(ridge) + ax.right() + cw) / 2})
-    for (double top : {py_peak - 38, py_peak + 6, py_peak + 44}) compute_spots.push_back({right - cw, top, right, top + 34});
-  const Box cb = placer.place(compute_spots);
-  svg.text(cb.x1, cb.y0 + 13, "compute roof", "end", 13, kRoofColor, "bold");
-  svg.text(cb.x1, cb.y0 + 29, peak_text, "end", 13, kRoofColor, "bold");
-  if (second > 0) {
-    const double sw = text_width(second_label, 12), py2 = ax.py(second);
-    std::vector<Box> spots;
-    for (double right : {ax.right() - 6, (ax.px(second / bw) + ax.right() + sw) / 2})
-      for (double top : {py2 + 4, py2 - 18, py2 + 22}) spots.push_back({right - sw, top, right, top + 15});
-    const Box sb = placer.place(spots);
-    svg.text(sb.x1, sb.y0 + 12, second_label, "end", 12, "#555", "halo");
-  }
-  // The memory roof's runs along the diagonal, above it.
-  const std::string mem_text = "memory roof: " + format_bandwidth(bw, u);
-  const double angle = std::atan2(ax.py(bw * 10) - ax.py(bw), ax.px(10) - ax.px(1));  // the diagonal's slope
-  const double mw = text_width(mem_text, 13, true);
-  std::vector<Box> mem_spots;
-  std::vector<double> mem_x;
-  for (double f : {0.3, 0.15, 0.45, 0.05, 0.6}) {
-    const double x = std::pow(10.0, std::log10(x_start) + (std::log10(ridge) - std::log10(x_start)) * f);
-    const double x0 = ax.px(x) - 4, y0 = ax.py(bw * x) - 8;
-    const double x1 = x0 + mw * std::cos(angle), y1 = y0 + mw * std::sin(angle);
-    mem_spots.push_back({std::min(x0, x1) - 4, std::min(y0, y1) - 12, std::max(x0, x1), std::max(y0, y1)});
-    mem_x.push_back(x);
-  }
-  const Box mb = placer.place(mem_spots);
-  for (size_t i = 0; i < mem_spots.size(); ++i) {
-    if (mem_spots[i].x0 != mb.x0 || mem_spots[i].y0 != mb.y0) continue;
-    svg.text(ax.px(mem_x[i]) - 4, ax.py(bw * mem_x[i]) - 8, mem_text, "start", 13, kRoofColor, "bold",
-             angle * 180 / 3.14159265358979);
-    break;
-  }
+  const Hardware& hw = plan.hw;
+  const char* peak_kind = hw.int8_for_quantized && peak == hw.ops_int8 ? "int8"
+                          : hw.measured                               ? "f32 FMA"
+                          : plan.tensor_cores                         ? "fp16 tensor cores"
+                                                                      : "fp16";
+  draw_roof_labels(svg, placer, ax, bw, peak, peak_kind, second_roof_info, x_start, u);
 
   for (const RoofPoint& p : prefill) svg.circle(ax.px(p.intensity), ax.py(p.flops), 5.5, kPrefillColor);
   for (const RoofPoint& p : decode) svg.square(ax.px(p.intensity), ax.py(p.flops), 5, kDecodeColor);
