@@ -1,4 +1,4 @@
-# lumen_add_layer(NAME DEPS ...)
+# lumen_add_layer(NAME DEPS ... [TEST_DEPS ...])
 #   Builds src/NAME/*.cc (except *_test.cc, *_fuzz.cc and main.cc) into the static
 #   library lumen_NAME, and src/NAME/*_test.cc into the gtest binary lumen_NAME_tests.
 #   Per-ISA translation units are recognised by suffix and get their own flags:
@@ -6,7 +6,7 @@
 #     *_avx512.cc  -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mfma -mf16c
 #   Never set ISA flags globally: one binary must run on any x86-64.
 function(lumen_add_layer NAME)
-  cmake_parse_arguments(ARG "" "" "DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "DEPS;TEST_DEPS" ${ARGN})
   set(dir ${CMAKE_SOURCE_DIR}/src/${NAME})
   file(GLOB srcs CONFIGURE_DEPENDS ${dir}/*.cc)
   file(GLOB tests CONFIGURE_DEPENDS ${dir}/*_test.cc)
@@ -40,7 +40,7 @@ function(lumen_add_layer NAME)
   endif()
   if(LUMEN_BUILD_TESTS AND tests)
     add_executable(lumen_${NAME}_tests ${tests})
-    target_link_libraries(lumen_${NAME}_tests PRIVATE lumen_${NAME} GTest::gtest GTest::gtest_main)
+    target_link_libraries(lumen_${NAME}_tests PRIVATE lumen_${NAME} ${ARG_TEST_DEPS} GTest::gtest GTest::gtest_main)
     gtest_discover_tests(lumen_${NAME}_tests DISCOVERY_MODE PRE_TEST
       PROPERTIES ENVIRONMENT "LUMEN_SHARED=${LUMEN_SHARED_DIR}" TIMEOUT 600)
   endif()

@@ -6,6 +6,8 @@
 
 #include "cli/bench_cmd.h"
 #include "cli/common.h"
+#include "cli/convert_cmds.h"
+#include "cli/roofline_cmd.h"
 
 namespace {
 
@@ -18,7 +20,10 @@ void print_usage() {
       "  tokenize    text -> token ids (--vectors FILE.inp for conformance files)\n"
       "  info        what a model file holds\n"
       "  perplexity  llama-perplexity's method over a text file\n"
-      "  bench       prompt / generation speed vs this machine's bandwidth (like llama-bench)\n",
+      "  bench       prompt / generation speed vs this machine's bandwidth (like llama-bench)\n"
+      "  roofline    prefill / decode limits of a model on a machine (capacity planner)\n"
+      "  synth       write a random-weight GGUF at a real model's shape\n"
+      "  quantize    convert a model to q8_0 / q4_0 / q4_k / q6_k GGUF\n",
       stdout);
 }
 
@@ -38,6 +43,9 @@ int main(int argc, char** argv) {
   if (cmd == "info") return cmd_info(argc, argv, 2);
   if (cmd == "perplexity") return cmd_perplexity(argc, argv, 2);
   if (cmd == "bench") return cmd_bench(argc, argv, 2);
+  if (cmd == "roofline") return cmd_roofline(argc, argv, 2);
+  if (cmd == "synth") return cmd_synth(argc, argv, 2);
+  if (cmd == "quantize") return cmd_quantize(argc, argv, 2);
   std::fprintf(stderr, "error: unknown command '%s'\n\n", cmd.c_str());
   print_usage();
   return 2;
