@@ -2,7 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cstring>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
 
 #include "convert/convert_test_util.h"
 #include "convert/type_rules.h"
@@ -31,6 +37,68 @@ Status quantize(const std::string& in, const std::string& out, const std::string
   opt.allow_requantize = allow_requantize;
   opt.n_threads = 2;
   return quantize_model(in, out, opt, report);
+}
+
+
+// Writes a Hugging Face directory with random f32 weights: config.json, model.safetensors
+// and TinyStories-656K's tokenizer files. hidden 64, 2 layers, 4 heads, 2 KV heads, ffn 96,
+// vocab 2048, untied, with q/k/v biases.
+void write_hf_dir(const std::string& dir, const std::string& model_type) {
+  ::mkdir(dir.c_str(), 0755);
+  constexpr int kHidden = 64, kLayers = 2, kHeads = 4, kKvHeads = 2, kFfn = 96, kVocab = 2048;
+  constexpr int kHeadDim = kHidden / kHeads;
+  std::map<std::string, std::vector<int64_t>> shapes;  // HF name -> [out, in] or [n]
+  shapes["model.embed_tokens.weight"] = {kVocab, kHidden};
+  shapes["model.norm.weight"] = {kHidden};
+  shapes["lm_head.weight"] = {kVocab, kHidden};
+  for (int l = 0; l < kLayers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    shapes[p + "input_layernorm.weight"] = {kHidden};
+    shapes[p + "post_attention_layernorm.weight"] = {kHidden};
+    shapes[p + "self_attn.q_proj.weight"] = {kHeads * kHeadDim, kHidden};
+    shapes[p + "self_attn.k_proj.weight"] = {kKvHeads * kHeadDim, kHidden};
+    shapes[p + "self_attn.v_proj.weight"] = {kKvHeads * kHeadDim, kHidden};
+    shapes[p + "self_attn.q_proj.bias"] = {kHeads * kHeadDim};
+    shapes[p + "self_attn.k_proj.bias"] = {kKvHeads * kHeadDim};
+    shapes[p + "self_attn.v_proj.bias"] = {kKvHeads * kHeadDim};
+    shapes[p + "self_attn.o_proj.weight"] = {kHidden, kHeads * kHeadDim};
+    shapes[p + "mlp.gate_proj.weight"] = {kFfn, kHidden};
+    shapes[p + "mlp.up_proj.weight"] = {kFfn, kHidden};
+    shapes[p + "mlp.down_proj.weight"] = {kHidden, kFfn};
+  }
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 0.1f);
+  std::string header = "{";
+  std::vector<float> data;
+  for (const auto& [name, shape] : shapes) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    const size_t begin = data.size() * sizeof(float);
+    const bool is_norm = name.find("norm") != std::string::npos;
+    for (int64_t i = 0; i < n; ++i) data.push_back(is_norm ? 1.0f + nd(rng) : nd(rng));
+    header += "\"" + name + "\": {\"dtype\": \"F32\", \"shape\": [" + std::to_string(shape[0]) +
+              (shape.size() > 1 ? ", " + std::to_string(shape[1]) : "") + "], \"data_offsets\": [" +
+              std::to_string(begin) + ", " + std::to_string(data.size() * sizeof(float)) + "]}, ";
+  }
+  header += "\"__metadata__\": {\"format\": \"pt\"}}";
+  while (header.size() % 8 != 0) header += ' ';
+  std::ofstream st(dir + "/model.safetensors", std::ios::binary);
+  const uint64_t n_header = header.size();
+  st.write(reinterpret_cast<const char*>(&n_header), 8);
+  st.write(header.data(), static_cast<std::streamsize>(header.size()));
+  st.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size() * sizeof(float)));
+  std::ofstream cfg(dir + "/config.json");
+  cfg << "{\"model_type\": \"" << model_type << "\", \"hidden_size\": " << kHidden
+      << ", \"intermediate_size\": " << kFfn << ", \"num_hidden_layers\": " << kLayers
+      << ", \"num_attention_heads\": " << kHeads << ", \"num_key_value_heads\": " << kKvHeads
+      << ", \"max_position_embeddings\": 256, \"vocab_size\": " << kVocab
+      << ", \"rms_norm_eps\": 1e-6, \"rope_theta\": 10000.0, \"tie_word_embeddings\": false"
+      << ", \"attention_bias\": true, \"bos_token_id\": 1, \"eos_token_id\": 2}";
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
+    std::ifstream in(shared_path(std::string("models/TinyStories-656K/") + f), std::ios::binary);
+    std::ofstream out(dir + "/" + f, std::ios::binary);
+    out << in.rdbuf();
+  }
 }
 
 TEST(QuantizeRules, TensorTypes) {
@@ -212,6 +280,38 @@ TEST(QuantizeModel, HfToEachTypeLoadsAndStaysClose) {
     EXPECT_LT(d.max_abs, max_abs) << type;
     EXPECT_LT(d.rel_rms, rel_rms) << type;
     std::remove(out.c_str());
+  }
+}
+
+// Synthetic HF checkpoints with q/k/v biases: llama's q/k rows and biases are permuted per
+// head (logits unchanged, so the bias permutation is right too); qwen2's are left alone.
+TEST(QuantizeModel, HfSyntheticLlamaAndQwen2WithBiases) {
+  for (const char* arch : {"llama", "qwen2"}) {
+    SCOPED_TRACE(arch);
+    const std::string dir = temp_path(std::string("hf-") + arch);
+    write_hf_dir(dir, arch);
+    const std::string out = temp_path(std::string("hf-") + arch + ".gguf");
+    QuantizeReport report;
+    Status st = quantize(dir, out, "f32", &report);
+    ASSERT_TRUE(st.ok()) << st.message();
+    EXPECT_EQ(report.permuted_qk, std::string(arch) == "llama");
+    EXPECT_FALSE(report.dropped_tied_output);
+    auto dst = gguf::open_model(out);
+    ASSERT_TRUE(dst.ok()) << dst.message();
+    EXPECT_NE(dst->find_tensor("output.weight"), nullptr);
+    EXPECT_NE(dst->find_tensor("blk.1.attn_k.bias"), nullptr);
+    EXPECT_EQ(dst->find("lumen.rope_layout"), nullptr);
+    int32_t n_vocab = 0;
+    auto a = model_logits(dir, prompt_ids(), &n_vocab);
+    auto b = model_logits(out, prompt_ids(), &n_vocab);
+    ASSERT_TRUE(a.ok() && b.ok()) << a.message() << b.message();
+    const auto d = compare_logits(*a, *b, n_vocab);
+    std::printf("  synthetic HF %s (biases) -> f32 GGUF: max |dlogit| %.2e\n", arch, d.max_abs);
+    EXPECT_LE(d.max_abs, 1e-4);
+    std::remove(out.c_str());
+    for (const char* f : {"model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json"})
+      std::remove((dir + "/" + f).c_str());
+    ::rmdir(dir.c_str());
   }
 }
 
