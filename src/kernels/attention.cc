@@ -164,7 +164,11 @@ void attention(const KernelTable& k, ThreadPool& pool, const AttentionParams& p,
 
   // Tasks are dealt round-robin: with causal masking later tokens have more keys, so
   // contiguous ranges would leave the first thread idle at the end of a prefill.
-  pool.run([&](int thread_idx, int n_threads) {
+  // Multiply-adds of the whole call (Q.K and P.V over the causal window), to decide
+  // whether more than one thread is worth waking.
+  const double work = 2.0 * p.n_head * hd * n_tokens * (pos0 + (n_tokens + 1) / 2.0);
+  const int n_active = pool.threads_for(work, 128 * 1024);
+  pool.run_on(n_active, [&](int thread_idx, int n_threads) {
     const ThreadScratch ts = carve(base + thread_idx * per_thread, group, hd, n_kv_max);
     for (int64_t task_idx = thread_idx; task_idx < n_tasks; task_idx += n_threads) {
       const int64_t t = task_idx / (p.n_kv_head * n_parts);

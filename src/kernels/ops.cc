@@ -37,6 +37,9 @@ size_t matmul_scratch_bytes(DType w_dtype, int64_t n_in, int64_t n_tokens) {
   return static_cast<size_t>(n_tokens) * row_bytes(mk->act_dtype, n_in);
 }
 
+// Multiply-adds below which a matmul is not worth another thread.
+constexpr double kMinMacsPerThread = 256 * 1024;
+
 void matmul(const KernelTable& k, ThreadPool& pool, const TensorView& w, const float* x,
             int64_t n_tokens, float* y, std::byte* scratch) {
   const MatmulKernels* mk = find_matmul_kernels(k, w.dtype);
@@ -66,9 +69,11 @@ void matmul(const KernelTable& k, ThreadPool& pool, const TensorView& w, const f
     act = scratch;
   }
 
-  // 2. y = act * W^T, output rows split over the threads.
+  // 2. y = act * W^T, output rows split over the threads (tiny matrices stay on the
+  //    calling thread: waking a worker costs more than they do).
   const size_t w_stride = w.row_stride_bytes();
-  pool.parallel_for(n_out, [&](int64_t row_begin, int64_t row_end, int) {
+  const int n_active = pool.threads_for(static_cast<double>(n_out) * n_in * n_tokens, kMinMacsPerThread);
+  pool.parallel_for_on(n_active, n_out, [&](int64_t row_begin, int64_t row_end, int) {
     for (int64_t r0 = row_begin; r0 < row_end; r0 += kRowTile) {
       const int64_t n_rows = std::min(kRowTile, row_end - r0);
       for (int64_t t0 = 0; t0 < n_tokens; t0 += kColTile) {
