@@ -34,99 +34,143 @@ constexpr float kGroupMaxEps = 1e-15f;
 
 // --- q4_K: asymmetric 4-bit sub-blocks --------------------------------------------------
 //
-// Fits x[i] ~ scale * q[i] - min_neg with q in [0, 15] for one 32-value sub-block, where
-// min_neg = -min >= 0 is returned in *neg_min. The error is weighted by w[i]. Starts from
-// the plain min/max grid, then tries 21 grid densities (nmax + rmin + rdelta*k over the
-// range) and, for each, the least-squares (scale, min) of the resulting levels; keeps the
-// candidate with the smallest weighted squared error. Ties keep the earlier candidate.
-// (ggml's make_qkx2_quants with nmax 15, rmin -1, rdelta 0.1, nstep 20, squared error.)
-float fit_q4_k_sub_block(const float* x, const float* w, uint8_t* levels, float* neg_min) {
+// Fits x[i] ~ scale * q[i] - neg_min with q in [0, 15] for each 32-value sub-block of a
+// super-block, with neg_min = -min >= 0. The error is weighted by w[i]. Starts from the
+// plain min/max grid, then tries 21 grid densities (nmax + rmin + rdelta*k over the range)
+// and, for each, the least-squares (scale, min) of the resulting levels; keeps the
+// candidate with the smallest weighted squared error (ties keep the earlier one). A flat
+// sub-block gets levels 0 and scale 0. (ggml's make_qkx2_quants with nmax 15, rmin -1,
+// rdelta 0.1, nstep 20, squared error, called once per sub-block.)
+//
+// The 8 sub-blocks are fitted together, one per SIMD lane (2 groups of 4): each lane does
+// exactly ggml's f32 operations in ggml's order (IEEE per lane, so the bytes are the
+// same), and the loops run once for all 8 instead of 8 times. GCC/Clang vector extensions:
+// the compiler lowers them to the target's SIMD (SSE2 on baseline x86-64), no ISA flags.
+using F4 = float __attribute__((vector_size(16)));
+using I4 = int32_t __attribute__((vector_size(16)));
+
+// nearest_int (ties to even via the 1.5 * 2^23 trick) per lane, clamped to
+// [q_min, q_max], returned as float.
+inline F4 level4(F4 v, int q_min, int q_max) {
+  const F4 biased = v + 12582912.0f;
+  I4 q;
+  std::memcpy(&q, &biased, sizeof(q));
+  q = (q & 0x007fffff) - 0x00400000;
+  q = q < q_min ? I4{} + q_min : q;
+  q = q > q_max ? I4{} + q_max : q;
+  // int -> float exactly: q - q_min is in [0, 2^23), so its float is the bits of
+  // 2^23 + (q - q_min) minus 2^23.
+  q += 0x4B000000 - q_min;
+  F4 f;
+  std::memcpy(&f, &q, sizeof(f));
+  return (f - 8388608.0f) + static_cast<float>(q_min);
+}
+
+constexpr int kQ4KSub = kQkK / 32;  // 8 sub-blocks of 32
+
+void fit_q4_k_super_block(const float* x, const float* w, uint8_t* levels, float* scales, float* neg_mins) {
   constexpr int kN = 32;
   constexpr int kNmax = 15;
   constexpr float kRmin = -1.0f;
   constexpr float kRdelta = 0.1f;
   constexpr int kNsteps = 20;
+  constexpr int kG = kQ4KSub / 4;  // lane groups; sub-block j is lane j % 4 of group j / 4
 
-  float lo = x[0];
-  float hi = x[0];
-  float sum_w = w[0];
-  float sum_x = sum_w * x[0];
-  for (int i = 1; i < kN; ++i) {
-    if (x[i] < lo) lo = x[i];
-    if (x[i] > hi) hi = x[i];
-    sum_w += w[i];
-    sum_x += w[i] * x[i];
-  }
-  if (lo > 0) lo = 0;  // the offset only ever shifts down: q = 0 must be able to reach 0
-  if (hi == lo) {
-    std::memset(levels, 0, kN);
-    *neg_min = -lo;
-    return 0.0f;
+  // Transposed: xt[g][i] lane l = x[32 * (4g + l) + i].
+  F4 xt[kG][kN], wt[kG][kN];
+  for (int g = 0; g < kG; ++g)
+    for (int i = 0; i < kN; ++i)
+      for (int l = 0; l < 4; ++l) {
+        xt[g][i][l] = x[kN * (4 * g + l) + i];
+        wt[g][i][l] = w[kN * (4 * g + l) + i];
+      }
+
+  F4 lo[kG], hi[kG], sum_w[kG], sum_x[kG], scale[kG], best_err[kG];
+  I4 flat[kG];
+  F4 lv[kG][kN];  // the best levels so far (as floats)
+  for (int g = 0; g < kG; ++g) {
+    lo[g] = hi[g] = xt[g][0];
+    sum_w[g] = wt[g][0];
+    sum_x[g] = sum_w[g] * xt[g][0];
+    for (int i = 1; i < kN; ++i) {
+      lo[g] = xt[g][i] < lo[g] ? xt[g][i] : lo[g];
+      hi[g] = xt[g][i] > hi[g] ? xt[g][i] : hi[g];
+      sum_w[g] += wt[g][i];
+      sum_x[g] += wt[g][i] * xt[g][i];
+    }
+    lo[g] = lo[g] > 0 ? F4{} : lo[g];  // the offset only shifts down: q = 0 must reach 0
+    flat[g] = hi[g] == lo[g];          // resolved at the end: levels 0, scale 0
+    const F4 inv_scale = kNmax / (hi[g] - lo[g]);
+    scale[g] = 1 / inv_scale;
+    best_err[g] = F4{};
+    for (int i = 0; i < kN; ++i) {
+      lv[g][i] = level4(inv_scale * (xt[g][i] - lo[g]), 0, kNmax);
+      const F4 diff = scale[g] * lv[g][i] + lo[g] - xt[g][i];
+      best_err[g] += wt[g][i] * (diff * diff);
+    }
   }
 
-  float inv_scale = kNmax / (hi - lo);
-  float scale = 1 / inv_scale;
-  float best_err = 0;
-  for (int i = 0; i < kN; ++i) {
-    const int q = std::clamp(nearest_int(inv_scale * (x[i] - lo)), 0, kNmax);
-    levels[i] = static_cast<uint8_t>(q);
-    const float diff = scale * levels[i] + lo - x[i];
-    best_err += w[i] * (diff * diff);
-  }
-
-  uint8_t trial[kN];
   for (int step = 0; step <= kNsteps; ++step) {
-    inv_scale = (kRmin + kRdelta * step + kNmax) / (hi - lo);
-    float sum_l = 0, sum_l2 = 0, sum_xl = 0;
-    for (int i = 0; i < kN; ++i) {
-      const int q = std::clamp(nearest_int(inv_scale * (x[i] - lo)), 0, kNmax);
-      trial[i] = static_cast<uint8_t>(q);
-      sum_l += w[i] * q;
-      sum_l2 += w[i] * q * q;
-      sum_xl += w[i] * q * x[i];
-    }
-    // Weighted least squares for x ~ s * q + m over the trial levels.
-    const float det = sum_w * sum_l2 - sum_l * sum_l;
-    if (!(det > 0)) continue;
-    float s = (sum_w * sum_xl - sum_x * sum_l) / det;
-    float m = (sum_l2 * sum_x - sum_l * sum_xl) / det;
-    if (m > 0) {  // a positive offset is not representable: refit the scale with m = 0
-      m = 0;
-      s = sum_xl / sum_l2;
-    }
-    float err = 0;
-    for (int i = 0; i < kN; ++i) {
-      const float diff = s * trial[i] + m - x[i];
-      err += w[i] * (diff * diff);
-    }
-    if (err < best_err) {
-      std::memcpy(levels, trial, kN);
-      best_err = err;
-      scale = s;
-      lo = m;
+    for (int g = 0; g < kG; ++g) {
+      const F4 inv_scale = (kRmin + kRdelta * step + kNmax) / (hi[g] - lo[g]);
+      F4 trial[kN];
+      F4 sum_l{}, sum_l2{}, sum_xl{};
+      for (int i = 0; i < kN; ++i) {
+        trial[i] = level4(inv_scale * (xt[g][i] - lo[g]), 0, kNmax);
+        sum_l += wt[g][i] * trial[i];
+        sum_l2 += wt[g][i] * trial[i] * trial[i];
+        sum_xl += wt[g][i] * trial[i] * xt[g][i];
+      }
+      // Weighted least squares for x ~ s * q + m over the trial levels; a positive m is
+      // not representable, so then m = 0 and s is refitted alone.
+      const F4 det = sum_w[g] * sum_l2 - sum_l * sum_l;
+      F4 s = (sum_w[g] * sum_xl - sum_x[g] * sum_l) / det;
+      F4 m = (sum_l2 * sum_x[g] - sum_l * sum_xl) / det;
+      const I4 m_pos = m > 0;
+      s = m_pos ? sum_xl / sum_l2 : s;
+      m = m_pos ? F4{} : m;
+      F4 err{};
+      for (int i = 0; i < kN; ++i) {
+        const F4 diff = s * trial[i] + m - xt[g][i];
+        err += wt[g][i] * (diff * diff);
+      }
+      const I4 take = (det > 0) & ~flat[g] & (err < best_err[g]);
+      for (int i = 0; i < kN; ++i) lv[g][i] = take ? trial[i] : lv[g][i];
+      best_err[g] = take ? err : best_err[g];
+      scale[g] = take ? s : scale[g];
+      lo[g] = take ? m : lo[g];
     }
   }
-  *neg_min = -lo;
-  return scale;
+  for (int g = 0; g < kG; ++g) {
+    for (int l = 0; l < 4; ++l) {
+      const int j = 4 * g + l;
+      const bool is_flat = flat[g][l] != 0;
+      for (int i = 0; i < kN; ++i) levels[kN * j + i] = is_flat ? 0 : static_cast<uint8_t>(lv[g][i][l]);
+      scales[j] = is_flat ? 0.0f : scale[g][l];
+      neg_mins[j] = -lo[g][l];
+    }
+  }
 }
 
 void quantize_block_q4_k(const float* x, BlockQ4_K* out) {
-  constexpr int kSub = kQkK / 32;  // 8 sub-blocks of 32
+  constexpr int kSub = kQ4KSub;
   uint8_t levels[kQkK];
   float scales[kSub];
   float mins[kSub];  // as positive offsets: w = scale * q - min
-  float max_scale = 0;
-  float max_min = 0;
+  // Weights: each sub-block's RMS plus |x|, so large values count more but small ones
+  // still matter.
+  float w[kQkK];
   for (int j = 0; j < kSub; ++j) {
     const float* xs = x + 32 * j;
-    // Weights: the sub-block's RMS plus |x|, so large values count more but small ones
-    // still matter.
     float sum_x2 = 0;
     for (int l = 0; l < 32; ++l) sum_x2 += xs[l] * xs[l];
     const float rms = std::sqrt(sum_x2 / 32);
-    float w[32];
-    for (int l = 0; l < 32; ++l) w[l] = rms + std::fabs(xs[l]);
-    scales[j] = fit_q4_k_sub_block(xs, w, levels + 32 * j, &mins[j]);
+    for (int l = 0; l < 32; ++l) w[32 * j + l] = rms + std::fabs(xs[l]);
+  }
+  fit_q4_k_super_block(x, w, levels, scales, mins);
+  float max_scale = 0;
+  float max_min = 0;
+  for (int j = 0; j < kSub; ++j) {
     if (scales[j] > max_scale) max_scale = scales[j];
     if (mins[j] > max_min) max_min = mins[j];
   }
@@ -173,70 +217,76 @@ void quantize_block_q4_k(const float* x, BlockQ4_K* out) {
 
 // --- q6_K: symmetric 6-bit sub-blocks ----------------------------------------------------
 //
-// Fits x[i] ~ scale * q[i] with q in [-32, 31] for one 16-value sub-block, weighting the
-// error by x[i]^2. The first grid maps the value of largest magnitude to -32; 18 more grids
-// (-(32 + 0.1k) / max, k = -9..9, k != 0) are tried and the one maximising
-// sum(w x q)^2 / sum(w q^2) (the least-squares gain) wins. Levels are stored as q + 32.
-// (ggml's make_qx_quants with nmax 32, rmse_type 1.)
-float fit_q6_k_sub_block(const float* x, int8_t* levels) {
+// Fits x[i] ~ scale * q[i] with q in [-32, 31] for each 16-value sub-block of a
+// super-block, weighting the error by x[i]^2. The first grid maps the value of largest
+// magnitude to -32; 18 more grids (-(32 + 0.1k) / max, k = -9..9, k != 0) are tried and the
+// one maximising sum(w x q)^2 / sum(w q^2) (the least-squares gain) wins. An all-zero
+// sub-block (|x| < 1e-15) gets levels 0 and scale 0. Levels are stored as q + 32.
+// (ggml's make_qx_quants with nmax 32, rmse_type 1, once per sub-block.) The 16 sub-blocks
+// run as 4 groups of 4 lanes, each lane doing ggml's operations in ggml's order (see the
+// q4_K fit).
+constexpr int kQ6KSub = kQkK / 16;  // 16 sub-blocks of 16
+
+void fit_q6_k_super_block(const float* x, int8_t* levels, float* scales) {
   constexpr int kN = 16;
   constexpr int kNmax = 32;
-  float max = 0;
-  float amax = 0;
-  for (int i = 0; i < kN; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
-  if (amax < kGroupMaxEps) {
-    std::memset(levels, 0, kN);
-    return 0.0f;
-  }
-  auto level = [](float inv_scale, float v) {
-    return std::clamp(nearest_int(inv_scale * v), -kNmax, kNmax - 1);
-  };
-  float inv_scale = -kNmax / max;
-  float sum_lx = 0;
-  float sum_l2 = 0;
-  for (int i = 0; i < kN; ++i) {
-    const int q = level(inv_scale, x[i]);
-    levels[i] = static_cast<int8_t>(q + kNmax);
-    const float w = x[i] * x[i];
-    sum_lx += w * x[i] * q;
-    sum_l2 += w * q * q;
-  }
-  float scale = sum_l2 != 0 ? sum_lx / sum_l2 : 0.0f;
-  float best = scale * sum_lx;
-  for (int k = -9; k <= 9; ++k) {
-    if (k == 0) continue;
-    inv_scale = -(kNmax + 0.1f * k) / max;
-    sum_lx = 0;
-    sum_l2 = 0;
+  constexpr int kG = kQ6KSub / 4;
+  for (int g = 0; g < kG; ++g) {
+    F4 xt[kN], wt[kN];  // xt[i] lane l = x[16 * (4g + l) + i]; wt = xt^2
+    for (int i = 0; i < kN; ++i)
+      for (int l = 0; l < 4; ++l) xt[i][l] = x[kN * (4 * g + l) + i];
+    F4 max{}, amax{};
     for (int i = 0; i < kN; ++i) {
-      const int q = level(inv_scale, x[i]);
-      const float w = x[i] * x[i];
-      sum_lx += w * x[i] * q;
-      sum_l2 += w * q * q;
+      wt[i] = xt[i] * xt[i];
+      const I4 bigger = (xt[i] < 0 ? -xt[i] : xt[i]) > amax;
+      amax = bigger ? (xt[i] < 0 ? -xt[i] : xt[i]) : amax;
+      max = bigger ? xt[i] : max;
     }
-    if (sum_l2 > 0 && sum_lx * sum_lx > best * sum_l2) {
-      for (int i = 0; i < kN; ++i) levels[i] = static_cast<int8_t>(level(inv_scale, x[i]) + kNmax);
-      scale = sum_lx / sum_l2;
-      best = scale * sum_lx;
+    const I4 zero = amax < kGroupMaxEps;
+    F4 inv_scale = -kNmax / max;
+    F4 lv[kN];
+    F4 sum_lx{}, sum_l2{};
+    for (int i = 0; i < kN; ++i) {
+      lv[i] = level4(inv_scale * xt[i], -kNmax, kNmax - 1);
+      sum_lx += wt[i] * xt[i] * lv[i];
+      sum_l2 += wt[i] * lv[i] * lv[i];
+    }
+    F4 scale = sum_l2 != 0 ? sum_lx / sum_l2 : F4{};
+    F4 best = scale * sum_lx;
+    for (int k = -9; k <= 9; ++k) {
+      if (k == 0) continue;
+      inv_scale = -(kNmax + 0.1f * k) / max;
+      F4 trial[kN];
+      sum_lx = F4{};
+      sum_l2 = F4{};
+      for (int i = 0; i < kN; ++i) {
+        trial[i] = level4(inv_scale * xt[i], -kNmax, kNmax - 1);
+        sum_lx += wt[i] * xt[i] * trial[i];
+        sum_l2 += wt[i] * trial[i] * trial[i];
+      }
+      const I4 take = (sum_l2 > 0) & (sum_lx * sum_lx > best * sum_l2);
+      for (int i = 0; i < kN; ++i) lv[i] = take ? trial[i] : lv[i];
+      scale = take ? sum_lx / sum_l2 : scale;
+      best = take ? scale * sum_lx : best;
+    }
+    for (int l = 0; l < 4; ++l) {
+      const int j = 4 * g + l;
+      const bool is_zero = zero[l] != 0;
+      for (int i = 0; i < kN; ++i)
+        levels[kN * j + i] = is_zero ? 0 : static_cast<int8_t>(static_cast<int>(lv[i][l]) + kNmax);
+      scales[j] = is_zero ? 0.0f : scale[l];
     }
   }
-  return scale;
 }
 
 void quantize_block_q6_k(const float* x, BlockQ6_K* out) {
-  constexpr int kSub = kQkK / 16;  // 16 sub-blocks of 16
-  int8_t levels[kQkK];             // q + 32, in [0, 63]
+  constexpr int kSub = kQ6KSub;
+  int8_t levels[kQkK];  // q + 32, in [0, 63]
   float scales[kSub];
+  fit_q6_k_super_block(x, levels, scales);
   float max_scale = 0;  // the signed scale of largest magnitude
   float max_abs_scale = 0;
   for (int j = 0; j < kSub; ++j) {
-    scales[j] = fit_q6_k_sub_block(x + 16 * j, levels + 16 * j);
     const float a = std::fabs(scales[j]);
     if (a > max_abs_scale) {
       max_abs_scale = a;

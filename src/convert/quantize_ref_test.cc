@@ -61,6 +61,11 @@ std::vector<float> make_row(uint32_t kind, int n) {
       v = std::fabs(g.uniform()) + 0.25f;
       if (i >= 128 && i < 160) v = static_cast<float>(i % 16) * 0.5f;
       if (i >= 700) v = -v;
+    } else if (kind == 4) {
+      v = 0.5f * g.uniform();
+      if (i >= 32 && i < 64) v = -0.37f;    // a flat negative 32-group
+      if (i >= 512 && i < 528) v = 1e-16f;  // a 16-group below ggml's GROUP_MAX_EPS
+      if (i == 300) v = 1e4f;               // an outlier
     } else if (i < kNumSpecials) {
       v = kSpecials[i];
     } else if (i == kNumSpecials) {
@@ -114,7 +119,7 @@ TEST(QuantizeRef, MatchesGgmlReferenceBytes) {
     pos += n_bytes;
     ++n_records;
   }
-  EXPECT_EQ(n_records, 14);
+  EXPECT_EQ(n_records, 18);
   EXPECT_EQ(n_failed, 0);
 }
 
