@@ -23,7 +23,7 @@ struct CmdResult {
 
 std::string lumen_bin() {
   const char* env = std::getenv("LUMEN_BIN");
-  return env && *env ? env : "build/lumen";
+  return env && *env ? env : LUMEN_BIN_PATH;
 }
 
 std::string sh_quote(const std::string& s) {
