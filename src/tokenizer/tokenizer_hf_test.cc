@@ -153,5 +153,115 @@ TEST(TokenizerHfErrors, BadJsonIsAStatus) {
   EXPECT_EQ(minimal->encode("abc", false, false), (std::vector<int32_t>{2}));  // no unk token: dropped
 }
 
+
+// ---- the pipeline pieces on tiny synthetic tokenizer.json files ----
+
+Tokenizer hf_from(const std::string& json, const std::string& config = "") {
+  auto tok = Tokenizer::from_hf_json(json, config);
+  EXPECT_TRUE(tok.ok()) << tok.message();
+  return std::move(tok).value();
+}
+
+using Ids = std::vector<int32_t>;
+
+TEST(TokenizerHfPipeline, MetaspaceSchemes) {
+  const std::string model = R"("model": {"type": "BPE", "vocab": {"▁a": 0, "▁b": 1, "▁": 2, "a": 3, "b": 4},
+      "merges": [["▁", "a"], ["▁", "b"]]})";
+  const std::string added = R"("added_tokens": [{"id": 5, "content": "<x>", "special": true}])";
+  const Tokenizer always = hf_from("{" + model + "," + added + R"(, "pre_tokenizer": {"type": "Metaspace",
+      "replacement": "▁", "prepend_scheme": "always", "split": true}})");
+  EXPECT_EQ(always.encode("a b", false, false), (Ids{0, 1}));
+  EXPECT_EQ(always.encode(" a", false, false), (Ids{0}));  // already starts with ▁: no second one
+  EXPECT_EQ(always.encode("a<x>b", false, true), (Ids{0, 5, 1}));
+  const Tokenizer first = hf_from("{" + model + "," + added + R"(, "pre_tokenizer": {"type": "Metaspace",
+      "replacement": "▁", "prepend_scheme": "first", "split": false}})");
+  EXPECT_EQ(first.encode("a<x>b", false, true), (Ids{0, 5, 4}));  // no ▁ after the added token
+  const Tokenizer never = hf_from("{" + model + R"(, "pre_tokenizer": {"type": "Metaspace",
+      "replacement": "▁", "prepend_scheme": "never"}})");
+  EXPECT_EQ(never.encode("a b", false, false), (Ids{3, 1}));
+}
+
+TEST(TokenizerHfPipeline, ByteLevelWithRegexAndPrefixSpace) {
+  const Tokenizer tok = hf_from(R"({"model": {"type": "BPE", "vocab": {"Ġ": 0, "a": 1, "b": 2, "Ġa": 3, "Ġb": 4},
+      "merges": ["Ġ a"]},
+      "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": true, "use_regex": true},
+      "decoder": {"type": "ByteLevel"}})");
+  EXPECT_EQ(tok.encode("a b", false, false), (Ids{3, 0, 2}));  // " a", " b": "Ġb" has no merge
+  EXPECT_EQ(tok.decode(Ids{3, 0, 2}, false), " a b");
+  EXPECT_EQ(tok.token_to_piece(0), " ");
+}
+
+TEST(TokenizerHfPipeline, DigitsSplitAndNormalizers) {
+  const Tokenizer tok = hf_from(R"({"model": {"type": "BPE", "vocab": {"1": 0, "2": 1, "12": 2, "a": 3, "b": 4, "ab": 5},
+      "merges": ["1 2", "a b"]},
+      "normalizer": {"type": "Sequence", "normalizers": [{"type": "Lowercase"}, {"type": "Strip"},
+          {"type": "Replace", "pattern": {"Regex": "\\s+"}, "content": " "}]},
+      "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"},
+          {"type": "Digits", "individual_digits": true}]}})");
+  EXPECT_EQ(tok.encode("  AB \t 12ab ", false, false), (Ids{5, 0, 1, 5}));
+  const Tokenizer contiguous = hf_from(R"({"model": {"type": "BPE", "vocab": {"1": 0, "2": 1, "12": 2},
+      "merges": ["1 2"]}, "pre_tokenizer": {"type": "Digits", "individual_digits": false}})");
+  EXPECT_EQ(contiguous.encode("12", false, false), (Ids{2}));
+}
+
+TEST(TokenizerHfPipeline, SplitBehaviors) {
+  const std::string model = R"("model": {"type": "BPE", "vocab": {"a": 0, "-": 1, "a-": 2, "-a": 3}, "merges": ["a -", "- a"]})";
+  auto with = [&](const char* behavior, bool invert) {
+    return hf_from("{" + model + R"(, "pre_tokenizer": {"type": "Split", "pattern": {"String": "-"}, "behavior": ")" +
+                   behavior + "\", \"invert\": " + (invert ? "true" : "false") + "}}");
+  };
+  EXPECT_EQ(with("Removed", false).encode("a-a", false, false), (Ids{0, 0}));
+  EXPECT_EQ(with("Isolated", false).encode("a-a", false, false), (Ids{0, 1, 0}));
+  EXPECT_EQ(with("MergedWithPrevious", false).encode("a-a", false, false), (Ids{2, 0}));
+  EXPECT_EQ(with("MergedWithNext", false).encode("a-a", false, false), (Ids{0, 3}));
+  EXPECT_EQ(with("Contiguous", false).encode("a--a", false, false), (Ids{0, 1, 1, 0}));
+  EXPECT_EQ(with("Removed", true).encode("a-a", false, false), (Ids{1}));  // keeps only the matches
+}
+
+TEST(TokenizerHfPipeline, AddedTokenStripAndSingleWord) {
+  const Tokenizer tok = hf_from(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, " ": 2, "x": 3}, "merges": []},
+      "added_tokens": [
+        {"id": 4, "content": "<m>", "lstrip": true, "rstrip": true, "special": false, "normalized": false},
+        {"id": 5, "content": "xx", "single_word": true, "special": false, "normalized": false}]})");
+  EXPECT_EQ(tok.encode("a <m> b", false, false), (Ids{0, 4, 1}));
+  EXPECT_EQ(tok.encode("a xx b", false, false), (Ids{0, 2, 5, 2, 1}));
+  EXPECT_EQ(tok.encode("axx", false, false), (Ids{0, 3, 3}));  // not a whole word
+  EXPECT_EQ(tok.token_type(4), TokenType::kUserDefined);
+}
+
+TEST(TokenizerHfPipeline, SubwordPrefixByteFallbackAndUnk) {
+  const Tokenizer prefixed = hf_from(R"({"model": {"type": "BPE", "vocab": {"a": 0, "##b": 1, "ab": 2},
+      "merges": ["a ##b"], "continuing_subword_prefix": "##"}})");
+  EXPECT_EQ(prefixed.encode("ab", false, false), (Ids{2}));
+  const std::string vocab = R"("vocab": {"<unk>": 0, "a": 1, "<0xC3>": 2, "<0xA9>": 3}, "merges": [])";
+  const Tokenizer fused = hf_from(R"({"model": {"type": "BPE", )" + vocab +
+                                  R"(, "unk_token": "<unk>", "byte_fallback": true, "fuse_unk": true}})");
+  EXPECT_EQ(fused.encode("a\xC3\xA9", false, false), (Ids{1, 2, 3}));
+  EXPECT_EQ(fused.encode("a\xE2\x82\xAC\xE2\x82\xAC" "a", false, false), (Ids{1, 0, 1}));
+  EXPECT_EQ(fused.decode(Ids{1, 2, 3}, false), "a\xC3\xA9");
+  const Tokenizer unfused = hf_from(R"({"model": {"type": "BPE", )" + vocab + R"(, "unk_token": "<unk>"}})");
+  EXPECT_EQ(unfused.encode("\xE2\x82\xAC\xE2\x82\xAC", false, false), (Ids{0, 0}));
+  EXPECT_EQ(unfused.encode("\xC3\xA9", false, false), (Ids{0}));  // no byte_fallback: unk
+}
+
+TEST(TokenizerHfPipeline, PostProcessorsAndConfig) {
+  const std::string model = R"("model": {"type": "BPE", "vocab": {"<s>": 0, "</s>": 1, "a": 2}, "merges": []},
+      "added_tokens": [{"id": 0, "content": "<s>", "special": true}, {"id": 1, "content": "</s>", "special": true}])";
+  const Tokenizer bert = hf_from("{" + model + R"(, "post_processor": {"type": "RobertaProcessing",
+      "cls": ["<s>", 0], "sep": ["</s>", 1]}})");
+  EXPECT_EQ(bert.encode("a", true, false), (Ids{0, 2, 1}));
+  EXPECT_EQ(bert.encode("a", false, false), (Ids{2}));
+  const Tokenizer config = hf_from("{" + model + "}",
+                                   R"({"bos_token": {"content": "<s>"}, "eos_token": "</s>", "add_bos_token": true,
+                                       "add_eos_token": true, "chat_template": [{"name": "tool_use", "template": "T"},
+                                       {"name": "default", "template": "D"}]})");
+  EXPECT_EQ(config.encode("a", true, false), (Ids{0, 2, 1}));
+  EXPECT_TRUE(config.add_bos());
+  EXPECT_TRUE(config.add_eos());
+  EXPECT_EQ(config.chat_template(), "D");
+  EXPECT_EQ(config.decode(Ids{0, 2, 1}, true), "a");
+  EXPECT_TRUE(config.is_eog(1));
+}
+
 }  // namespace
 }  // namespace lumen::tok
