@@ -11,7 +11,13 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr int32_t kMaxVocab = 1 << 24;  // a sanity bound on token ids from the file
+// Token ids from the file must stay below this and below 2 x (number of tokens) + 64Ki, so a
+// hostile file cannot make the vocab table huge with a few sparse ids.
+constexpr int32_t kMaxVocab = 1 << 22;
+
+bool plausible_id(int64_t id, size_t n_entries) {
+  return id >= 0 && id < kMaxVocab && static_cast<uint64_t>(id) < 2 * static_cast<uint64_t>(n_entries) + 65536;
+}
 // HF's ByteLevel pre-tokenizer regex (GPT-2 with a final \s+).
 constexpr const char* kHfByteLevelRegex =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
@@ -248,7 +254,7 @@ Status load_model(const json& model, Vocab* vocab, HfPipeline* hf) {
   int32_t n = 0;
   for (auto it = v->begin(); it != v->end(); ++it) {
     const int64_t id = it.value().get<int64_t>();
-    if (id < 0 || id >= kMaxVocab) return error("tokenizer.json: model.vocab id " + std::to_string(id) + " is out of range");
+    if (!plausible_id(id, v->size())) return error("tokenizer.json: model.vocab id " + std::to_string(id) + " is out of range");
     n = std::max(n, static_cast<int32_t>(id) + 1);
   }
   vocab->tokens.resize(static_cast<size_t>(n));
@@ -328,7 +334,9 @@ Status load_added_tokens(const json& root, Vocab* vocab) {
   if (!added->is_array()) return error("tokenizer.json: 'added_tokens' must be an array");
   for (const json& a : *added) {
     const int64_t id = a.at("id").get<int64_t>();
-    if (id < 0 || id >= kMaxVocab) return error("tokenizer.json: added token id " + std::to_string(id) + " is out of range");
+    if (!plausible_id(id, static_cast<size_t>(vocab->n_tokens()) + added->size())) {
+      return error("tokenizer.json: added token id " + std::to_string(id) + " is out of range");
+    }
     const std::string content = get_string(a, "content");
     if (content.empty()) return error("tokenizer.json: added token " + std::to_string(id) + " has no content");
     if (id >= vocab->n_tokens()) {

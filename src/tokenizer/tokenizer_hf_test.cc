@@ -137,6 +137,7 @@ TEST(TokenizerHfLlama3, IgnoreMergesAndByteLevel) {
 TEST(TokenizerHfErrors, BadJsonIsAStatus) {
   for (const char* json : {"", "{", "[]", "{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}",
                            "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -5}, \"merges\": []}}",
+                           "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 3000000}, \"merges\": []}}",
                            "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": \"x\"}, \"merges\": []}}",
                            "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [5]}}",
                            "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
