@@ -92,6 +92,12 @@ void read_special_ids(const gguf::ModelFile& file, Family family, Vocab* vocab) 
   read_special_id(file, "tokenizer.ggml.unknown_token_id", n, &vocab->unk_id);
   read_special_id(file, "tokenizer.ggml.seperator_token_id", n, &vocab->sep_id);
   read_special_id(file, "tokenizer.ggml.padding_token_id", n, &vocab->pad_id);
+  for (const char* key : {"tokenizer.ggml.eom_token_id", "tokenizer.ggml.fim_pad_token_id",
+                          "tokenizer.ggml.fim_rep_token_id", "tokenizer.ggml.fim_sep_token_id"}) {
+    int32_t id = -1;
+    read_special_id(file, key, n, &id);
+    if (id >= 0) vocab->extra_eog_ids.push_back(id);
+  }
   for (int32_t* id : {&vocab->bos_id, &vocab->eos_id, &vocab->unk_id, &vocab->sep_id, &vocab->pad_id}) {
     if (*id >= n) *id = -1;  // a default beyond a small vocab
   }

@@ -103,6 +103,8 @@ TEST(TokenizerHfQwen, AddedTokensAndEog) {
   EXPECT_TRUE(qwen->is_eog(im_end));
   EXPECT_TRUE(qwen->is_eog(qwen->find_token("<|endoftext|>")));
   EXPECT_FALSE(qwen->is_eog(im_start));
+  EXPECT_TRUE(qwen->is_eog(qwen->find_token("<|file_sep|>")));  // FIM stop tokens, as llama.cpp
+  EXPECT_TRUE(qwen->is_eog(qwen->find_token("<|fim_pad|>")));
   EXPECT_EQ(qwen->eos_id(), im_end);
   EXPECT_FALSE(qwen->add_bos());
   EXPECT_FALSE(qwen->chat_template().empty());

@@ -137,9 +137,17 @@ void Vocab::finalize() {
       std::find(kEotNames.begin(), kEotNames.end(), std::string_view(tokens[eot_id].text))) {
     tokens[eot_id].type = TokenType::kControl;
   }
-  // Further end-of-text names, only when they are control tokens.
-  for (std::string_view name : {std::string_view("<|end_of_text|>"), std::string_view("</s>")}) {
+  // Further names, only when they are control tokens: end of text, and the FIM pad / repo /
+  // file-separator tokens llama.cpp also stops on (Qwen and StarCoder spellings).
+  static constexpr std::array<std::string_view, 10> kControlEogNames = {
+      "<|end_of_text|>", "</s>",         "<|fim_pad|>", "<fim-pad>",    "<|fim_repo|>",
+      "<|repo_name|>",   "<fim-repo>",   "<REPO>",      "<|file_sep|>", "<file_sep>",
+  };
+  for (std::string_view name : kControlEogNames) {
     if (const int32_t id = find(name); id >= 0 && tokens[id].type == TokenType::kControl) eog[id] = 1;
+  }
+  for (int32_t id : extra_eog_ids) {
+    if (valid_id(id)) eog[id] = 1;
   }
   if (valid_id(eos_id)) eog[eos_id] = 1;
   if (valid_id(eot_id)) eog[eot_id] = 1;

@@ -93,6 +93,7 @@ struct Vocab {
   int32_t unk_id = -1;
   int32_t pad_id = -1;
   int32_t sep_id = -1;
+  std::vector<int32_t> extra_eog_ids;  // from metadata: end of message, FIM pad / repo / file separator
   bool add_bos = false;
   bool add_eos = false;
   bool add_sep = false;           // WPM: add_special appends SEP
