@@ -2,6 +2,7 @@
 // The message names the field and the value at fault. Internal invariants use LUMEN_CHECK.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -9,25 +10,38 @@
 
 namespace lumen {
 
+// Who is at fault / what the caller can do, for the few places that must tell apart
+// (the server maps these to HTTP 400 / 503 / 404 / 500).
+enum class StatusCode : uint8_t {
+  kOk = 0,
+  kInvalidArgument,  // bad input: a file, a flag, a request field
+  kUnavailable,      // try again later: a queue is full, the engine is loading
+  kNotFound,
+  kInternal,
+};
+
 class [[nodiscard]] Status {
  public:
   Status() = default;  // ok
   static Status ok_status() { return Status(); }
-  static Status error(std::string message) {
+  static Status error(std::string message, StatusCode code = StatusCode::kInvalidArgument) {
     Status s;
     s.message_ = std::move(message);
-    s.ok_ = false;
+    s.code_ = code == StatusCode::kOk ? StatusCode::kInternal : code;
     return s;
   }
-  bool ok() const { return ok_; }
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
 
  private:
-  bool ok_ = true;
+  StatusCode code_ = StatusCode::kOk;
   std::string message_;
 };
 
-inline Status error(std::string message) { return Status::error(std::move(message)); }
+inline Status error(std::string message, StatusCode code = StatusCode::kInvalidArgument) {
+  return Status::error(std::move(message), code);
+}
 
 // Result<T>: a T or a non-ok Status.
 template <typename T>

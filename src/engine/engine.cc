@@ -140,7 +140,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path,
   return e;
 }
 
-Result<RequestId> Engine::add_request(Request request) {
+Status Engine::validate(const Request& request) const {
   const int32_t n_vocab = model_.hparams().n_vocab;
   const GenerationParams& p = request.params;
   if (request.prompt_ids.empty()) return error("prompt: empty (no tokens to condition on)");
@@ -161,8 +161,28 @@ Result<RequestId> Engine::add_request(Request request) {
   if (p.stop.size() > 16) return error("stop: at most 16 stop strings");
   for (const std::string& st : p.stop)
     if (st.size() > 256) return error("stop: a stop string is longer than 256 bytes");
+  if (p.n < 1 || p.n > config_.max_seqs)
+    return error("n: must be in [1, " + std::to_string(config_.max_seqs) + "] (--max-seqs), got " +
+                 std::to_string(p.n));
+  if (p.logprobs < -1 || p.logprobs > 20) return error("logprobs: must be in [0, 20]");
+  if (p.cache_salt.size() > 256) return error("cache_salt: longer than 256 bytes");
+  return Status();
+}
 
-  const RequestId id = next_id_++;
+EngineMetrics Engine::metrics() const {
+  EngineMetrics m = counters_;
+  m.n_running = static_cast<int32_t>(running_.size());
+  m.n_waiting = static_cast<int32_t>(waiting_.size());
+  m.kv_blocks_used = pool_.n_used();
+  m.kv_blocks_total = pool_.n_blocks();
+  return m;
+}
+
+Result<RequestId> Engine::add_request(Request request, RequestId id_in) {
+  LUMEN_TRY(validate(request));
+  const int32_t n_vocab = model_.hparams().n_vocab;
+  const RequestId id = id_in != 0 ? id_in : next_id_++;
+  if (id_in >= next_id_) next_id_ = id_in + 1;
   auto seq = std::make_unique<Sequence>(id, std::move(request), tokenizer_, n_vocab, config_.n_ctx);
   for (int32_t t : seq->tokens) seq->sampler.accept(t);
   seq->timings.arrival_ms = now_ms();

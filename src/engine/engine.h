@@ -42,6 +42,22 @@ struct EngineConfig {
   bool use_reference_kernels = false;
 };
 
+// Counters and gauges for /metrics (a consistent snapshot).
+struct EngineMetrics {
+  // gauges
+  int32_t n_running = 0;
+  int32_t n_waiting = 0;
+  int32_t kv_blocks_used = 0;
+  int32_t kv_blocks_total = 0;
+  // counters since start
+  uint64_t prompt_tokens = 0;
+  uint64_t generated_tokens = 0;
+  uint64_t cached_tokens = 0;
+  uint64_t preemptions = 0;
+  uint64_t requests_finished = 0;
+  uint64_t steps = 0;
+};
+
 class Engine {
  public:
   ~Engine();
@@ -59,8 +75,11 @@ class Engine {
   std::string_view kernel_name() const;
   double load_ms() const { return load_ms_; }
 
-  // Validates and queues a request. Errors name the field (e.g. prompt too long).
-  Result<RequestId> add_request(Request request);
+  // Checks a request against the engine's limits without queueing it. Thread-safe (reads
+  // only immutable configuration). Errors name the field (e.g. prompt too long).
+  Status validate(const Request& request) const;
+  // Validates and queues a request under `id` (0: the engine picks one).
+  Result<RequestId> add_request(Request request, RequestId id = 0);
   // Runs one forward step (if there is work) and returns what happened to each request.
   std::vector<RequestEvent> step();
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
@@ -69,6 +88,8 @@ class Engine {
   std::optional<RequestTimings> timings(RequestId id) const;
 
   int32_t kv_blocks_in_use() const { return pool_.n_used(); }
+  int32_t n_waiting() const { return static_cast<int32_t>(waiting_.size()); }
+  EngineMetrics metrics() const;
 
  private:
   struct Sequence;
@@ -91,6 +112,7 @@ class Engine {
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;
   std::map<RequestId, RequestTimings> finished_timings_;
+  EngineMetrics counters_;
   double load_ms_ = 0;
 
   // Per-step batch buffers, sized at creation (no per-token allocation).

@@ -20,6 +20,22 @@ struct GenerationParams {
   int32_t top_logits = 0;             // report the K largest logits of every step
   bool prompt_logprobs = false;       // report log p(prompt[i] | prompt[<i]) for i >= 1
   bool hash_logits = false;           // report a hash of the first generated token's logits
+  int32_t n = 1;                      // completions sampled from the one prompt (share its KV)
+  int32_t logprobs = -1;              // -1: none; 0: the chosen token's; K: + the top K
+  int32_t priority = 0;               // lower runs first (FCFS among equals)
+  std::string cache_salt;             // prefix-cache namespace: only equal salts share blocks
+};
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;                                   // log p(id) under the model
+  std::vector<std::pair<int32_t, float>> top;          // top-K (id, logprob), if asked
+};
+
+struct Usage {
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;  // summed over the n completions
+  int32_t cached_tokens = 0;      // prompt tokens whose KV came from the prefix cache
 };
 
 struct Request {
@@ -30,22 +46,9 @@ struct Request {
 enum class FinishReason : uint8_t { kNone, kEos, kLength, kStop, kContextFull, kCancelled, kError };
 const char* finish_reason_name(FinishReason reason);
 
-// One step's news for one request.
-struct RequestEvent {
-  RequestId request_id = 0;
-  std::vector<int32_t> new_token_ids;                        // usually one
-  std::string text_delta;                                    // UTF-8 complete, stop-trimmed
-  std::vector<std::vector<std::pair<int32_t, float>>> top;   // per new token, if asked
-  std::vector<double> prompt_logprobs;                       // when the prompt finished, if asked
-  std::vector<int32_t> prompt_argmax;                        // argmax id at each prompt position
-  uint64_t logits_hash = 0;                                  // with hash_logits, on the first token
-  bool finished = false;
-  FinishReason finish_reason = FinishReason::kNone;
-  std::string error;                                         // set with kError
-};
-
 struct RequestTimings {
   double arrival_ms = 0;
+  double first_scheduled_ms = 0;  // when its first token entered a forward step (queue time)
   double first_token_ms = 0;   // when the first generated token was sampled
   double finish_ms = 0;
   int32_t n_prompt = 0;
@@ -56,5 +59,25 @@ struct RequestTimings {
     return n_generated > 1 ? (finish_ms - first_token_ms) / (n_generated - 1) : 0.0;
   }
 };
+
+// One step's news for one request.
+struct RequestEvent {
+  RequestId request_id = 0;
+  int32_t seq_index = 0;                                     // which of the n completions
+  std::vector<int32_t> new_token_ids;                        // usually one
+  std::string text_delta;                                    // UTF-8 complete, stop-trimmed
+  std::vector<std::vector<std::pair<int32_t, float>>> top;   // per new token, if asked
+  std::vector<double> prompt_logprobs;                       // when the prompt finished, if asked
+  std::vector<int32_t> prompt_argmax;                        // argmax id at each prompt position
+  uint64_t logits_hash = 0;                                  // with hash_logits, on the first token
+  std::vector<TokenLogprob> logprobs;                        // per new token, if asked
+  bool request_finished = false;  // all n completions are done (the last event of the request)
+  Usage usage;                    // set on the request's last event
+  RequestTimings timings;         // set on the request's last event
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string error;                                         // set with kError
+};
+
 
 }  // namespace lumen::engine
