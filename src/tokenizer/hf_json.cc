@@ -384,6 +384,7 @@ Result<std::unique_ptr<TokenizerImpl>> load(std::string_view tokenizer_json, std
   vocab.piece_style = byte_level ? PieceStyle::kByteLevel : PieceStyle::kMetaspace;
   vocab.decode_strip_space = strip_space;
   vocab.clean_spaces = get_bool(config, "clean_up_tokenization_spaces", false);
+  vocab.eog_names_force_control = false;  // tokenizer.json says which added tokens are special
 
   if (const json* p = field(root, "post_processor")) {
     LUMEN_TRY(scan_post_processor(*p, vocab, &hf.prefix_ids, &hf.suffix_ids));

@@ -123,27 +123,29 @@ void Vocab::finalize() {
     }
   }
   eog.assign(static_cast<size_t>(n), 0);
-  // llama.cpp marks these as end of generation and forces them to control tokens.
-  static constexpr std::array<std::string_view, 7> kEogNames = {
-      "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>",
+  // llama.cpp marks these as end of generation and, for GGUF vocabs, forces them to control
+  // tokens (so parse_special = false no longer splits them out). The FIM pad / repo /
+  // file-separator names (Qwen and StarCoder spellings) are llama.cpp's FIM stop tokens.
+  static constexpr std::array<std::string_view, 15> kEogNames = {
+      "<|eot_id|>",  "<|im_end|>",    "<|end|>",     "<end_of_turn>", "<|endoftext|>",
+      "<|eom_id|>",  "<EOT>",         "<|fim_pad|>", "<fim-pad>",     "<|fim_repo|>",
+      "<|repo_name|>", "<fim-repo>",  "<REPO>",      "<|file_sep|>",  "<file_sep>",
+  };
+  auto force_control = [&](int32_t id) {
+    if (eog_names_force_control) tokens[id].type = TokenType::kControl;
   };
   for (std::string_view name : kEogNames) {
     if (const int32_t id = find(name); id >= 0) {
       eog[id] = 1;
-      if (tokens[id].type != TokenType::kControl) tokens[id].type = TokenType::kControl;
+      force_control(id);
     }
   }
-  if (valid_id(eot_id) && tokens[eot_id].type != TokenType::kControl && kEotNames.end() !=
+  if (valid_id(eot_id) && kEotNames.end() !=
       std::find(kEotNames.begin(), kEotNames.end(), std::string_view(tokens[eot_id].text))) {
-    tokens[eot_id].type = TokenType::kControl;
+    force_control(eot_id);
   }
-  // Further names, only when they are control tokens: end of text, and the FIM pad / repo /
-  // file-separator tokens llama.cpp also stops on (Qwen and StarCoder spellings).
-  static constexpr std::array<std::string_view, 10> kControlEogNames = {
-      "<|end_of_text|>", "</s>",         "<|fim_pad|>", "<fim-pad>",    "<|fim_repo|>",
-      "<|repo_name|>",   "<fim-repo>",   "<REPO>",      "<|file_sep|>", "<file_sep>",
-  };
-  for (std::string_view name : kControlEogNames) {
+  // Further end-of-text names, only when they are control tokens.
+  for (std::string_view name : {std::string_view("<|end_of_text|>"), std::string_view("</s>")}) {
     if (const int32_t id = find(name); id >= 0 && tokens[id].type == TokenType::kControl) eog[id] = 1;
   }
   for (int32_t id : extra_eog_ids) {

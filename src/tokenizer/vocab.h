@@ -99,6 +99,7 @@ struct Vocab {
   bool add_sep = false;           // WPM: add_special appends SEP
   bool add_space_prefix = false;  // SPM: prepend "▁" to text fragments
   bool decode_strip_space = false;  // decode drops the first token's leading space
+  bool eog_names_force_control = true;  // llama.cpp's type override for GGUF; HF keeps its types
   bool clean_spaces = false;        // decode removes " ," " ." " 's" ... (llama.cpp clean_spaces)
   PieceStyle piece_style = PieceStyle::kMetaspace;
   // No mergeable token contains "▁" right after another character (true for SentencePiece
@@ -125,9 +126,10 @@ struct Vocab {
     return valid_id(id) && (tokens[id].type == TokenType::kControl || tokens[id].type == TokenType::kUnknown);
   }
 
-  // Computes pieces, byte_ids, the flat index and the EOG set (eos, eot, and control tokens named like
-  // <|im_end|>, <|eot_id|>, <|end_of_text|>, <|endoftext|>, </s>, ... as llama.cpp does).
-  // Tokens with an end-of-turn name that are not control become control (as llama.cpp).
+  // Computes pieces, byte_ids, the flat index and the EOG set (eos, eot, metadata extras,
+  // tokens named like <|im_end|>, <|eot_id|>, <|endoftext|>, <|file_sep|>, and control
+  // tokens named <|end_of_text|> or </s>, as llama.cpp does). With eog_names_force_control,
+  // the named tokens also become control tokens (as llama.cpp).
   void finalize();
 
   // llama.cpp token_to_piece(lstrip = 0): control / unknown tokens render empty unless
