@@ -37,13 +37,14 @@ class BpeRanks {
   size_t n_merges_ = 0;
 };
 
-// The llama.cpp pre-tokenizer regexes for a tokenizer.ggml.pre name. Unknown names give
-// the gpt-2 set and *known = false. *ignore_merges is set for llama3 / tekken style.
+// The llama.cpp pre-tokenizer for a tokenizer.ggml.pre name: its regexes and the per-name
+// flags llama.cpp sets with them. Unknown names give the gpt-2 set and *known = false; a
+// missing name (empty) gives llama.cpp's "default" set.
 struct BpePreTokenizer {
   std::vector<Regex> regexes;  // applied in sequence, each splitting every piece (isolated)
-  bool ignore_merges = false;
-  bool clean_spaces = true;
-  bool add_bos = false;
+  bool ignore_merges = false;  // llama3 / tekken: a pre-token that is a token is emitted whole
+  bool clean_spaces = true;    // decode clean-up (off for qwen2, deepseek, command-r, ...)
+  bool add_bos = false;        // default for add_special (metadata may override)
 };
 Result<BpePreTokenizer> make_bpe_pre_tokenizer(std::string_view pre_name, bool* known);
 

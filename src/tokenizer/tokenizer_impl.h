@@ -16,6 +16,7 @@ struct HfPipeline;  // hf_tokenizer.h
 
 enum class Family : uint8_t { kSpm, kBpe, kWpm, kHf };
 
+// A plain holder: the loaders fill the public fields, then encode() only reads them.
 class TokenizerImpl {
  public:
   TokenizerImpl();
