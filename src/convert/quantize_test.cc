@@ -279,6 +279,17 @@ TEST(QuantizeModel, HfToEachTypeLoadsAndStaysClose) {
                 static_cast<unsigned long long>(report.file_bytes));
     EXPECT_LT(d.max_abs, max_abs) << type;
     EXPECT_LT(d.rel_rms, rel_rms) << type;
+    if (std::string(type) == "f16") {
+      // A GGUF with f16 weights is an input like any other: f16 -> q8_0.
+      const std::string out2 = temp_path("656k-f16-q8_0.gguf");
+      st = quantize(out, out2, "q8_0", &report);
+      ASSERT_TRUE(st.ok()) << st.message();
+      EXPECT_EQ(report.container, "gguf");
+      auto got2 = model_logits(out2, prompt_ids(), &n_vocab);
+      ASSERT_TRUE(got2.ok()) << got2.message();
+      EXPECT_LT(compare_logits(*ref, *got2, n_vocab).rel_rms, 0.04);
+      std::remove(out2.c_str());
+    }
     std::remove(out.c_str());
   }
 }

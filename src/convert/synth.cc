@@ -206,10 +206,13 @@ Status synth_model(const SynthConfig& c, const std::string& out_path, SynthRepor
   if (!report) report = &local;
   *report = SynthReport();
 
-  LUMEN_ASSIGN_OR_RETURN(HfTokenizerTexts texts, read_hf_tokenizer_files(c.tokenizer_path));
+  Result<HfTokenizerTexts> texts = read_hf_tokenizer_files(c.tokenizer_path);
+  if (!texts.ok())
+    return error("tokenizer: " + texts.message() +
+                 " (pass --tokenizer PATH/tokenizer.json, or set LUMEN_SHARED to the shared data directory)");
   TokenizerGgufOptions topt;
   topt.n_vocab = c.n_vocab;
-  Result<TokenizerGguf> tok = hf_tokenizer_to_gguf(texts, topt);
+  Result<TokenizerGguf> tok = hf_tokenizer_to_gguf(*texts, topt);
   if (!tok.ok()) return error("--tokenizer '" + c.tokenizer_path + "': " + tok.message());
 
   GgufStreamWriter w;
