@@ -33,37 +33,28 @@ uint64_t hash_floats(std::span<const float> values) {
   return h;
 }
 
-}  // namespace
-
-struct Engine::Sequence {
-  Sequence(RequestId id_, Request req, const tok::Tokenizer& tokenizer, int32_t n_vocab,
-           int32_t n_ctx)
-      : id(id_),
-        params(std::move(req.params)),
-        tokens(std::move(req.prompt_ids)),
-        n_prompt(static_cast<int32_t>(tokens.size())),
-        sampler(params.sampling, n_vocab),
-        detok(tokenizer),
-        stop(params.stop) {
-    tokens.reserve(n_ctx + 1);
-    sched.seq_id = id;
-    sched.n_tokens_target = n_prompt;
+// The k largest logits as (id, logit), descending, ties by id ascending. O(n log k).
+std::vector<std::pair<int32_t, float>> top_logits(std::span<const float> logits, int32_t k) {
+  auto better = [](const std::pair<int32_t, float>& a, const std::pair<int32_t, float>& b) {
+    return a.second > b.second || (a.second == b.second && a.first < b.first);
+  };
+  std::vector<std::pair<int32_t, float>> heap;  // heap under `better`: the worst kept on top
+  heap.reserve(k + 1);
+  for (int32_t i = 0; i < static_cast<int32_t>(logits.size()); ++i) {
+    if (static_cast<int32_t>(heap.size()) < k) {
+      heap.emplace_back(i, logits[i]);
+      std::push_heap(heap.begin(), heap.end(), better);
+    } else if (better({i, logits[i]}, heap.front())) {
+      std::pop_heap(heap.begin(), heap.end(), better);
+      heap.back() = {i, logits[i]};
+      std::push_heap(heap.begin(), heap.end(), better);
+    }
   }
+  std::sort(heap.begin(), heap.end(), better);
+  return heap;
+}
 
-  RequestId id;
-  GenerationParams params;
-  std::vector<int32_t> tokens;  // prompt + generated
-  int32_t n_prompt;
-  int32_t n_generated = 0;
-  SchedSeq sched;
-  sample::Sampler sampler;
-  tok::StreamingDetokenizer detok;
-  StopMatcher stop;
-  RequestTimings timings;
-  std::vector<double> prompt_logprobs;
-  std::vector<int32_t> prompt_argmax;
-  bool finished = false;
-};
+}  // namespace
 
 Engine::Engine(model::Model model, tok::Tokenizer tokenizer)
     : model_(std::move(model)), tokenizer_(std::move(tokenizer)) {}
@@ -126,12 +117,19 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path,
   if (n_blocks > (int64_t{1} << 30)) return error("KV cache too large");
   kc.n_blocks = static_cast<int32_t>(n_blocks);
   LUMEN_ASSIGN_OR_RETURN(e->kv_, kv::KvStorage::allocate(kc));
-  e->pool_ = kv::BlockPool(kc.n_blocks);
-  e->scheduler_ = Scheduler(SchedulerConfig{config.max_batch_tokens, config.max_seqs, config.block_size});
+  e->pool_ = kv::BlockPool(kc.n_blocks, kc.block_size);
+  e->scheduler_ = Scheduler(SchedulerConfig{config.max_batch_tokens, config.max_seqs, config.block_size,
+                                            config.enable_prefix_cache});
+  // The prefix-cache namespace starts with the model's identity: two models never share.
+  const gguf::ModelFile& mf = e->model_.file();
+  e->model_id_ = std::string(mf.get_string("general.name").value_or("")) + "|" +
+                 std::string(model::arch_name(hp.arch)) + "|" + std::to_string(hp.n_layer) + "x" +
+                 std::to_string(hp.n_embd) + "|" + std::to_string(mf.data_bytes()) + "|" + mf.path();
   e->batch_tokens_.reserve(config.max_batch_tokens);
   e->batch_seqs_.reserve(config.max_seqs);
   e->batch_logit_rows_.reserve(config.max_batch_tokens);
   e->running_.reserve(config.max_seqs);
+  e->batch_logit_rows_.reserve(std::max(config.max_batch_tokens, config.max_seqs));
   e->load_ms_ = now_ms() - t0;
   LUMEN_LOG_INFO("engine: %s, %d layers, n_ctx %d, kv %s %d blocks x %d tokens, kernels %s, %d threads",
                  std::string(model::arch_name(hp.arch)).c_str(), hp.n_layer, config.n_ctx,
@@ -178,41 +176,78 @@ EngineMetrics Engine::metrics() const {
   return m;
 }
 
+// One completion: the tokens it has, where it stands in the KV cache (its SchedSeq), and
+// its own sampler, detokenizer and stop-string state.
+struct Engine::Sequence {
+  Sequence(RequestState* req_, int32_t seq_index_, const sample::SamplingParams& sp,
+           const tok::Tokenizer& tokenizer, int32_t n_vocab, const std::vector<std::string>& stops)
+      : req(req_), seq_index(seq_index_), sampler(sp, n_vocab), detok(tokenizer), stop(stops) {}
+
+  RequestState* req;
+  int32_t seq_index;
+  std::vector<int32_t> tokens;  // prompt + generated; capacity n_ctx + 1 (spans stay valid)
+  int32_t n_generated = 0;
+  SchedSeq sched;
+  sample::Sampler sampler;
+  tok::StreamingDetokenizer detok;
+  StopMatcher stop;
+  std::vector<double> prompt_logprobs;
+  std::vector<int32_t> prompt_argmax;
+  bool finished = false;
+};
+
+// One request: n completions of one prompt. The first sequence computes the prompt; when
+// it samples its first token the others are forked from it, sharing every prompt block.
+struct Engine::RequestState {
+  RequestId id = 0;
+  GenerationParams params;
+  int32_t n_prompt = 0;
+  bool forked = false;
+  int32_t n_live = 0;       // sequences not finished
+  Usage usage;
+  RequestTimings timings;
+  std::vector<uint64_t> seq_ids;
+};
+
 Result<RequestId> Engine::add_request(Request request, RequestId id_in) {
   LUMEN_TRY(validate(request));
-  const int32_t n_vocab = model_.hparams().n_vocab;
+  if (id_in != 0 && requests_.count(id_in)) return error("request id " + std::to_string(id_in) + " is in use");
   const RequestId id = id_in != 0 ? id_in : next_id_++;
-  if (id_in >= next_id_) next_id_ = id_in + 1;
-  auto seq = std::make_unique<Sequence>(id, std::move(request), tokenizer_, n_vocab, config_.n_ctx);
+  if (id >= next_id_) next_id_ = id + 1;
+  const int32_t n_vocab = model_.hparams().n_vocab;
+
+  auto req = std::make_unique<RequestState>();
+  req->id = id;
+  req->params = std::move(request.params);
+  req->n_prompt = static_cast<int32_t>(request.prompt_ids.size());
+  req->n_live = 1;
+  req->usage.prompt_tokens = req->n_prompt;
+  req->timings.arrival_ms = now_ms();
+  req->timings.n_prompt = req->n_prompt;
+
+  auto seq = std::make_unique<Sequence>(req.get(), 0, req->params.sampling, tokenizer_, n_vocab, req->params.stop);
+  seq->tokens = std::move(request.prompt_ids);
+  seq->tokens.reserve(config_.n_ctx + 1);
   for (int32_t t : seq->tokens) seq->sampler.accept(t);
-  seq->timings.arrival_ms = now_ms();
-  seq->timings.n_prompt = seq->n_prompt;
-  waiting_.push_back(std::move(seq));
+  SchedSeq& ss = seq->sched;
+  ss.seq_id = next_seq_id_++;
+  ss.priority = req->params.priority;
+  ss.arrival = next_arrival_++;
+  ss.n_slots = req->params.n;
+  ss.tokens = seq->tokens;
+  ss.root_hash = kv::namespace_hash(model_id_, req->params.cache_salt);
+  req->seq_ids.push_back(ss.seq_id);
+
+  waiting_.insert(std::upper_bound(waiting_.begin(), waiting_.end(), &ss, runs_before), &ss);
+  seqs_.emplace(ss.seq_id, std::move(seq));
+  requests_.emplace(id, std::move(req));
   return id;
 }
 
-void Engine::admit_waiting() {
-  while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < config_.max_seqs) {
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
-  }
-}
-
-void Engine::cancel(RequestId id) {
-  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
-    if ((*it)->id == id) {
-      waiting_.erase(it);
-      return;
-    }
-  }
-  for (auto it = running_.begin(); it != running_.end(); ++it) {
-    if ((*it)->id == id) {
-      RequestEvent ev;
-      finish(**it, FinishReason::kCancelled, ev);
-      running_.erase(it);
-      return;
-    }
-  }
+Engine::Sequence* Engine::find_running(uint64_t seq_id) {
+  auto it = seqs_.find(seq_id);
+  LUMEN_CHECK_MSG(it != seqs_.end(), "scheduled sequence is not live");
+  return it->second.get();
 }
 
 std::optional<RequestTimings> Engine::timings(RequestId id) const {
@@ -221,7 +256,31 @@ std::optional<RequestTimings> Engine::timings(RequestId id) const {
   return it->second;
 }
 
+std::string Engine::check_invariants() const {
+  std::string s = pool_.check_invariants();
+  if (!s.empty()) return s;
+  for (const auto& [id, seq] : seqs_)
+    for (int32_t b : seq->sched.blocks.ids())
+      if (pool_.ref_cnt(b) < 1) return "sequence " + std::to_string(id) + " holds unreferenced block " + std::to_string(b);
+  if (!has_work() && pool_.n_used() != 0)
+    return "idle engine still holds " + std::to_string(pool_.n_used()) + " blocks";
+  return "";
+}
+
+void Engine::cancel(RequestId id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  for (uint64_t sid : it->second->seq_ids) {
+    auto s = seqs_.find(sid);
+    if (s == seqs_.end() || s->second->finished) continue;
+    RequestEvent ev;
+    finish(*s->second, FinishReason::kCancelled, ev);
+  }
+  release_finished();
+}
+
 void Engine::finish(Sequence& seq, FinishReason reason, RequestEvent& ev) {
+  LUMEN_DCHECK(!seq.finished);
   if (reason != FinishReason::kStop && reason != FinishReason::kCancelled) {
     ev.text_delta += seq.stop.push(seq.detok.flush());
     ev.text_delta += seq.stop.flush();
@@ -229,45 +288,113 @@ void Engine::finish(Sequence& seq, FinishReason reason, RequestEvent& ev) {
   ev.finished = true;
   ev.finish_reason = reason;
   seq.finished = true;
-  seq.timings.finish_ms = now_ms();
-  seq.timings.n_generated = seq.n_generated;
-  if (seq.timings.first_token_ms == 0) seq.timings.first_token_ms = seq.timings.finish_ms;
-  finished_timings_[seq.id] = seq.timings;
   seq.sched.blocks.release_all(pool_);
+  RequestState& req = *seq.req;
+  req.usage.completion_tokens += seq.n_generated;
+  if (--req.n_live == 0) {
+    ev.request_finished = true;
+    req.timings.finish_ms = now_ms();
+    req.timings.n_generated = req.usage.completion_tokens;
+    if (req.timings.first_token_ms == 0) req.timings.first_token_ms = req.timings.finish_ms;
+    if (req.timings.first_scheduled_ms == 0) req.timings.first_scheduled_ms = req.timings.finish_ms;
+    ev.usage = req.usage;
+    ev.timings = req.timings;
+    finished_timings_[req.id] = req.timings;
+    if (finished_timings_.size() > 4096) finished_timings_.erase(finished_timings_.begin());
+    counters_.requests_finished++;
+  }
+}
+
+// Removes finished sequences from the scheduler's lists and drops finished requests.
+void Engine::release_finished() {
+  auto done = [&](SchedSeq* s) { return seqs_.at(s->seq_id)->finished; };
+  std::erase_if(running_, done);
+  std::erase_if(waiting_, done);
+  for (auto it = seqs_.begin(); it != seqs_.end();) {
+    if (it->second->finished) {
+      it = seqs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = requests_.begin(); it != requests_.end();) {
+    if (it->second->n_live == 0) {
+      it = requests_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+// n > 1: the other completions start from the parent's state after the prompt. They share
+// every prompt block (reference counts); the partly filled last block is copied on the
+// first write (the scheduler's copy-on-write).
+void Engine::fork_completions(Sequence& parent) {
+  RequestState& req = *parent.req;
+  req.forked = true;
+  parent.sched.n_slots = 1;
+  const int32_t n_vocab = model_.hparams().n_vocab;
+  for (int32_t i = 1; i < req.params.n; ++i) {
+    sample::SamplingParams sp = req.params.sampling;
+    sp.seed = sp.seed + static_cast<uint64_t>(i);  // distinct, reproducible streams
+    auto child = std::make_unique<Sequence>(&req, i, sp, tokenizer_, n_vocab, req.params.stop);
+    child->tokens.reserve(config_.n_ctx + 1);
+    child->tokens = parent.tokens;
+    for (int32_t t : child->tokens) child->sampler.accept(t);
+    SchedSeq& cs = child->sched;
+    cs.seq_id = next_seq_id_++;
+    cs.priority = parent.sched.priority;
+    cs.arrival = parent.sched.arrival;
+    cs.n_slots = 1;
+    cs.tokens = child->tokens;
+    cs.n_tokens_computed = parent.sched.n_tokens_computed;
+    cs.root_hash = parent.sched.root_hash;
+    cs.block_hashes = parent.sched.block_hashes;
+    for (int32_t b : parent.sched.blocks.ids()) {
+      pool_.add_ref(b);
+      cs.blocks.push_back(b);
+    }
+    req.seq_ids.push_back(cs.seq_id);
+    req.n_live++;
+    running_.push_back(&cs);
+    seqs_.emplace(cs.seq_id, std::move(child));
+  }
 }
 
 void Engine::process_new_token(Sequence& seq, int32_t token_id, std::span<const float> logits,
                                RequestEvent& ev) {
-  if (seq.n_generated == 0) {
-    seq.timings.first_token_ms = now_ms();
-    if (seq.params.hash_logits) ev.logits_hash = hash_floats(logits);
-  }
+  RequestState& req = *seq.req;
+  if (req.timings.first_token_ms == 0) req.timings.first_token_ms = now_ms();
+  if (seq.n_generated == 0 && req.params.hash_logits) ev.logits_hash = hash_floats(logits);
   seq.n_generated++;
+  counters_.generated_tokens++;
   seq.tokens.push_back(token_id);
-  seq.sched.n_tokens_target = static_cast<int64_t>(seq.tokens.size());
+  seq.sched.tokens = seq.tokens;
   seq.sampler.accept(token_id);
   ev.new_token_ids.push_back(token_id);
-  if (seq.params.top_logits > 0) {
-    const int32_t k = seq.params.top_logits;
-    std::vector<std::pair<int32_t, float>> top;
-    top.reserve(logits.size());
-    for (int32_t i = 0; i < static_cast<int32_t>(logits.size()); ++i) top.emplace_back(i, logits[i]);
-    auto cmp = [](const auto& a, const auto& b) {
-      return a.second > b.second || (a.second == b.second && a.first < b.first);
-    };
-    std::partial_sort(top.begin(), top.begin() + k, top.end(), cmp);
-    top.resize(k);
-    ev.top.push_back(std::move(top));
+  if (req.params.top_logits > 0) {
+    ev.top.push_back(top_logits(logits, req.params.top_logits));
+  }
+  if (req.params.logprobs >= 0) {
+    TokenLogprob lp;
+    lp.id = token_id;
+    const double lse = sample::logsumexp(logits);
+    lp.logprob = static_cast<float>(logits[token_id] - lse);
+    if (req.params.logprobs > 0) {
+      for (const auto& [id, logit] : top_logits(logits, req.params.logprobs))
+        lp.top.emplace_back(id, static_cast<float>(logit - lse));
+    }
+    ev.logprobs.push_back(std::move(lp));
   }
   const bool is_eog = tokenizer_.is_eog(token_id);
-  if (is_eog && !seq.params.ignore_eos) {
+  if (is_eog && !req.params.ignore_eos) {
     finish(seq, FinishReason::kEos, ev);
     return;
   }
   ev.text_delta += seq.stop.push(seq.detok.push(token_id));
   if (seq.stop.stopped()) {
     finish(seq, FinishReason::kStop, ev);
-  } else if (seq.n_generated >= seq.params.max_tokens) {
+  } else if (seq.n_generated >= req.params.max_tokens) {
     finish(seq, FinishReason::kLength, ev);
   } else if (static_cast<int64_t>(seq.tokens.size()) > config_.n_ctx) {
     finish(seq, FinishReason::kContextFull, ev);  // the next token would not fit
@@ -276,42 +403,51 @@ void Engine::process_new_token(Sequence& seq, int32_t token_id, std::span<const 
 
 std::vector<RequestEvent> Engine::step() {
   std::vector<RequestEvent> events;
-  admit_waiting();
-  if (running_.empty()) return events;
-
-  std::vector<SchedSeq*> sched_seqs;
-  sched_seqs.reserve(running_.size());
-  for (auto& s : running_) sched_seqs.push_back(&s->sched);
-  const SchedulerOutput plan = scheduler_.schedule(sched_seqs, pool_);
-
+  if (!has_work()) return events;
+  const SchedulerOutput plan = scheduler_.schedule(running_, waiting_, pool_);
+  counters_.preemptions += plan.preempted.size();
+  for (uint64_t sid : plan.preempted) {
+    Sequence& s = *find_running(sid);
+    s.prompt_logprobs.clear();  // recomputed from scratch
+    s.prompt_argmax.clear();
+  }
+  for (uint64_t sid : plan.admitted) {
+    Sequence& s = *find_running(sid);
+    RequestState& req = *s.req;
+    if (req.timings.first_scheduled_ms == 0) {
+      req.timings.first_scheduled_ms = now_ms();
+      req.usage.cached_tokens = static_cast<int32_t>(s.sched.n_cached_tokens);
+      counters_.prompt_tokens += req.n_prompt;
+      counters_.cached_tokens += s.sched.n_cached_tokens;
+    }
+  }
   if (plan.chunks.empty()) {
-    // Nothing fits: without preemption (serving issue) the oldest request fails cleanly.
-    RequestEvent ev;
-    ev.request_id = running_.front()->id;
-    ev.error = "KV cache is full";
-    finish(*running_.front(), FinishReason::kError, ev);
-    events.push_back(std::move(ev));
-    running_.erase(running_.begin());
+    if (running_.empty() && !waiting_.empty() && pool_.n_used() == 0) {
+      // Not even the first chunk of the best waiting request fits in an empty cache.
+      Sequence& s = *find_running(waiting_.front()->seq_id);
+      RequestEvent ev;
+      ev.request_id = s.req->id;
+      ev.seq_index = s.seq_index;
+      ev.error = "KV cache too small for this request (increase --kv-memory)";
+      finish(s, FinishReason::kError, ev);
+      events.push_back(std::move(ev));
+      release_finished();
+    }
     return events;
   }
-
-  auto find_seq = [&](uint64_t id) -> Sequence& {
-    for (auto& s : running_)
-      if (s->id == id) return *s;
-    LUMEN_CHECK_MSG(false, "scheduled sequence is not running");
-    __builtin_unreachable();
-  };
+  counters_.steps++;
+  for (const BlockCopy& c : plan.copies) kv_.copy_block(c.src_block, c.dst_block);
 
   batch_tokens_.clear();
   batch_seqs_.clear();
   batch_logit_rows_.clear();
   for (const ScheduledChunk& c : plan.chunks) {
-    Sequence& seq = find_seq(c.seq_id);
+    Sequence& seq = *find_running(c.seq_id);
     const int32_t begin = static_cast<int32_t>(batch_tokens_.size());
     batch_tokens_.insert(batch_tokens_.end(), seq.tokens.begin() + c.pos0,
                          seq.tokens.begin() + c.pos0 + c.n_tokens);
     batch_seqs_.push_back({begin, c.n_tokens, c.pos0, seq.sched.blocks.ids()});
-    if (seq.params.prompt_logprobs && c.pos0 < seq.n_prompt) {
+    if (seq.req->params.prompt_logprobs && c.pos0 < seq.req->n_prompt) {
       for (int32_t i = 0; i < c.n_tokens; ++i) batch_logit_rows_.push_back(begin + i);
     } else if (c.catches_up) {
       batch_logit_rows_.push_back(begin + c.n_tokens - 1);
@@ -323,16 +459,19 @@ std::vector<RequestEvent> Engine::step() {
 
   size_t row = 0;
   for (const ScheduledChunk& c : plan.chunks) {
-    Sequence& seq = find_seq(c.seq_id);
+    Sequence& seq = *find_running(c.seq_id);
+    RequestState& req = *seq.req;
     RequestEvent ev;
-    ev.request_id = seq.id;
+    ev.request_id = req.id;
+    ev.seq_index = seq.seq_index;
     seq.sched.n_tokens_computed += c.n_tokens;
+    scheduler_.cache_full_blocks(seq.sched, pool_);
     std::span<const float> last;
-    if (seq.params.prompt_logprobs && c.pos0 < seq.n_prompt) {
+    if (req.params.prompt_logprobs && c.pos0 < req.n_prompt) {
       for (int32_t i = 0; i < c.n_tokens; ++i, ++row) {
         const int64_t p = c.pos0 + i;
         std::span<const float> r = logits.subspan(row * n_vocab, n_vocab);
-        if (p + 1 < seq.n_prompt) {
+        if (p + 1 < req.n_prompt) {
           seq.prompt_logprobs.push_back(sample::log_softmax_at(r, seq.tokens[p + 1]));
           seq.prompt_argmax.push_back(sample::argmax(r));
         }
@@ -343,22 +482,41 @@ std::vector<RequestEvent> Engine::step() {
       ++row;
     }
     if (c.catches_up) {
-      if (seq.params.prompt_logprobs && seq.sched.n_tokens_computed == seq.n_prompt) {
+      if (req.params.prompt_logprobs && seq.sched.n_tokens_computed == req.n_prompt) {
         ev.prompt_logprobs = std::move(seq.prompt_logprobs);
         ev.prompt_argmax = std::move(seq.prompt_argmax);
       }
-      if (seq.n_generated >= seq.params.max_tokens) {
+      if (seq.n_generated >= req.params.max_tokens) {
         finish(seq, FinishReason::kLength, ev);
       } else {
+        const bool fork = req.params.n > 1 && !req.forked;
+        if (fork) fork_completions(seq);
         const int32_t id = seq.sampler.sample(last);
         process_new_token(seq, id, last, ev);
+        if (fork) {
+          // The forked completions sample their first token from the same logits.
+          for (uint64_t sid : req.seq_ids) {
+            Sequence& child = *seqs_.at(sid);
+            if (&child == &seq) continue;
+            RequestEvent cev;
+            cev.request_id = req.id;
+            cev.seq_index = child.seq_index;
+            process_new_token(child, child.sampler.sample(last), last, cev);
+            events.push_back(std::move(cev));
+          }
+        }
       }
     }
-    if (ev.finished || !ev.new_token_ids.empty() || !ev.text_delta.empty() ||
-        !ev.prompt_logprobs.empty())
+    if (ev.finished || !ev.new_token_ids.empty() || !ev.text_delta.empty() || !ev.prompt_logprobs.empty())
       events.push_back(std::move(ev));
   }
-  std::erase_if(running_, [](const std::unique_ptr<Sequence>& s) { return s->finished; });
+  release_finished();
+#ifndef NDEBUG
+  if (!has_work()) {
+    const std::string inv = check_invariants();
+    LUMEN_CHECK_MSG(inv.empty(), inv.c_str());
+  }
+#endif
   return events;
 }
 

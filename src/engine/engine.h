@@ -40,6 +40,8 @@ struct EngineConfig {
   DType kv_dtype = DType::kF16;
   int32_t max_logit_rows = 0;      // 0: max_seqs (set to max_batch_tokens for prompt logprobs)
   bool use_reference_kernels = false;
+  bool enable_prefix_cache = true;
+  bool deterministic = false;      // batch-invariant numerics (same tokens whatever the batch)
 };
 
 // Counters and gauges for /metrics (a consistent snapshot).
@@ -83,22 +85,29 @@ class Engine {
   // Runs one forward step (if there is work) and returns what happened to each request.
   std::vector<RequestEvent> step();
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  // Stops a request (all its completions) and frees its blocks at once.
   void cancel(RequestId id);
   // Timings of a finished request (kept until the next add_request with the same id).
   std::optional<RequestTimings> timings(RequestId id) const;
 
   int32_t kv_blocks_in_use() const { return pool_.n_used(); }
+  int32_t kv_blocks_total() const { return pool_.n_blocks(); }
   int32_t n_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   EngineMetrics metrics() const;
+  // The block pool's invariants (tests; also checked when the engine goes idle in debug).
+  std::string check_invariants() const;
 
  private:
   struct Sequence;
+  struct RequestState;
   Engine(model::Model model, tok::Tokenizer tokenizer);
 
-  void admit_waiting();
+  Sequence* find_running(uint64_t seq_id);
+  void fork_completions(Sequence& parent);
   void finish(Sequence& seq, FinishReason reason, RequestEvent& ev);
   void process_new_token(Sequence& seq, int32_t token_id, std::span<const float> logits,
                          RequestEvent& ev);
+  void release_finished();
 
   EngineConfig config_;
   model::Model model_;
@@ -106,11 +115,16 @@ class Engine {
   const kernels::KernelTable* kernels_ = nullptr;
   std::unique_ptr<ThreadPool> pool_threads_;
   kv::KvStorage kv_;
-  kv::BlockPool pool_{0};
+  kv::BlockPool pool_{0, 1};
   Scheduler scheduler_{SchedulerConfig{}};
   RequestId next_id_ = 1;
-  std::deque<std::unique_ptr<Sequence>> waiting_;
-  std::vector<std::unique_ptr<Sequence>> running_;
+  uint64_t next_seq_id_ = 1;
+  uint64_t next_arrival_ = 1;
+  std::map<RequestId, std::unique_ptr<RequestState>> requests_;  // live requests
+  std::map<uint64_t, std::unique_ptr<Sequence>> seqs_;            // live sequences by seq id
+  std::deque<SchedSeq*> waiting_;    // scheduler views, (priority, arrival) order
+  std::vector<SchedSeq*> running_;
+  std::string model_id_;
   std::map<RequestId, RequestTimings> finished_timings_;
   EngineMetrics counters_;
   double load_ms_ = 0;

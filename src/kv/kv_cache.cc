@@ -71,50 +71,15 @@ Result<KvStorage> KvStorage::allocate(const KvCacheConfig& config) {
   return s;
 }
 
-BlockPool::BlockPool(int32_t n_blocks) : ref_cnt_(n_blocks, 0) {
-  free_.reserve(n_blocks);
-  // Push in reverse so that allocation hands out 0, 1, 2, ... first.
-  for (int32_t i = n_blocks - 1; i >= 0; --i) free_.push_back(i);
-}
-
-std::optional<int32_t> BlockPool::allocate() {
-  if (free_.empty()) return std::nullopt;
-  const int32_t id = free_.back();
-  free_.pop_back();
-  LUMEN_DCHECK(ref_cnt_[id] == 0);
-  ref_cnt_[id] = 1;
-  return id;
-}
-
-void BlockPool::add_ref(int32_t block_id) {
-  LUMEN_DCHECK(ref_cnt_[block_id] >= 1);
-  ++ref_cnt_[block_id];
-}
-
-void BlockPool::release(int32_t block_id) {
-  LUMEN_CHECK(block_id >= 0 && block_id < n_blocks() && ref_cnt_[block_id] >= 1);
-  if (--ref_cnt_[block_id] == 0) free_.push_back(block_id);
-}
-
-std::string BlockPool::check_invariants() const {
-  std::vector<char> is_free(ref_cnt_.size(), 0);
-  for (int32_t id : free_) {
-    if (id < 0 || id >= n_blocks()) return "free list holds out-of-range block " + std::to_string(id);
-    if (is_free[id]) return "block " + std::to_string(id) + " is on the free list twice";
-    is_free[id] = 1;
-    if (ref_cnt_[id] != 0)
-      return "free block " + std::to_string(id) + " has ref_cnt " + std::to_string(ref_cnt_[id]);
+void KvStorage::copy_block(int32_t src_id, int32_t dst_id) {
+  LUMEN_CHECK(src_id >= 0 && src_id < config_.n_blocks && dst_id >= 0 && dst_id < config_.n_blocks);
+  if (src_id == dst_id) return;
+  for (int32_t il = 0; il < config_.n_layer; ++il) {
+    std::byte* k = view_.base + il * view_.layer_stride_bytes;
+    std::byte* v = k + view_.v_offset_bytes;
+    std::memcpy(k + dst_id * view_.block_stride_bytes, k + src_id * view_.block_stride_bytes, view_.block_stride_bytes);
+    std::memcpy(v + dst_id * view_.block_stride_bytes, v + src_id * view_.block_stride_bytes, view_.block_stride_bytes);
   }
-  int32_t n_referenced = 0;
-  for (int32_t id = 0; id < n_blocks(); ++id) {
-    if (ref_cnt_[id] < 0) return "block " + std::to_string(id) + " has negative ref_cnt";
-    if (!is_free[id]) {
-      if (ref_cnt_[id] == 0) return "block " + std::to_string(id) + " is neither free nor referenced";
-      ++n_referenced;
-    }
-  }
-  if (n_referenced + n_free() != n_blocks()) return "free + referenced != total";
-  return "";
 }
 
 bool BlockTable::reserve(BlockPool& pool, int64_t n_tokens, int32_t block_size) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "kv/block_pool.h"
 #include "tensor/paged_kv_view.h"
 
 namespace lumen::kv {
@@ -48,39 +49,15 @@ class KvStorage {
   const KvCacheConfig& config() const { return config_; }
   const KvStorageView& view() const { return view_; }
 
+  // Copies block src_id's K and V (every layer) into block dst_id: copy-on-write when a
+  // shared, partly filled block must diverge.
+  void copy_block(int32_t src_id, int32_t dst_id);
+
  private:
   KvCacheConfig config_;
   KvStorageView view_;
   std::byte* data_ = nullptr;
   size_t n_bytes_ = 0;
-};
-
-// Hands out block ids with reference counts (ref_cnt > 1 once blocks are shared).
-class BlockPool {
- public:
-  explicit BlockPool(int32_t n_blocks);
-
-  int32_t n_blocks() const { return static_cast<int32_t>(ref_cnt_.size()); }
-  int32_t n_free() const { return static_cast<int32_t>(free_.size()); }
-  int32_t n_used() const { return n_blocks() - n_free(); }
-
-  // A free block with ref_cnt 1, or nullopt when the pool is exhausted ("does not fit" is
-  // a value, not an error).
-  std::optional<int32_t> allocate();
-  // Adds a reference to a block in use.
-  void add_ref(int32_t block_id);
-  // Drops one reference; the block returns to the free list at zero.
-  // Precondition: ref_cnt(block_id) >= 1.
-  void release(int32_t block_id);
-  int32_t ref_cnt(int32_t block_id) const { return ref_cnt_[block_id]; }
-
-  // free + referenced == total; free blocks have ref_cnt 0; no block is free twice.
-  // Returns a description of the first violation, or "" when all hold.
-  std::string check_invariants() const;
-
- private:
-  std::vector<int32_t> ref_cnt_;  // [n_blocks]
-  std::vector<int32_t> free_;     // stack of free block ids (LIFO keeps hot blocks in cache)
 };
 
 // The blocks of one sequence, in logical order.
@@ -93,6 +70,10 @@ class BlockTable {
 
   // Grows the table until it holds n_tokens; false (and no change) if the pool runs out.
   bool reserve(BlockPool& pool, int64_t n_tokens, int32_t block_size);
+  // Appends a block the caller already holds a reference to (a prefix-cache hit).
+  void push_back(int32_t block_id) { ids_.push_back(block_id); }
+  // Replaces entry idx (copy-on-write); the caller moves the references.
+  void replace(int32_t idx, int32_t block_id) { ids_[idx] = block_id; }
   // Returns every block to the pool.
   void release_all(BlockPool& pool);
 

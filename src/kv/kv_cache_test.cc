@@ -32,7 +32,7 @@ TEST(KvCache, RejectsBadConfig) {
 }
 
 TEST(KvCache, BlockPoolRandomOpsKeepInvariants) {
-  BlockPool pool(32);
+  BlockPool pool(32, 4);
   std::mt19937 rng(42);
   std::vector<BlockTable> tables(6);
   std::vector<int64_t> lens(6, 0);
@@ -59,7 +59,7 @@ TEST(KvCache, BlockPoolRandomOpsKeepInvariants) {
 }
 
 TEST(KvCache, SharedBlocksReturnAtZeroRefs) {
-  BlockPool pool(4);
+  BlockPool pool(4, 4);
   auto b = pool.allocate();
   ASSERT_TRUE(b.has_value());
   pool.add_ref(*b);
