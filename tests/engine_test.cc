@@ -124,3 +124,159 @@ TEST(Engine, CancelFreesBlocks) {
 
 }  // namespace
 }  // namespace lumen::engine
+
+namespace lumen::engine {
+namespace {
+
+struct Collected {
+  std::map<int32_t, std::vector<int32_t>> ids;  // by seq_index
+  std::map<int32_t, std::string> text;
+  std::vector<RequestEvent> finals;
+  Usage usage;
+  std::vector<TokenLogprob> logprobs;
+};
+
+Collected drain(Engine& e) {
+  Collected c;
+  while (e.has_work()) {
+    for (RequestEvent& ev : e.step()) {
+      auto& v = c.ids[ev.seq_index];
+      v.insert(v.end(), ev.new_token_ids.begin(), ev.new_token_ids.end());
+      c.text[ev.seq_index] += ev.text_delta;
+      for (auto& lp : ev.logprobs) c.logprobs.push_back(lp);
+      if (ev.request_finished) {
+        c.usage = ev.usage;
+        c.finals.push_back(ev);
+      }
+    }
+    EXPECT_EQ(e.check_invariants(), "");
+  }
+  return c;
+}
+
+std::unique_ptr<Engine> make_engine_cfg(EngineConfig c) {
+  c.n_threads = 2;
+  if (c.n_ctx == 0) c.n_ctx = 256;
+  auto e = Engine::create(model_path(), c);
+  EXPECT_TRUE(e.ok()) << e.message();
+  return e.ok() ? std::move(e).value() : nullptr;
+}
+
+Request greedy_request(Engine& e, const char* prompt, int n_tokens) {
+  Request r;
+  r.prompt_ids = e.tokenizer().encode(prompt, true, false);
+  r.params.max_tokens = n_tokens;
+  r.params.ignore_eos = true;
+  r.params.sampling.temperature = 0;
+  return r;
+}
+
+// n > 1 completions fork from one prefill and share its blocks; greedy ones all equal
+// the single completion, and sampled ones are reproducible.
+TEST(EngineServing, NCompletionsShareThePrompt) {
+  auto e = make_engine_cfg({.max_batch_tokens = 64, .max_seqs = 4});
+  ASSERT_TRUE(e);
+  Request solo = greedy_request(*e, "Once upon a time, there was a dog", 16);
+  ASSERT_TRUE(e->add_request(solo).ok());
+  const std::vector<int32_t> want = drain(*e).ids[0];
+  Request r = solo;
+  r.params.n = 3;
+  ASSERT_TRUE(e->add_request(r).ok());
+  Collected got = drain(*e);
+  ASSERT_EQ(got.ids.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(got.ids[i], want) << "completion " << i;
+  EXPECT_EQ(got.usage.completion_tokens, 48);
+  EXPECT_EQ(got.finals.size(), 1u);
+  EXPECT_EQ(e->kv_blocks_in_use(), 0);
+  // Sampled: the three completions differ from each other but repeat with the seed.
+  Request s = r;
+  s.params.sampling.temperature = 1.0f;
+  s.params.sampling.top_k = 0;
+  s.params.sampling.top_p = 1.0f;
+  s.params.sampling.min_p = 0.0f;
+  s.params.sampling.seed = 11;
+  ASSERT_TRUE(e->add_request(s).ok());
+  Collected a = drain(*e);
+  ASSERT_TRUE(e->add_request(s).ok());
+  Collected b = drain(*e);
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_NE(a.ids[0], a.ids[1]);
+}
+
+// A prompt whose prefix is cached skips those blocks and produces the same tokens.
+TEST(EngineServing, PrefixCacheHitGivesSameOutput) {
+  auto e = make_engine_cfg({.max_batch_tokens = 512, .max_seqs = 2});
+  ASSERT_TRUE(e);
+  const char* prompt =
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her "
+      "friends. One day, she saw a big red ball. She ran to the ball and kicked it very hard. The ball flew "
+      "over the fence and into the garden of an old man. Lily was scared, but she went to the door";
+  ASSERT_TRUE(e->add_request(greedy_request(*e, prompt, 20)).ok());
+  Collected first = drain(*e);
+  EXPECT_EQ(first.usage.cached_tokens, 0);
+  ASSERT_TRUE(e->add_request(greedy_request(*e, prompt, 20)).ok());
+  Collected second = drain(*e);
+  ASSERT_GT(second.usage.prompt_tokens, 48);
+  EXPECT_EQ(second.usage.cached_tokens, (second.usage.prompt_tokens - 1) / 16 * 16);
+  EXPECT_LT(second.usage.cached_tokens, second.usage.prompt_tokens);
+  EXPECT_EQ(first.ids, second.ids);
+  // A different salt may not see the cached prefix.
+  Request salted = greedy_request(*e, prompt, 20);
+  salted.params.cache_salt = "tenant-b";
+  ASSERT_TRUE(e->add_request(salted).ok());
+  Collected third = drain(*e);
+  EXPECT_EQ(third.usage.cached_tokens, 0);
+  EXPECT_EQ(third.ids, first.ids);
+}
+
+// With a KV cache too small for every request at once, the engine preempts and
+// recomputes instead of failing; every request still gets exactly its solo output.
+TEST(EngineServing, PreemptionKeepsOutputsExact) {
+  auto solo = make_engine_cfg({.max_batch_tokens = 64, .max_seqs = 1});
+  ASSERT_TRUE(solo);
+  const char* prompts[] = {"Once upon a time", "Tom had a red car.", "The sun was hot and",
+                           "Lily and her mom went", "A big fish swam"};
+  std::vector<std::vector<int32_t>> want;
+  for (const char* p : prompts) {
+    ASSERT_TRUE(solo->add_request(greedy_request(*solo, p, 40)).ok());
+    want.push_back(drain(*solo).ids[0]);
+  }
+  const size_t bytes_per_token = 2ull * solo->hparams().n_layer * solo->hparams().n_kv_dim() * 2;
+  // 10 blocks of 16 tokens: room for 3 sequences of ~45 tokens, not 5.
+  auto e = make_engine_cfg({.n_ctx = 64, .max_batch_tokens = 64, .max_seqs = 5,
+                            .kv_memory_bytes = static_cast<int64_t>(bytes_per_token * 16 * 10)});
+  ASSERT_TRUE(e);
+  std::vector<RequestId> ids;
+  for (const char* p : prompts) ids.push_back(*e->add_request(greedy_request(*e, p, 40)));
+  std::map<RequestId, std::vector<int32_t>> got;
+  while (e->has_work()) {
+    for (RequestEvent& ev : e->step()) {
+      EXPECT_NE(ev.finish_reason, FinishReason::kError) << ev.error;
+      got[ev.request_id].insert(got[ev.request_id].end(), ev.new_token_ids.begin(), ev.new_token_ids.end());
+    }
+    ASSERT_EQ(e->check_invariants(), "");
+  }
+  EXPECT_GT(e->metrics().preemptions, 0u);
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(got[ids[i]], want[i]) << prompts[i];
+  EXPECT_EQ(e->kv_blocks_in_use(), 0);
+}
+
+TEST(EngineServing, LogprobsAreConsistent) {
+  auto e = make_engine_cfg({.max_batch_tokens = 64, .max_seqs = 1});
+  ASSERT_TRUE(e);
+  Request r = greedy_request(*e, "Once upon a time", 8);
+  r.params.logprobs = 5;
+  ASSERT_TRUE(e->add_request(r).ok());
+  Collected c = drain(*e);
+  ASSERT_EQ(c.logprobs.size(), 8u);
+  for (const TokenLogprob& lp : c.logprobs) {
+    EXPECT_LE(lp.logprob, 0.0f);
+    ASSERT_EQ(lp.top.size(), 5u);
+    EXPECT_EQ(lp.top[0].first, lp.id);  // greedy picks the most likely token
+    EXPECT_FLOAT_EQ(lp.top[0].second, lp.logprob);
+    for (size_t i = 1; i < lp.top.size(); ++i) EXPECT_LE(lp.top[i].second, lp.top[i - 1].second);
+  }
+}
+
+}  // namespace
+}  // namespace lumen::engine
