@@ -1,6 +1,7 @@
 // End-to-end tests of the `lumen` binary on the real tiny models in ../shared.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -32,13 +33,18 @@ std::string sh_quote(const std::string& s) {
   return q + "'";
 }
 
-CmdResult run_lumen(const std::vector<std::string>& args) {
+CmdResult run_lumen(const std::vector<std::string>& args, const std::string& stdin_text = "") {
   static int counter = 0;
   const std::string err_path = ::testing::TempDir() + "lumen_stderr_" + std::to_string(getpid()) +
                                "_" + std::to_string(counter++);
   std::string cmd = sh_quote(lumen_bin());
   for (const std::string& a : args) cmd += " " + sh_quote(a);
-  cmd += " 2>" + sh_quote(err_path) + " </dev/null";
+  cmd += " 2>" + sh_quote(err_path);
+  if (stdin_text.empty()) {
+    cmd += " </dev/null";
+  } else {
+    cmd = "printf '%s' " + sh_quote(stdin_text) + " | " + cmd;
+  }
   CmdResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -231,6 +237,27 @@ TEST(CliTokenize, VectorsReproduceOutFiles) {
     };
     EXPECT_EQ(lines(r.out), lines(want)) << name;
   }
+}
+
+TEST(CliChat, AppliesTemplateAndStreamsReplies) {
+  // The tiny model has no chat template: lumen falls back to ChatML and says so.
+  CmdResult r = run_lumen({"chat", "-m", shared(kTiny), "-n", "8", "--temp", "0"}, "Hello there\nHow are you?\n/exit\n");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("ChatML"), std::string::npos) << r.err;
+  EXPECT_GE(std::count(r.out.begin(), r.out.end(), '>'), 3) << r.out;  // three prompts shown
+  // An explicit template file (TinyLlama's) renders and runs.
+  r = run_lumen({"chat", "-m", shared(kStories), "-n", "4", "--temp", "0", "--chat-template-file",
+                 shared("tokenizers/hf/llama2-tinyllama/chat_template.jinja")}, "Hi\n");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  // A broken template is a clear error, not a crash.
+  const std::string bad = ::testing::TempDir() + "bad_template.jinja";
+  {
+    std::ofstream f(bad);
+    f << "{% for m in messages %}{{ m.content }";
+  }
+  r = run_lumen({"chat", "-m", shared(kTiny), "--chat-template-file", bad}, "Hi\n");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("template"), std::string::npos) << r.err;
 }
 
 TEST(CliInfo, DescribesEveryContainer) {
