@@ -1820,11 +1820,11 @@ class Renderer {
     if (step > 0) {
       const int64_t start = clamp(start_v, 0, 0, n);
       const int64_t stop = clamp(stop_v, n, 0, n);
-      for (int64_t k = start; k < stop; k += step) out.push_back(static_cast<size_t>(k));
+      for (int64_t k = start; k < stop; k = step < stop - k ? k + step : stop) out.push_back(static_cast<size_t>(k));
     } else {
       const int64_t start = clamp(start_v, n - 1, -1, n - 1);
       const int64_t stop = clamp(stop_v, -1, -1, n - 1);
-      for (int64_t k = start; k > stop; k += step) out.push_back(static_cast<size_t>(k));
+      for (int64_t k = start; k > stop; k = step > stop - k ? k + step : stop) out.push_back(static_cast<size_t>(k));
     }
     return out;
   }
@@ -2422,25 +2422,7 @@ class Renderer {
       LUMEN_TRY(check_string(out, pos));
       return string_value(std::move(out));
     }
-    if (name == "int" || name == "float") {
-      const Value* dflt = args.get(0, "default");
-      if (is_number(v)) return name == "int" ? int_value(v.kind == Kind::kFloat ? static_cast<int64_t>(std::clamp(v.f, -9.2e18, 9.2e18)) : as_int(v))
-                                             : float_value(as_double(v));
-      if (v.kind == Kind::kString) {
-        const std::string t = strip_chars(v.s(), nullptr, true, true);
-        double f = 0.0;
-        auto r = std::from_chars(t.data(), t.data() + t.size(), f);
-        if (r.ec == std::errc() && r.ptr == t.data() + t.size()) {
-          if (name == "float") return float_value(f);
-          int64_t i = 0;
-          auto ri = std::from_chars(t.data(), t.data() + t.size(), i);
-          if (ri.ec == std::errc() && ri.ptr == t.data() + t.size()) return int_value(i);
-          return int_value(static_cast<int64_t>(std::clamp(f, -9.2e18, 9.2e18)));
-        }
-      }
-      if (dflt) return *dflt;
-      return name == "int" ? int_value(0) : float_value(0.0);
-    }
+    if (name == "int" || name == "float") return number_filter(name, v, args);
     if (name == "abs") {
       if (v.kind == Kind::kFloat) return float_value(std::fabs(v.f));
       if (!is_integral(v)) return error_at(pos, std::string("abs: bad operand ") + kind_name(v));
@@ -2517,7 +2499,36 @@ class Renderer {
       LUMEN_ASSIGN_OR_RETURN(std::string out, replace_all(s, args.get(0, "old"), args.get(1, "new"), args.get(2, "count"), pos));
       return string_value(std::move(out));
     }
-    // The remaining filters work on the string form of the value.
+    return string_filter(name, v, args, pos);
+  }
+
+  // int / float: numbers convert; strings parse (surrounding whitespace allowed); anything
+  // else, or NaN / infinity for int, gives the default (0 / 0.0 unless passed).
+  static Value number_filter(const std::string& name, const Value& v, const CallArgs& args) {
+    const Value* dflt = args.get(0, "default");
+    const Value fallback = dflt ? *dflt : name == "int" ? int_value(0) : float_value(0.0);
+    auto from_double = [&](double f) {
+      if (name == "float") return float_value(f);
+      if (!std::isfinite(f) || std::fabs(f) >= 9.2e18) return fallback;
+      return int_value(static_cast<int64_t>(f));
+    };
+    if (is_integral(v)) return name == "int" ? int_value(as_int(v)) : float_value(as_double(v));
+    if (v.kind == Kind::kFloat) return from_double(v.f);
+    if (v.kind != Kind::kString) return fallback;
+    const std::string t = strip_chars(v.s(), nullptr, true, true);
+    const char* end = t.data() + t.size();
+    int64_t i = 0;
+    if (auto r = std::from_chars(t.data(), end, i); r.ec == std::errc() && r.ptr == end) {
+      return name == "int" ? int_value(i) : float_value(static_cast<double>(i));
+    }
+    double f = 0.0;
+    if (auto r = std::from_chars(t.data(), end, f); r.ec == std::errc() && r.ptr == end) return from_double(f);
+    return fallback;
+  }
+
+  // Filters that work on the string form of the value.
+  Result<Value> string_filter(const std::string& name, const Value& v, const CallArgs& args, SourcePos pos) {
+    const Value* a0 = args.get(0, "");
     LUMEN_ASSIGN_OR_RETURN(std::string s, to_str(v, pos));
     if (name == "trim") return string_value(strip_chars(s, a0, true, true));
     if (name == "upper" || name == "lower") return string_value(ascii_case(std::move(s), name == "upper"));

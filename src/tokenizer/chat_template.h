@@ -18,7 +18,7 @@
 // loop.index/index0/revindex/revindex0/first/last/length/previtem/nextitem,
 // {% set %} (names, tuples, namespace attributes, {% set x %}...{% endset %}),
 // {% break/continue %}, {% raw %}, {% generation %}, comments; literals (strings with
-// escapes, ints, floats, true/false/none, lists, tuples as lists, dicts); operators
+// escapes, ints, floats, true/false/none, lists, tuples (as lists), dicts); operators
 // + - * / // % ** ~ == != < > <= >= and or not in, "not in", "x if c else y", chained
 // comparisons; indexing, slices with steps, .attr; filters trim length count upper lower
 // capitalize title string int float abs default join first last list reverse replace items
@@ -26,12 +26,13 @@
 // undefined none string number integer float boolean true false mapping iterable sequence
 // callable even odd divisibleby eq ne lt le gt ge in lower upper sameas; string methods
 // strip lstrip rstrip upper lower title capitalize startswith endswith split replace find
-// count join; dict methods items keys values get; globals range namespace dict
-// raise_exception strftime_now.
-// Not supported (an error naming the tag): macro, call, filter blocks, include, import,
-// extends, block, with, autoescape, do; "%" string formatting; recursive loops.
-// Strings index, slice and count by code point (UTF-8); upper/lower/title and whitespace
-// stripping are ASCII-only.
+// count join; list methods count index; dict methods items keys values get; globals range
+// namespace dict raise_exception strftime_now.
+// Not supported (an error naming the tag or operator): macro, call, filter blocks, include,
+// import, extends, block, with, autoescape, do; "%" string formatting; recursive loops.
+// Differences from Jinja that real templates do not rely on: tuples print as lists; ranges,
+// dict views and iterators print as lists; strings index, slice and count by code point
+// (UTF-8) but upper/lower/title and whitespace stripping are ASCII-only.
 //
 // Hostile templates cannot crash or hang the process: nesting depth, evaluation work
 // (steps plus bytes built), string and list sizes and the output size are bounded, and
