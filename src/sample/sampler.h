@@ -45,8 +45,13 @@ Status validate(const SamplingParams& params);
 
 class Sampler {
  public:
-  // Precondition: validate(params).ok() and n_vocab > 0.
+  // Precondition: validate(params).ok() and n_vocab > 0. Holds ~16 bytes per vocab entry,
+  // so it is move-only.
   Sampler(const SamplingParams& params, int32_t n_vocab);
+  Sampler(Sampler&&) noexcept = default;
+  Sampler& operator=(Sampler&&) noexcept = default;
+  Sampler(const Sampler&) = delete;
+  Sampler& operator=(const Sampler&) = delete;
 
   // Picks the next token. `logits` has n_vocab entries and is left unchanged; NaN logits
   // count as -inf. Allocates nothing.
