@@ -287,7 +287,8 @@ int32_t Sampler::sample(std::span<const float> logits) {
   const size_t n = logits.size();
   for (size_t i = 0; i < n; ++i) work_logits_[i] = std::isnan(logits[i]) ? kNegInf : logits[i];
   if (penalties_enabled()) apply_penalties();
-  if (params_.temperature <= 0.0f) return argmax(work_logits_);
+  // A temperature so small that 1/T overflows is greedy too (the max's weight would be 0 * inf).
+  if (params_.temperature <= 0.0f || !std::isfinite(1.0f / params_.temperature)) return argmax(work_logits_);
 
   // Two shapes of the candidate list: "sorted" (a prefix of candidates_ ordered by
   // MoreLikely, after top-k) or "unsorted" (ascending ids, after top-p on the full
@@ -300,8 +301,8 @@ int32_t Sampler::sample(std::span<const float> logits) {
   }
   const float max_logit = sorted ? work_logits_[static_cast<size_t>(candidates_[0])]
                                  : *std::max_element(work_logits_.begin(), work_logits_.end());
-  if (max_logit == kNegInf) {  // nothing has positive probability: fall back to greedy
-    rng_();
+  if (std::isinf(max_logit)) {  // all -inf (nothing is possible) or a +inf logit (certain)
+    rng_();                      // keep the one-draw-per-call stream
     return argmax(work_logits_);
   }
   if (params_.top_p < 1.0f) {

@@ -138,6 +138,21 @@ TEST(SamplerGreedy, PenaltiesApplyBeforeGreedy) {
   EXPECT_EQ(logits[1], 4.0f) << "input logits must be left unchanged";
 }
 
+TEST(SamplerGreedy, InfiniteLogitsAndTinyTemperature) {
+  for (int32_t top_k : {0, 2}) {
+    SamplingParams p;
+    p.top_k = top_k;
+    p.temperature = 1.0f;
+    Sampler s(p, 4);
+    EXPECT_EQ(s.sample(std::vector<float>{1.0f, INFINITY, 2.0f, INFINITY}), 1);
+    EXPECT_EQ(s.sample(std::vector<float>{-INFINITY, -INFINITY, -INFINITY, -INFINITY}), 0);
+    EXPECT_EQ(s.sample(std::vector<float>{NAN, NAN, 3.0f, -INFINITY}), 2);
+    p.temperature = 1e-45f;  // 1 / T overflows: greedy
+    Sampler tiny(p, 4);
+    EXPECT_EQ(tiny.sample(std::vector<float>{1.0f, 5.0f, 5.0f, 2.0f}), 1);
+  }
+}
+
 TEST(SamplerTopK, TopKOneEqualsGreedy) {
   std::mt19937 gen(7);
   std::normal_distribution<float> normal(0.0f, 3.0f);
