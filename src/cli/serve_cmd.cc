@@ -1,0 +1,156 @@
+// lumen serve: listens first (so /health can answer "loading"), loads the model on a
+// second thread, serves until SIGINT / SIGTERM, then ends running requests and exits.
+#include "cli/serve_cmd.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "base/log.h"
+#include "base/timer.h"
+#include "cli/common.h"
+#include "engine/async_engine.h"
+#include "server/server.h"
+
+namespace lumen::cli {
+namespace {
+
+// Tokens per forward step when neither --max-batch-tokens nor -b is given.
+// TODO(integrator): default to the model's prefill knee (the batch size beyond which
+// prefill stops being memory-bound) once the engine / roofline exposes it.
+constexpr int32_t kDefaultMaxBatchTokens = 256;
+constexpr int32_t kDefaultMaxSeqs = 8;
+constexpr int32_t kDefaultMaxQueue = 64;
+
+std::vector<OptionSpec> serve_option_specs() {
+  std::vector<OptionSpec> specs = engine_option_specs();
+  std::vector<OptionSpec> more = {
+      {{"--host"}, "ADDR", "address to listen on (default 127.0.0.1; anything else exposes the server)"},
+      {{"--port"}, "N", "port to listen on (default 8080; 0: any free port, printed at start)"},
+      {{"--api-key"}, "KEY", "require Authorization: Bearer KEY on every route but /health (or env LUMEN_API_KEY)"},
+      {{"--alias"}, "NAME", "model name served by /v1/models and expected in requests (default: the model's)"},
+      {{"--kv-memory"}, "SIZE", "KV cache memory, e.g. 2GiB (default: --max-seqs full contexts)"},
+      {{"--max-seqs"}, "N", "sequences running at once (default 8; also the largest n a request may ask)"},
+      {{"--max-batch-tokens"}, "N", "tokens per forward step (default 256; same as -b)"},
+      {{"--max-queue"}, "N", "requests waiting for admission before new ones get 503 (default 64)"},
+      {{"--http-threads"}, "N", "HTTP worker threads (default: max-seqs + max-queue + 8)"},
+      {{"--max-body"}, "SIZE", "largest request body (default 4MiB)"},
+  };
+  specs.insert(specs.end(), more.begin(), more.end());
+  return specs;
+}
+
+struct ServeOptions {
+  engine::EngineConfig engine;
+  engine::AsyncEngineConfig async;
+  server::ServerConfig server;
+};
+
+Result<ServeOptions> serve_options_from_args(const ArgParser& args) {
+  ServeOptions o;
+  LUMEN_ASSIGN_OR_RETURN(o.engine, engine_config_from_args(args));
+  LUMEN_ASSIGN_OR_RETURN(int64_t max_seqs, args.get_int("--max-seqs", kDefaultMaxSeqs, 1, 4096));
+  o.engine.max_seqs = static_cast<int32_t>(max_seqs);
+  if (args.has("--max-batch-tokens") && args.has("--batch-size"))
+    return error("give one of --max-batch-tokens and -b/--batch-size");
+  const char* batch_flag = args.has("--batch-size") ? "--batch-size" : "--max-batch-tokens";
+  LUMEN_ASSIGN_OR_RETURN(int64_t batch, args.get_int(batch_flag, kDefaultMaxBatchTokens, 1, 1 << 16));
+  o.engine.max_batch_tokens = static_cast<int32_t>(batch);
+  if (auto kv = args.get("--kv-memory")) {
+    auto bytes = parse_bytes(*kv);
+    if (!bytes.ok()) return error("--kv-memory: " + bytes.message());
+    o.engine.kv_memory_bytes = *bytes;
+  }
+  LUMEN_ASSIGN_OR_RETURN(int64_t max_queue, args.get_int("--max-queue", kDefaultMaxQueue, 1, 1 << 20));
+  o.async.max_queued_requests = static_cast<int32_t>(max_queue);
+
+  server::ServerConfig& s = o.server;
+  s.host = args.get_or("--host", "127.0.0.1");
+  LUMEN_ASSIGN_OR_RETURN(int64_t port, args.get_int("--port", 8080, 0, 65535));
+  s.port = static_cast<int>(port);
+  s.api_key = args.get_or("--api-key", "");
+  if (s.api_key.empty())
+    if (const char* env = std::getenv("LUMEN_API_KEY")) s.api_key = env;
+  s.model_alias = args.get_or("--alias", "");
+  const int64_t default_threads = std::min<int64_t>(max_seqs + max_queue + 8, 1024);
+  LUMEN_ASSIGN_OR_RETURN(int64_t threads, args.get_int("--http-threads", default_threads, 1, 4096));
+  s.n_http_threads = static_cast<int32_t>(threads);
+  if (auto body = args.get("--max-body")) {
+    auto bytes = parse_bytes(*body);
+    if (!bytes.ok()) return error("--max-body: " + bytes.message());
+    if (*bytes < 1024 || *bytes > (int64_t{1} << 30)) return error("--max-body: must be in [1KiB, 1GiB]");
+    s.max_body_bytes = *bytes;
+  }
+  return o;
+}
+
+bool is_loopback_host(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+}  // namespace
+
+int cmd_serve(int argc, char** argv, int first) {
+  ArgParser args("serve",
+                 "lumen serve -m MODEL [--host 127.0.0.1] [--port 8080] [-t N] [--kv-memory 2GiB] [--api-key KEY] "
+                 "[--max-seqs N] [--max-batch-tokens N] [--max-queue N] [-c CTX]",
+                 serve_option_specs());
+  int rc = 0;
+  if (!parse_or_report(args, argc, argv, first, rc)) return rc;
+  auto options = serve_options_from_args(args);
+  if (!options.ok()) {
+    std::fprintf(stderr, "error: %s\n", options.message().c_str());
+    return 2;
+  }
+  const ServeOptions& o = *options;
+  if (!is_loopback_host(o.server.host) && o.server.api_key.empty())
+    std::fprintf(stderr, "lumen serve: warning: listening on %s without --api-key: anyone who can reach it can use it\n",
+                 o.server.host.c_str());
+
+  // SIGINT / SIGTERM are taken by sigwait below: block them before any thread starts, so
+  // every thread inherits the mask. A client that hangs up must not kill the process.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto server = server::HttpServer::start(o.server);
+  if (!server.ok()) {
+    std::fprintf(stderr, "error: %s\n", server.message().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "lumen serve: listening on http://%s:%d (loading the model; /health says 503 until ready)\n",
+               o.server.host.c_str(), (*server)->port());
+
+  std::atomic<bool> load_failed{false};
+  std::thread loader([&] {
+    const double t0 = now_ms();
+    std::unique_ptr<engine::Engine> eng = load_engine_or_report(args, o.engine);
+    if (!eng) {
+      load_failed = true;
+      kill(getpid(), SIGTERM);  // wakes the sigwait below
+      return;
+    }
+    const engine::EngineConfig& c = eng->config();
+    std::fprintf(stderr, "lumen serve: ready in %.0f ms: n_ctx %d, max-seqs %d, max-batch-tokens %d, %d threads, kernels %s\n",
+                 now_ms() - t0, c.n_ctx, c.max_seqs, c.max_batch_tokens, c.n_threads,
+                 std::string(eng->kernel_name()).c_str());
+    (*server)->attach_engine(engine::AsyncEngine::start(std::move(eng), o.async));
+  });
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  if (!load_failed) std::fprintf(stderr, "lumen serve: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  loader.join();
+  (*server)->stop();
+  return load_failed ? 1 : 0;
+}
+
+}  // namespace lumen::cli

@@ -1,0 +1,151 @@
+#include "server/metrics.h"
+
+#include <cinttypes>
+#include <cstdio>
+
+namespace lumen::server {
+namespace {
+
+// Prometheus wants shortest round-trip floats; %.17g is round-trip, %g is enough for bounds.
+std::string num(double x) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.10g", x);
+  return buf;
+}
+
+void metric_header(std::string* out, std::string_view name, std::string_view help, std::string_view type) {
+  *out += "# HELP ";
+  *out += name;
+  *out += ' ';
+  *out += help;
+  *out += "\n# TYPE ";
+  *out += name;
+  *out += ' ';
+  *out += type;
+  *out += '\n';
+}
+
+void scalar(std::string* out, std::string_view name, std::string_view help, std::string_view type,
+            double value) {
+  metric_header(out, name, help, type);
+  *out += name;
+  *out += ' ';
+  *out += num(value);
+  *out += '\n';
+}
+
+// Latency buckets in seconds, 1 ms .. 120 s (TTFT / e2e / queue time).
+std::vector<double> latency_bounds() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0,
+          2.5,   5.0,    7.5,   10.0, 20.0,  40.0, 80.0,  120.0};
+}
+
+// Inter-token latency buckets in seconds, 0.1 ms .. 2.5 s.
+std::vector<double> itl_bounds() {
+  return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025,
+          0.03,   0.04,    0.05,   0.075, 0.1,    0.15,  0.2,    0.3,  0.5,   1.0,  2.5};
+}
+
+constexpr const char* kOutcomeNames[] = {"stop", "length", "cancelled", "error", "rejected"};
+static_assert(std::size(kOutcomeNames) == static_cast<size_t>(Outcome::kCount));
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), n_in_bucket_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double value) {
+  if (!(value >= 0)) value = 0;  // clock skew or NaN never makes a negative bucket
+  size_t b = 0;
+  while (b < bounds_.size() && value > bounds_[b]) ++b;
+  std::lock_guard<std::mutex> lock(mu_);
+  n_in_bucket_[b]++;
+  sum_ += value;
+  n_++;
+}
+
+uint64_t Histogram::count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return n_;
+}
+
+void Histogram::render(std::string* out, std::string_view name, std::string_view help) const {
+  std::vector<uint64_t> n_in_bucket;
+  double sum = 0;
+  uint64_t n = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    n_in_bucket = n_in_bucket_;
+    sum = sum_;
+    n = n_;
+  }
+  metric_header(out, name, help, "histogram");
+  uint64_t cumulative = 0;
+  for (size_t b = 0; b <= bounds_.size(); ++b) {
+    cumulative += n_in_bucket[b];
+    *out += name;
+    *out += "_bucket{le=\"";
+    *out += b < bounds_.size() ? num(bounds_[b]) : "+Inf";
+    *out += "\"} " + std::to_string(cumulative) + "\n";
+  }
+  *out += std::string(name) + "_sum " + num(sum) + "\n";
+  *out += std::string(name) + "_count " + std::to_string(n) + "\n";
+}
+
+ServerMetrics::ServerMetrics()
+    : ttft_s(latency_bounds()), itl_s(itl_bounds()), e2e_s(latency_bounds()), queue_s(latency_bounds()) {}
+
+void ServerMetrics::count_http(int status) {
+  size_t i = 0;
+  while (i + 1 < kHttpCodes.size() && kHttpCodes[i] != status) ++i;
+  n_http_[i].fetch_add(1, std::memory_order_relaxed);
+}
+
+void ServerMetrics::count_outcome(Outcome outcome) {
+  n_outcome_[static_cast<size_t>(outcome)].fetch_add(1, std::memory_order_relaxed);
+}
+
+std::string ServerMetrics::render(const engine::EngineMetrics* engine) const {
+  std::string out;
+  out.reserve(8192);
+  scalar(&out, "lumen_model_loaded", "1 once the model is loaded and requests are served.", "gauge",
+         engine ? 1 : 0);
+  if (engine) {
+    const engine::EngineMetrics& m = *engine;
+    scalar(&out, "lumen_num_requests_running", "Requests whose sequences are in the running batch.",
+           "gauge", m.n_running);
+    scalar(&out, "lumen_num_requests_waiting", "Requests queued for admission.", "gauge", m.n_waiting);
+    scalar(&out, "lumen_kv_blocks_used", "KV cache blocks referenced or cached.", "gauge", m.kv_blocks_used);
+    scalar(&out, "lumen_kv_blocks_total", "KV cache blocks in the pool.", "gauge", m.kv_blocks_total);
+    scalar(&out, "lumen_kv_cache_usage_ratio", "Fraction of KV cache blocks in use.", "gauge",
+           m.kv_blocks_total > 0 ? static_cast<double>(m.kv_blocks_used) / m.kv_blocks_total : 0.0);
+    scalar(&out, "lumen_prompt_tokens_total", "Prompt tokens of admitted requests.", "counter",
+           static_cast<double>(m.prompt_tokens));
+    scalar(&out, "lumen_generation_tokens_total", "Generated tokens.", "counter",
+           static_cast<double>(m.generated_tokens));
+    scalar(&out, "lumen_prompt_tokens_cached_total", "Prompt tokens served from the prefix cache.",
+           "counter", static_cast<double>(m.cached_tokens));
+    scalar(&out, "lumen_num_preemptions_total", "Sequences preempted (recomputed later).", "counter",
+           static_cast<double>(m.preemptions));
+    scalar(&out, "lumen_engine_steps_total", "Forward steps run by the engine.", "counter",
+           static_cast<double>(m.steps));
+  }
+  ttft_s.render(&out, "lumen_time_to_first_token_seconds", "Time from arrival to the first generated token.");
+  itl_s.render(&out, "lumen_inter_token_latency_seconds", "Time between consecutive generated tokens.");
+  e2e_s.render(&out, "lumen_e2e_request_latency_seconds", "Time from arrival to the last token.");
+  queue_s.render(&out, "lumen_request_queue_time_seconds", "Time from arrival to the first forward step.");
+
+  metric_header(&out, "lumen_requests_total", "Generation requests by how they ended.", "counter");
+  for (size_t i = 0; i < n_outcome_.size(); ++i)
+    out += std::string("lumen_requests_total{outcome=\"") + kOutcomeNames[i] + "\"} " +
+           std::to_string(n_outcome_[i].load(std::memory_order_relaxed)) + "\n";
+  metric_header(&out, "lumen_http_requests_total", "HTTP responses by status code.", "counter");
+  for (size_t i = 0; i < kHttpCodes.size(); ++i) {
+    const uint64_t n = n_http_[i].load(std::memory_order_relaxed);
+    const std::string code = kHttpCodes[i] ? std::to_string(kHttpCodes[i]) : "other";
+    out += "lumen_http_requests_total{code=\"" + code + "\"} " + std::to_string(n) + "\n";
+  }
+  return out;
+}
+
+}  // namespace lumen::server

@@ -1,0 +1,84 @@
+// The strict edge of the server (STYLE 19): request bodies of /v1/completions and
+// /v1/chat/completions -> plain data, or an error naming the field. No HTTP, no engine
+// calls: a pure function, fuzzed by request_parser_fuzz_test.cc.
+//
+// Rules (documented for clients in docs/serve.md):
+//   - The body must be one JSON object, at most ParserLimits::max_body_bytes, nested at most
+//     ParserLimits::max_depth deep.
+//   - Every known field is type-checked and range-checked; `null` means "absent". A known
+//     field of the wrong type is a 400, never coerced (an integer field accepts 3.0, not 3.5
+//     or "3").
+//   - Unknown fields are ignored (clients send vendor extensions), except OpenAI fields this
+//     server does not implement, which are rejected when set to anything but their default
+//     (echo, best_of, logit_bias, suffix, tools, functions, response_format, ...): silently
+//     ignoring them would change what the client gets.
+//   - Defaults are OpenAI's: temperature 1, top_p 1, no top-k, no min-p, no penalties.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/request.h"
+#include "tokenizer/chat_template.h"
+
+namespace lumen::server {
+
+enum class Endpoint : uint8_t { kCompletions, kChatCompletions };
+
+struct ParserLimits {
+  int64_t max_body_bytes = 4 << 20;
+  int32_t max_depth = 32;             // JSON nesting
+  int32_t n_vocab = 0;                // token ids in [0, n_vocab)
+  int32_t n_ctx = 0;                  // prompt token arrays and max_tokens at most this
+  int32_t max_n = 1;                  // n at most (the engine's --max-seqs)
+  int32_t max_stop = 16;              // stop strings
+  int32_t max_stop_bytes = 256;       // bytes per stop string
+  int32_t max_messages = 1024;        // chat messages
+  int32_t max_logprobs = 20;          // logprobs / top_logprobs
+  int32_t max_cache_salt_bytes = 256;
+  int32_t max_model_name_bytes = 256;
+};
+
+struct ParsedRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;                          // "" when absent
+  // /v1/completions: a string, or an array of token ids (used as given: no BOS added).
+  std::string prompt_text;
+  std::vector<int32_t> prompt_ids;
+  bool prompt_is_ids = false;
+  // /v1/chat/completions: content of array-of-parts messages is joined text.
+  std::vector<tok::ChatMessage> messages;
+  engine::GenerationParams params;            // max_tokens is only meaningful if given
+  bool max_tokens_given = false;
+  bool seed_given = false;                    // else the caller draws a random seed
+  bool stream = false;
+  bool include_usage = false;                 // stream_options.include_usage
+};
+
+// Parses and checks one request body. Errors are kInvalidArgument with a message
+// "field: what is wrong" (see api_error.h). Never throws.
+Result<ParsedRequest> parse_generation_request(std::string_view body, Endpoint endpoint,
+                                               const ParserLimits& limits);
+
+// /tokenize: {"content" | "prompt": string, "add_special" | "add_special_tokens": bool}
+// or {"messages": [...]} (rendered with the chat template by the caller).
+struct TokenizeRequest {
+  std::string text;
+  bool add_special = true;
+  std::vector<tok::ChatMessage> messages;
+  bool has_messages = false;
+};
+Result<TokenizeRequest> parse_tokenize_request(std::string_view body, const ParserLimits& limits);
+
+// /detokenize: {"tokens": [ids]}
+Result<std::vector<int32_t>> parse_detokenize_request(std::string_view body, const ParserLimits& limits);
+
+// True if the JSON text nests arrays/objects no deeper than max_depth (strings are skipped).
+// Cheap pre-check so a hostile body never reaches the parser's recursion.
+bool json_depth_within(std::string_view text, int32_t max_depth);
+
+}  // namespace lumen::server

@@ -1,0 +1,62 @@
+// lumen's OpenAI-compatible HTTP server (cpp-httplib underneath, hidden here).
+//
+//   POST /v1/completions       POST /v1/chat/completions     (streaming SSE or one JSON)
+//   GET  /v1/models            GET  /health (503 while the model loads)
+//   POST /tokenize             POST /detokenize              GET  /metrics (Prometheus)
+//
+// The server starts listening before the model is loaded, so /health can say "loading";
+// attach_engine() makes it ready. It talks to the engine only through AsyncEngine's public
+// API (STYLE: server -> engine public API only). Threads: httplib's worker pool runs the
+// handlers; a handler blocks on its RequestStream while its request runs. The only state
+// handlers share is the engine (thread-safe by contract) and the metrics (own mutexes).
+// Every route but /health needs `Authorization: Bearer KEY` when an API key is set.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "engine/async_engine.h"
+
+namespace lumen::server {
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  int port = 8080;                  // 0: any free port (read it back with port())
+  std::string api_key;              // empty: no authentication
+  std::string model_alias;          // served model name; empty: the engine's model id
+  int32_t n_http_threads = 0;       // 0: enough for every running and queued request + 8
+  int64_t max_body_bytes = 4 << 20; // larger bodies get 413
+  int32_t max_messages = 1024;
+  int32_t max_stop = 16;
+  int32_t max_logprobs = 20;
+  int32_t idle_poll_ms = 50;        // how often a waiting handler checks its client is there
+  bool log_requests = true;         // one info line per request: lengths and timings, never text
+};
+
+class HttpServer {
+ public:
+  // Binds and starts serving (health says "loading" until attach_engine). Errors: the
+  // address cannot be bound.
+  static Result<std::unique_ptr<HttpServer>> start(const ServerConfig& config);
+  ~HttpServer();  // stop()s
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  int port() const;
+  // Hands the loaded engine to the server; from now on it serves requests. Call once.
+  void attach_engine(std::unique_ptr<engine::AsyncEngine> engine);
+  // The engine, once attached (tests read its metrics); null before.
+  engine::AsyncEngine* engine() const;
+  // Ends every running request (clients get an error event / 503), stops listening and
+  // joins the worker threads. Idempotent.
+  void stop();
+
+ private:
+  struct Impl;
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lumen::server

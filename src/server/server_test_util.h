@@ -1,0 +1,238 @@
+// Test helpers: an in-process server on an ephemeral port over the tiny shared models, and
+// small HTTP clients (whole responses, SSE streams that may hang up early, raw sockets).
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <httplib.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/shared_dir.h"
+#include "engine/async_engine.h"
+#include "server/server.h"
+
+namespace lumen::server::testing {
+
+using Json = nlohmann::json;
+
+inline std::string tiny_model_path() {
+  return shared_dir() + "/models/TinyStories-656K/TinyStories-656K-Q8_0.gguf";
+}
+inline std::string stories260k_path() { return shared_dir() + "/models/stories260K/stories260K.gguf"; }
+
+struct TestServerOptions {
+  std::string model_path = tiny_model_path();
+  int32_t n_ctx = 256;
+  int32_t max_seqs = 4;
+  int32_t max_batch_tokens = 64;
+  int32_t max_queue = 64;
+  int32_t n_threads = 1;
+  ServerConfig server;
+  bool attach = true;  // load the engine before returning
+};
+
+struct TestServer {
+  std::unique_ptr<HttpServer> server;
+  int port = 0;
+
+  // Loads the engine and attaches it.
+  static std::unique_ptr<engine::AsyncEngine> load(const TestServerOptions& o) {
+    engine::EngineConfig ec;
+    ec.n_threads = o.n_threads;
+    ec.n_ctx = o.n_ctx;
+    ec.max_seqs = o.max_seqs;
+    ec.max_batch_tokens = o.max_batch_tokens;
+    auto e = engine::Engine::create(o.model_path, ec);
+    EXPECT_TRUE(e.ok()) << e.message();
+    if (!e.ok()) return nullptr;
+    engine::AsyncEngineConfig ac;
+    ac.max_queued_requests = o.max_queue;
+    return engine::AsyncEngine::start(std::move(e).value(), ac);
+  }
+
+  static std::unique_ptr<TestServer> start(TestServerOptions o = {}) {
+    signal(SIGPIPE, SIG_IGN);
+    o.server.port = 0;
+    o.server.host = "127.0.0.1";
+    o.server.idle_poll_ms = 20;
+    o.server.log_requests = false;
+    if (o.server.n_http_threads == 0) o.server.n_http_threads = 48;
+    auto s = HttpServer::start(o.server);
+    EXPECT_TRUE(s.ok()) << s.message();
+    if (!s.ok()) return nullptr;
+    auto t = std::make_unique<TestServer>();
+    t->server = std::move(s).value();
+    t->port = t->server->port();
+    if (o.attach) {
+      auto eng = load(o);
+      if (!eng) return nullptr;
+      t->server->attach_engine(std::move(eng));
+    }
+    return t;
+  }
+
+  std::unique_ptr<httplib::Client> client(const std::string& api_key = "") const {
+    auto c = std::make_unique<httplib::Client>("127.0.0.1", port);
+    c->set_read_timeout(60, 0);
+    c->set_connection_timeout(5, 0);
+    if (!api_key.empty()) c->set_bearer_token_auth(api_key);
+    return c;
+  }
+};
+
+struct HttpReply {
+  int status = 0;  // 0: no response
+  std::string body;
+  httplib::Headers headers;
+  Json json() const { return Json::parse(body, nullptr, false); }
+};
+
+inline HttpReply post(const TestServer& s, const std::string& path, const std::string& body,
+                      const std::string& api_key = "") {
+  auto c = s.client(api_key);
+  auto r = c->Post(path, body, "application/json");
+  HttpReply out;
+  if (!r) return out;
+  out.status = r->status;
+  out.body = r->body;
+  out.headers = r->headers;
+  return out;
+}
+
+inline HttpReply get(const TestServer& s, const std::string& path, const std::string& api_key = "") {
+  auto c = s.client(api_key);
+  auto r = c->Get(path);
+  HttpReply out;
+  if (!r) return out;
+  out.status = r->status;
+  out.body = r->body;
+  out.headers = r->headers;
+  return out;
+}
+
+// A streamed response: the JSON of every data event, and whether [DONE] came.
+struct SseReply {
+  int status = 0;
+  std::vector<Json> events;
+  bool done = false;
+  std::string raw;
+  std::string text(int index = 0) const {  // concatenated text / delta.content of one choice
+    std::string s;
+    for (const Json& e : events) {
+      if (!e.contains("choices")) continue;
+      for (const Json& c : e["choices"]) {
+        if (c.value("index", -1) != index) continue;
+        if (c.contains("text") && c["text"].is_string()) s += c["text"].get<std::string>();
+        if (c.contains("delta") && c["delta"].contains("content") && c["delta"]["content"].is_string())
+          s += c["delta"]["content"].get<std::string>();
+      }
+    }
+    return s;
+  }
+};
+
+// Streams `body` to `path`; hangs up after `max_events` data events if > 0.
+inline SseReply post_stream(const TestServer& s, const std::string& path, const std::string& body,
+                            int max_events = 0, const std::string& api_key = "") {
+  auto c = s.client(api_key);
+  SseReply out;
+  std::string buf;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.body = body;
+  req.set_header("Content-Type", "application/json");
+  if (!api_key.empty()) req.set_header("Authorization", "Bearer " + api_key);
+  req.response_handler = [&](const httplib::Response& r) {
+    out.status = r.status;
+    return true;
+  };
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    out.raw.append(data, n);
+    buf.append(data, n);
+    size_t end;
+    while ((end = buf.find("\n\n")) != std::string::npos) {
+      std::string ev = buf.substr(0, end);
+      buf.erase(0, end + 2);
+      if (ev.rfind("data: ", 0) != 0) continue;
+      ev = ev.substr(6);
+      if (ev == "[DONE]") {
+        out.done = true;
+        continue;
+      }
+      out.events.push_back(Json::parse(ev, nullptr, false));
+      if (max_events > 0 && static_cast<int>(out.events.size()) >= max_events) return false;  // hang up
+    }
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error err;
+  c->send(req, res, err);
+  if (out.status == 0) out.status = res.status > 0 ? res.status : 0;
+  if (out.status != 200 && out.raw.empty()) out.raw = res.body;
+  return out;
+}
+
+// A value from /metrics ("name" or "name{labels}"), or -1.
+inline double metric(const TestServer& s, const std::string& series) {
+  HttpReply r = get(s, "/metrics");
+  size_t pos = 0;
+  while ((pos = r.body.find(series + " ", pos)) != std::string::npos) {
+    if (pos == 0 || r.body[pos - 1] == '\n') return std::stod(r.body.substr(pos + series.size() + 1));
+    pos += series.size();
+  }
+  return -1;
+}
+
+inline bool wait_until(const std::function<bool()>& pred, double timeout_s = 10) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return pred();
+}
+
+// A raw TCP connection: for clients that send a request and hang up without reading.
+class RawConnection {
+ public:
+  explicit RawConnection(int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~RawConnection() { hang_up(); }
+  bool ok() const { return fd_ >= 0; }
+  bool send_post(const std::string& path, const std::string& body) {
+    const std::string req = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                            "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    return ::send(fd_, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size());
+  }
+  void hang_up() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace lumen::server::testing

@@ -1,0 +1,54 @@
+// Internal to the server layer: what the handlers share once the model is loaded, and the
+// httplib-facing helpers both adapter files (http_server.cc, generation_handler.cc) use.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/async_engine.h"
+#include "server/api_error.h"
+#include "server/metrics.h"
+#include "server/request_parser.h"
+#include "server/server.h"
+#include "tokenizer/chat_template.h"
+
+namespace httplib {
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace lumen::server {
+
+// Immutable once published by HttpServer::attach_engine (the engine itself is thread-safe).
+struct ServingState {
+  std::unique_ptr<engine::AsyncEngine> engine;
+  tok::ChatTemplate chat_template;   // the model's, or ChatML when it has none
+  std::string bos_text, eos_text;    // template variables bos_token / eos_token
+  ParserLimits limits;
+  std::string model_name;            // what /v1/models lists and requests may name
+  int64_t created_s = 0;             // unix time the model was attached
+};
+
+// What the handlers get from the server besides the serving state.
+struct HandlerEnv {
+  const ServerConfig* config;
+  ServerMetrics* metrics;
+  const std::atomic<bool>* stopping;  // set when the server shuts down
+};
+
+// Sets an OpenAI error response (with Retry-After on 503).
+void send_error(httplib::Response& res, const ApiError& error);
+
+// The chat prompt: template rendered with the generation prompt, encoded with special
+// tokens recognised, BOS prepended when the model wants it and the template did not write it.
+Result<std::vector<int32_t>> chat_prompt_ids(const ServingState& state, std::span<const tok::ChatMessage> messages);
+
+// POST /v1/completions and /v1/chat/completions.
+void handle_generation(const ServingState& state, const HandlerEnv& env, Endpoint endpoint,
+                       const httplib::Request& req, httplib::Response& res);
+
+}  // namespace lumen::server
