@@ -46,6 +46,10 @@ void* operator new[](std::size_t n_bytes, std::align_val_t align) {
 void* operator new[](std::size_t n_bytes, const std::nothrow_t& tag) noexcept {
   return operator new(n_bytes, tag);
 }
+// These replacements pair malloc with free on purpose; GCC 12 at -O3 sees the inlined
+// operator new[] -> operator new -> malloc chain and warns that free() meets "new".
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
@@ -56,6 +60,7 @@ void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 namespace lumen::sample {
 namespace {
