@@ -5,9 +5,11 @@
 #include <string>
 
 #include "cli/bench_cmd.h"
+#include "cli/bench_serve_cmd.h"
 #include "cli/common.h"
 #include "cli/convert_cmds.h"
 #include "cli/roofline_cmd.h"
+#include "cli/serve_cmd.h"
 
 namespace {
 
@@ -17,10 +19,12 @@ void print_usage() {
       "commands:\n"
       "  run         generate a continuation of a prompt\n"
       "  chat        interactive chat with the model's chat template\n"
+      "  serve       OpenAI-compatible HTTP server (continuous batching, prefix cache)\n"
       "  tokenize    text -> token ids (--vectors FILE.inp for conformance files)\n"
       "  info        what a model file holds\n"
       "  perplexity  llama-perplexity's method over a text file\n"
       "  bench       prompt / generation speed vs this machine's bandwidth (like llama-bench)\n"
+      "  bench serve load generator for OpenAI-compatible servers (TTFT, TPOT, goodput)\n"
       "  roofline    prefill / decode limits of a model on a machine (capacity planner)\n"
       "  synth       write a random-weight GGUF at a real model's shape\n"
       "  quantize    convert a model to q8_0 / q4_0 / q4_k / q6_k GGUF\n",
@@ -42,6 +46,8 @@ int main(int argc, char** argv) {
   if (cmd == "tokenize") return cmd_tokenize(argc, argv, 2);
   if (cmd == "info") return cmd_info(argc, argv, 2);
   if (cmd == "perplexity") return cmd_perplexity(argc, argv, 2);
+  if (cmd == "serve") return cmd_serve(argc, argv, 2);
+  if (cmd == "bench" && argc > 2 && !std::strcmp(argv[2], "serve")) return cmd_bench_serve(argc, argv, 3);
   if (cmd == "bench") return cmd_bench(argc, argv, 2);
   if (cmd == "roofline") return cmd_roofline(argc, argv, 2);
   if (cmd == "synth") return cmd_synth(argc, argv, 2);
