@@ -134,7 +134,9 @@ TEST(CliRun, AllThreeContainersRun) {
                                shared("models/TinyStories-656K/"), shared(kTiny)}) {
     CmdResult r = run_lumen({"run", "-m", m, "-p", "Once upon a time", "-n", "8", "--temp", "0", "--json"});
     EXPECT_EQ(r.exit_code, 0) << m << ": " << r.err;
-    if (r.exit_code == 0) EXPECT_FALSE(nlohmann::json::parse(r.out)["generated_ids"].empty()) << m;
+    if (r.exit_code == 0) {
+      EXPECT_FALSE(nlohmann::json::parse(r.out)["generated_ids"].empty()) << m;
+    }
   }
 }
 
