@@ -21,8 +21,11 @@ build-dev/build.ninja: | deps
 build: deps build/build.ninja
 	cmake --build build -j $(JOBS)
 
+# The untrusted-input parsers' test binaries, rebuilt with AddressSanitizer + UBSan.
+ASAN_TARGETS := lumen_gguf_tests lumen_tokenizer_tests lumen_server_tests
+
 build-dev: deps build-dev/build.ninja
-	cmake --build build-dev -j $(JOBS) --target lumen_gguf_tests lumen_tokenizer_tests
+	cmake --build build-dev -j $(JOBS) --target $(ASAN_TARGETS)
 
 run: build
 	build/lumen run -m "$(MODEL)" -p "$(PROMPT)" -n 64
