@@ -41,6 +41,8 @@ std::vector<OptionSpec> serve_option_specs() {
       {{"--max-queue"}, "N", "requests waiting for admission before new ones get 503 (default 64)"},
       {{"--http-threads"}, "N", "HTTP worker threads (default: max-seqs + max-queue + 8)"},
       {{"--max-body"}, "SIZE", "largest request body (default 4MiB)"},
+      {{"--deterministic"}, "", "batch-invariant numerics: a request's tokens do not depend on the rest of the batch"},
+      {{"--no-prefix-cache"}, "", "do not share KV blocks between requests with a common prefix"},
   };
   specs.insert(specs.end(), more.begin(), more.end());
   return specs;
@@ -67,6 +69,8 @@ Result<ServeOptions> serve_options_from_args(const ArgParser& args) {
     if (!bytes.ok()) return error("--kv-memory: " + bytes.message());
     o.engine.kv_memory_bytes = *bytes;
   }
+  o.engine.deterministic = args.has("--deterministic");
+  o.engine.enable_prefix_cache = !args.has("--no-prefix-cache");
   LUMEN_ASSIGN_OR_RETURN(int64_t max_queue, args.get_int("--max-queue", kDefaultMaxQueue, 1, 1 << 20));
   o.async.max_queued_requests = static_cast<int32_t>(max_queue);
 

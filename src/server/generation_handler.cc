@@ -150,24 +150,37 @@ class RequestRun {
   std::string error_;
 };
 
-// Lazily found (the /proc scan is only worth it once a request has to wait).
+// Asks at most once per interval whether the client is still there; the socket is
+// looked up on the first question (the /proc scan is only worth it for requests that last).
 class LazyProbe {
  public:
-  explicit LazyProbe(const httplib::Request& req)
+  LazyProbe(const httplib::Request& req, double interval_ms)
       : local_addr_(req.local_addr), remote_addr_(req.remote_addr), local_port_(req.local_port),
-        remote_port_(req.remote_port) {}
+        remote_port_(req.remote_port), interval_ms_(interval_ms), t_next_ms_(now_ms() + interval_ms) {}
+  // Whether the client has gone, if the interval has passed since the last question.
+  bool due_and_gone() {
+    const double t = now_ms();
+    if (t < t_next_ms_) return false;
+    t_next_ms_ = t + interval_ms_;
+    return peer_gone();
+  }
   bool peer_gone() {
-    if (!searched_) {
-      probe_ = ConnectionProbe::find(local_addr_, local_port_, remote_addr_, remote_port_);
-      searched_ = true;
-      if (!probe_.found()) LUMEN_LOG_DEBUG("server: connection probe found no socket; disconnects are seen on write");
-    }
+    search();
     return probe_.peer_gone();
+  }
+  // Finds the socket now. A stream must do this before its first write: once the client
+  // has gone, that write draws a reset, and a reset socket has no peer address to match.
+  void search() {
+    if (searched_) return;
+    probe_ = ConnectionProbe::find(local_addr_, local_port_, remote_addr_, remote_port_);
+    searched_ = true;
+    if (!probe_.found()) LUMEN_LOG_DEBUG("server: connection probe found no socket; disconnects are seen on write");
   }
 
  private:
   std::string local_addr_, remote_addr_;
   int local_port_, remote_port_;
+  double interval_ms_, t_next_ms_;
   bool searched_ = false;
   ConnectionProbe probe_;
 };
@@ -185,7 +198,7 @@ void log_request(const HandlerEnv& env, Endpoint endpoint, bool stream, int stat
 // Everything the SSE content provider needs; shared by the provider and its releaser.
 struct StreamJob {
   StreamJob(RequestRun r, ResponseHeader h, const ServingState* s, HandlerEnv e, const httplib::Request& req)
-      : run(std::move(r)), header(std::move(h)), state(s), env(e), probe(req),
+      : run(std::move(r)), header(std::move(h)), state(s), env(e), probe(req, e.config->idle_poll_ms),
         text_offset(run.choices().size(), 0) {}
   RequestRun run;
   ResponseHeader header;
@@ -249,6 +262,9 @@ bool provide_stream(StreamJob& job, httplib::DataSink& sink) {
     }
     return !job.probe.peer_gone();  // false: the client has gone; the releaser cancels
   }
+  // Writes into a closed connection can succeed for a while (socket buffers); ask the
+  // kernel too, so a client that hangs up mid-stream is cancelled within idle_poll_ms.
+  if (job.probe.due_and_gone()) return false;
   std::string out = event_chunks(job, ev);
   if (job.run.done()) {
     if (job.header.include_usage && !job.run.failed() && !job.run.engine_cancelled())
@@ -264,11 +280,16 @@ bool provide_stream(StreamJob& job, httplib::DataSink& sink) {
 // Non-streaming: waits for the whole request, then answers with one JSON body.
 void serve_whole(RequestRun& run, const ResponseHeader& header, const ServingState& state, const HandlerEnv& env,
                  const httplib::Request& req, httplib::Response& res) {
-  LazyProbe probe(req);
+  LazyProbe probe(req, env.config->idle_poll_ms);
   const auto poll = std::chrono::milliseconds(env.config->idle_poll_ms);
   while (!run.done()) {
     RequestEvent ev;
     if (run.next(&ev, poll, *env.metrics)) {
+      if (probe.due_and_gone()) {  // events keep coming while it runs: ask between them
+        run.cancel();
+        res.status = 499;
+        return;
+      }
       if (ev.seq_index < 0 || ev.seq_index >= static_cast<int32_t>(run.choices().size())) continue;
       ChoiceResult& c = run.choices()[ev.seq_index];
       c.text += ev.text_delta;
@@ -388,6 +409,7 @@ void handle_generation(const ServingState& state, const HandlerEnv& env, Endpoin
     return;
   }
   auto job = std::make_shared<StreamJob>(std::move(run), std::move(header), &state, env, req);
+  job->probe.search();
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");

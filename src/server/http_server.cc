@@ -3,6 +3,8 @@
 // (httplib's exception handler turns one into a 500).
 #include <httplib.h>
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <thread>
 
@@ -34,11 +36,23 @@ bool same_secret(const std::string& a, const std::string& b) {
 
 ApiError loading_error() { return ApiError{503, "the model is loading", "server_error", "", "model_loading"}; }
 
+// httplib 0.11 listens with a backlog of 5: a burst of more simultaneous connects (16
+// clients starting together) overflows it, and the kernel drops their SYNs, which clients
+// retry only after a second. The listening socket is a protected member, so a subclass can
+// raise the backlog after binding (listen() on a listening socket updates it; the kernel
+// caps it at net.core.somaxconn).
+class Server : public httplib::Server {
+ public:
+  bool raise_backlog(int backlog) { return ::listen(svr_sock_, backlog) == 0; }
+};
+
+constexpr int kListenBacklog = 1024;
+
 }  // namespace
 
 struct HttpServer::Impl {
   ServerConfig config;
-  httplib::Server svr;
+  Server svr;
   mutable ServerMetrics metrics;  // internally synchronized
   std::atomic<bool> stopping{false};
   // Written once by attach_engine before `state` publishes it; read-only afterwards.
@@ -205,6 +219,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(const ServerConfig& config
                    " (in use, or not an address of this machine)");
     s.port = config.port;
   }
+  if (!s.svr.raise_backlog(kListenBacklog)) LUMEN_LOG_WARN("server: could not raise the listen backlog");
   s.listener = std::thread([&s] { s.svr.listen_after_bind(); });
   // stop() right after start() must find the accept loop running, or it would not end it.
   for (int i = 0; i < 5000 && !s.svr.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));

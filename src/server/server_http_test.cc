@@ -156,5 +156,89 @@ TEST_F(ServerHttp, ModelNameMustMatch) {
   EXPECT_EQ(post(s(), "/v1/completions", req.dump()).status, 200);
 }
 
+TEST_F(ServerHttp, SeveralCompletions) {
+  Json req = {{"prompt", "Once upon a time"}, {"max_tokens", 12}, {"temperature", 1.0}, {"seed", 7},
+              {"n", 3},          {"ignore_eos", true}};
+  HttpReply r = post(s(), "/v1/completions", req.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Json j = r.json();
+  ASSERT_EQ(j["choices"].size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(j["choices"][i]["index"], i);
+    EXPECT_FALSE(j["choices"][i]["text"].get<std::string>().empty());
+    EXPECT_EQ(j["choices"][i]["finish_reason"], "length");
+  }
+  EXPECT_EQ(j["usage"]["completion_tokens"], 36);
+  // The same seed gives the same three completions, streamed or not.
+  req["stream"] = true;
+  SseReply st = post_stream(s(), "/v1/completions", req.dump());
+  ASSERT_EQ(st.status, 200);
+  EXPECT_TRUE(st.done);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(st.text(i), j["choices"][i]["text"].get<std::string>()) << i;
+  // Chat streams open every choice with its role.
+  Json chat = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 6}, {"n", 2}, {"stream", true},
+               {"ignore_eos", true}};
+  SseReply cs = post_stream(s(), "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(cs.status, 200);
+  std::set<int> roles;
+  for (const Json& e : cs.events)
+    for (const Json& c : e["choices"])
+      if (c["delta"].contains("role")) roles.insert(c["index"].get<int>());
+  EXPECT_EQ(roles, (std::set<int>{0, 1}));
+}
+
+TEST_F(ServerHttp, CompletionLogprobs) {
+  Json req = Json::parse(greedy_completion(8));
+  req["logprobs"] = 3;
+  HttpReply r = post(s(), "/v1/completions", req.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Json c = r.json()["choices"][0];
+  const Json& lp = c["logprobs"];
+  ASSERT_TRUE(lp.is_object()) << r.body;
+  ASSERT_EQ(lp["tokens"].size(), 8u);
+  ASSERT_EQ(lp["token_logprobs"].size(), 8u);
+  ASSERT_EQ(lp["top_logprobs"].size(), 8u);
+  ASSERT_EQ(lp["text_offset"].size(), 8u);
+  std::string joined;
+  for (size_t i = 0; i < 8; ++i) {
+    joined += lp["tokens"][i].get<std::string>();
+    const double chosen = lp["token_logprobs"][i].get<double>();
+    EXPECT_LE(chosen, 0.0);
+    const Json& top = lp["top_logprobs"][i];
+    EXPECT_GE(top.size(), 1u);
+    EXPECT_LE(top.size(), 3u);
+    double best = -1e30;
+    for (const auto& [tok, v] : top.items()) best = std::max(best, v.get<double>());
+    EXPECT_NEAR(chosen, best, 1e-4) << "greedy picks the most likely token";
+  }
+  EXPECT_EQ(joined, c["text"].get<std::string>());
+  // Streamed: the same number of token entries, spread over the chunks.
+  req["stream"] = true;
+  SseReply st = post_stream(s(), "/v1/completions", req.dump());
+  size_t n = 0;
+  for (const Json& e : st.events)
+    for (const Json& ch : e["choices"])
+      if (ch["logprobs"].is_object()) n += ch["logprobs"]["tokens"].size();
+  EXPECT_EQ(n, 8u);
+}
+
+TEST_F(ServerHttp, ChatLogprobs) {
+  Json req = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 5}, {"temperature", 0},
+              {"ignore_eos", true},  {"logprobs", true},  {"top_logprobs", 2}};
+  HttpReply r = post(s(), "/v1/chat/completions", req.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Json content = r.json()["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 5u) << r.body;
+  for (const Json& t : content) {
+    EXPECT_TRUE(t["token"].is_string());
+    EXPECT_LE(t["logprob"].get<double>(), 0.0);
+    EXPECT_TRUE(t["bytes"].is_array());
+    EXPECT_EQ(t["top_logprobs"].size(), 2u);
+  }
+  req.erase("top_logprobs");
+  req["logprobs"] = false;
+  EXPECT_TRUE(post(s(), "/v1/chat/completions", req.dump()).json()["choices"][0]["logprobs"].is_null());
+}
+
 }  // namespace
 }  // namespace lumen::server::testing
