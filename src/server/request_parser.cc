@@ -77,7 +77,10 @@ class ObjectReader {
     if (!v) return Status();
     if (!v->is_number()) return type_error(key, "a number", *v);
     const double d = v->get<double>();
-    if (!std::isfinite(d) || (lo_open ? d <= lo : d < lo) || d > hi)
+    // The range is checked on the float the engine will see too: 1e-300 is > 0 but its
+    // float is 0.
+    const double f = static_cast<float>(d);
+    if (!std::isfinite(d) || (lo_open ? d <= lo || f <= lo : d < lo || f < lo) || d > hi || f > hi)
       return field_error(path(key), std::string("must be in ") + (lo_open ? "(" : "[") + fmt_num(lo) + ", " +
                                         fmt_num(hi) + "], got " + fmt_num(d));
     *out = static_cast<float>(d);

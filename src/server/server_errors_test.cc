@@ -128,8 +128,11 @@ TEST_F(ServerErrors, MalformedRequestsGet400NamingTheField) {
     EXPECT_EQ(e["type"], "invalid_request_error");
     EXPECT_FALSE(e["message"].get<std::string>().empty());
     EXPECT_TRUE(e.contains("code"));
-    if (*c.param) EXPECT_EQ(e["param"], std::string(c.param)) << e["message"];
-    else EXPECT_TRUE(e["param"].is_null()) << e["param"];
+    if (*c.param) {
+      EXPECT_EQ(e["param"], std::string(c.param)) << e["message"];
+    } else {
+      EXPECT_TRUE(e["param"].is_null()) << e["param"];
+    }
   }
   // Every bad request left nothing behind.
   EXPECT_TRUE(wait_until([&] { return metric(*server_, "lumen_kv_blocks_used") == 0; }));
