@@ -579,6 +579,9 @@ Result<Value> Renderer::binary(const std::string& op, const Value& a, const Valu
       if (unit > 0 && static_cast<uint64_t>(n) > (seq->kind == Kind::kString ? kMaxStringBytes : kMaxListItems) / unit) {
         return error_at(pos, "repetition exceeds the size limit");
       }
+      // An empty sequence repeated any number of times is empty: no loop (a huge count
+      // would otherwise spin without producing output or charging the work budget).
+      if (unit == 0) return seq->kind == Kind::kString ? string_value(std::string()) : list_value(List{});
       if (seq->kind == Kind::kString) {
         std::string s;
         for (int64_t k = 0; k < n; ++k) s += seq->s();

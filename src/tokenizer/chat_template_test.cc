@@ -352,6 +352,17 @@ TEST(ChatTemplateSemantics, RenderJsonContext) {
   EXPECT_FALSE(t->render_json("[1, 2]").ok());
 }
 
+// Repeating an empty sequence by a huge count must be instant (it once spun forever).
+TEST(ChatTemplateSemantics, EmptyRepetitionByHugeCount) {
+  for (const char* src : {"{{ [] * 9223372036854775807 }}", "{{ '' * 9223372036854775807 }}|",
+                          "{{ 9223372036854775807 * '' }}|"}) {
+    Result<ChatTemplate> t = ChatTemplate::parse(src);
+    ASSERT_TRUE(t.ok()) << src;
+    Result<std::string> out = t->render(kNoSystem, false, "", "");
+    ASSERT_TRUE(out.ok()) << src << ": " << out.message();
+  }
+}
+
 TEST(ChatTemplateSemantics, MoveAndEmpty) {
   Result<ChatTemplate> t = ChatTemplate::parse("{{ messages | length }}");
   ASSERT_TRUE(t.ok());
