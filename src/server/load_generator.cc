@@ -64,6 +64,9 @@ std::unique_ptr<httplib::Client> make_client(const LoadConfig& c) {
   cli->set_read_timeout(timeout_s, 0);
   cli->set_write_timeout(timeout_s, 0);
   cli->set_keep_alive(true);
+  // Without TCP_NODELAY the request body waits for the ACK of the headers (Nagle), and
+  // the server delays that ACK: +40 ms on every TTFT.
+  cli->set_tcp_nodelay(true);
   return cli;
 }
 
