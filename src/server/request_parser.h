@@ -2,7 +2,7 @@
 // /v1/chat/completions -> plain data, or an error naming the field. No HTTP, no engine
 // calls: a pure function, fuzzed by request_parser_fuzz_test.cc.
 //
-// Rules (documented for clients in docs/serve.md):
+// Rules (the client-facing summary is in src/server/README.md):
 //   - The body must be one JSON object, at most ParserLimits::max_body_bytes, nested at most
 //     ParserLimits::max_depth deep.
 //   - Every known field is type-checked and range-checked; `null` means "absent". A known

@@ -1,0 +1,195 @@
+// `lumen serve` and `lumen bench serve` as a user runs them: the binary listens on a free
+// port, answers /health, takes load from `lumen bench serve --json`, and exits cleanly on
+// SIGTERM. (The HTTP API itself is tested in-process by lumen_server_tests.)
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "base/shared_dir.h"
+
+extern char** environ;
+
+namespace lumen::testing {
+namespace {
+
+std::string lumen_bin() {
+  const char* env = std::getenv("LUMEN_BIN");
+  return env && *env ? env : LUMEN_BIN_PATH;
+}
+
+std::string tiny_model() { return shared_dir() + "/models/TinyStories-656K/TinyStories-656K-Q8_0.gguf"; }
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// A `lumen serve` child process with its stderr in a file; SIGKILLed if still running.
+class ServeProcess {
+ public:
+  explicit ServeProcess(std::vector<std::string> args) {
+    log_path_ = ::testing::TempDir() + "lumen_serve_" + std::to_string(getpid()) + ".log";
+    std::vector<std::string> argv_s = {lumen_bin(), "serve"};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 2, log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    if (posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&fa);
+  }
+  ~ServeProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    std::remove(log_path_.c_str());
+  }
+  bool started() const { return pid_ > 0; }
+  std::string log() const { return read_file(log_path_); }
+
+  // The port from "listening on http://HOST:PORT", or 0 after the timeout.
+  int wait_for_port(double timeout_s = 20) const {
+    const std::regex re("listening on http://[^:]+:([0-9]+)");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::smatch m;
+      const std::string text = log();
+      if (std::regex_search(text, m, re)) return std::stoi(m[1]);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return 0;
+  }
+  // Sends SIGTERM and returns the exit code (-1 if it did not exit in time or was signalled).
+  int terminate(double timeout_s = 20) {
+    kill(pid_, SIGTERM);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    while (std::chrono::steady_clock::now() < deadline) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::string log_path_;
+};
+
+struct CmdResult {
+  int exit_code = -1;
+  std::string out;
+};
+
+CmdResult run(const std::string& cmd) {
+  CmdResult r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+TEST(ServerCli, ServeBenchAndShutDown) {
+  ServeProcess serve({"-m", tiny_model(), "--port", "0", "-t", "1", "-c", "256", "--max-seqs", "4",
+                      "--api-key", "test-key"});
+  ASSERT_TRUE(serve.started());
+  const int port = serve.wait_for_port();
+  ASSERT_GT(port, 0) << serve.log();
+  httplib::Client cli("127.0.0.1", port);
+  cli.set_connection_timeout(5, 0);
+  bool ready = false;
+  for (int i = 0; i < 500 && !ready; ++i) {
+    auto r = cli.Get("/health");
+    ready = r && r->status == 200;
+    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(ready) << serve.log();
+  auto denied = cli.Post("/v1/completions", R"({"prompt": "x"})", "application/json");
+  ASSERT_TRUE(denied);
+  EXPECT_EQ(denied->status, 401);
+
+  const std::string url = "http://127.0.0.1:" + std::to_string(port);
+  CmdResult bench = run("'" + lumen_bin() + "' bench serve --url " + url +
+                        " --api-key test-key --concurrency 1,2 --requests 4 --prompt-tokens 16 --max-tokens 4 --json");
+  ASSERT_EQ(bench.exit_code, 0) << bench.out;
+  std::vector<nlohmann::json> levels;
+  size_t pos = 0;
+  while (pos < bench.out.size()) {
+    size_t eol = bench.out.find('\n', pos);
+    if (eol == std::string::npos) eol = bench.out.size();
+    const std::string line = bench.out.substr(pos, eol - pos);
+    pos = eol + 1;
+    if (!line.empty()) levels.push_back(nlohmann::json::parse(line, nullptr, false));
+  }
+  ASSERT_EQ(levels.size(), 2u) << bench.out;
+  for (const nlohmann::json& j : levels) {
+    ASSERT_TRUE(j.is_object()) << bench.out;
+    std::set<std::string> keys;
+    for (const auto& [k, v] : j.items()) keys.insert(k);
+    EXPECT_EQ(keys, (std::set<std::string>{"output_tok_s", "req_s", "goodput_req_s", "n_ok", "n_failed", "ttft_ms",
+                                           "tpot_ms", "itl_ms", "e2e_ms"}));
+    EXPECT_EQ(j["n_ok"], 4);
+    EXPECT_EQ(j["n_failed"], 0);
+    EXPECT_GT(j["output_tok_s"].get<double>(), 0);
+  }
+  CmdResult table = run("'" + lumen_bin() + "' bench serve --url " + url +
+                        " --api-key test-key --concurrency 2 --requests 2 --prompt-tokens 8 --max-tokens 2");
+  EXPECT_EQ(table.exit_code, 0) << table.out;
+  EXPECT_NE(table.out.find("TTFT p50/90/99"), std::string::npos) << table.out;
+
+  EXPECT_EQ(serve.terminate(), 0) << serve.log();
+}
+
+TEST(ServerCli, BenchServeRefusesRemoteHostsAndBadFlags) {
+  CmdResult r = run("'" + lumen_bin() + "' bench serve --url http://10.1.2.3:8080 --requests 1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("loopback"), std::string::npos) << r.out;
+  r = run("'" + lumen_bin() + "' bench serve --concurrency 0");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  r = run("'" + lumen_bin() + "' serve -m " + tiny_model() + " --kv-memory lots");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("--kv-memory"), std::string::npos) << r.out;
+}
+
+TEST(ServerCli, ServeReportsAModelThatDoesNotLoad) {
+  ServeProcess serve({"-m", "/nonexistent/model.gguf", "--port", "0"});
+  ASSERT_TRUE(serve.started());
+  ASSERT_GT(serve.wait_for_port(), 0) << serve.log();  // it listened before loading
+  int exit_code = -1;
+  for (int i = 0; i < 500; ++i) {
+    if (serve.log().find("error:") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  exit_code = serve.terminate();
+  EXPECT_EQ(exit_code, 1) << serve.log();
+  EXPECT_NE(serve.log().find("error:"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace lumen::testing
