@@ -284,24 +284,20 @@ void serve_whole(RequestRun& run, const ResponseHeader& header, const ServingSta
   const auto poll = std::chrono::milliseconds(env.config->idle_poll_ms);
   while (!run.done()) {
     RequestEvent ev;
-    if (run.next(&ev, poll, *env.metrics)) {
-      if (probe.due_and_gone()) {  // events keep coming while it runs: ask between them
-        run.cancel();
-        res.status = 499;
-        return;
-      }
-      if (ev.seq_index < 0 || ev.seq_index >= static_cast<int32_t>(run.choices().size())) continue;
+    const bool got = run.next(&ev, poll, *env.metrics);
+    if (got && ev.seq_index >= 0 && ev.seq_index < static_cast<int32_t>(run.choices().size())) {
       ChoiceResult& c = run.choices()[ev.seq_index];
       c.text += ev.text_delta;
       c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
-      continue;
     }
+    if (run.done()) break;
     if (env.stopping->load()) {
       run.cancel();
       send_error(res, ApiError{503, "the server is shutting down", "server_error", "", ""});
       return;
     }
-    if (probe.peer_gone()) {
+    // Events keep coming while it runs, so ask between them too (at most once per poll).
+    if (got ? probe.due_and_gone() : probe.peer_gone()) {
       run.cancel();
       res.status = 499;  // nginx's "client closed request": nobody reads it, the logs do
       return;
