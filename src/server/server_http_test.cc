@@ -156,6 +156,28 @@ TEST_F(ServerHttp, ModelNameMustMatch) {
   EXPECT_EQ(post(s(), "/v1/completions", req.dump()).status, 200);
 }
 
+// A repeated prompt reuses the cached KV blocks of its prefix (reported as cached tokens);
+// a different cache_salt does not see them.
+TEST_F(ServerHttp, PrefixCacheAndSalt) {
+  const std::string prompt =
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her "
+      "friends. One day, she saw a big red ball under a tree. She ran to the ball and picked it up. It was "
+      "shiny and new, and Lily was very happy.";
+  Json req = {{"prompt", prompt}, {"max_tokens", 2}, {"temperature", 0}, {"cache_salt", "tenant-a"}};
+  HttpReply first = post(s(), "/v1/completions", req.dump());
+  ASSERT_EQ(first.status, 200) << first.body;
+  ASSERT_GT(first.json()["usage"]["prompt_tokens"].get<int>(), 32);
+  HttpReply again = post(s(), "/v1/completions", req.dump());
+  ASSERT_EQ(again.status, 200);
+  EXPECT_GE(again.json()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 16) << again.body;
+  EXPECT_EQ(again.json()["choices"][0]["text"], first.json()["choices"][0]["text"]);
+  req["cache_salt"] = "tenant-b";
+  HttpReply other = post(s(), "/v1/completions", req.dump());
+  ASSERT_EQ(other.status, 200);
+  EXPECT_EQ(other.json()["usage"]["prompt_tokens_details"]["cached_tokens"], 0) << other.body;
+  EXPECT_GT(metric(s(), "lumen_prompt_tokens_cached_total"), 0);
+}
+
 TEST_F(ServerHttp, SeveralCompletions) {
   Json req = {{"prompt", "Once upon a time"}, {"max_tokens", 12}, {"temperature", 1.0}, {"seed", 7},
               {"n", 3},          {"ignore_eos", true}};
