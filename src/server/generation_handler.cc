@@ -8,7 +8,7 @@
 #include <httplib.h>
 
 #include <chrono>
-#include <cinttypes>
+#include <algorithm>
 #include <random>
 
 #include "base/log.h"
@@ -34,10 +34,11 @@ class RequestRun {
  public:
   RequestRun(std::shared_ptr<engine::RequestStream> stream, int32_t n_choices, int32_t n_prompt,
              double t_arrival_ms)
-      : stream_(std::move(stream)), choices_(n_choices), n_prompt_(n_prompt), t_arrival_ms_(t_arrival_ms) {}
+      : stream_(std::move(stream)), choices_(n_choices), per_choice_(n_choices), n_prompt_(n_prompt),
+        t_arrival_ms_(t_arrival_ms) {}
 
-  // Waits up to `timeout` for the next event, folds it in and returns it.
-  bool next(RequestEvent* ev, std::chrono::milliseconds timeout, ServerMetrics& metrics) {
+  // Blocks up to `timeout` for the next event, folds it in and returns it (false: none came).
+  bool wait_next(RequestEvent* ev, std::chrono::milliseconds timeout, ServerMetrics& metrics) {
     if (!stream_->wait_next(ev, timeout)) return false;
     fold(*ev, metrics);
     return true;
@@ -92,7 +93,7 @@ class RequestRun {
     const double t = now_ms();
     t_last_event_ms_ = t;
     if (ev.seq_index >= 0 && ev.seq_index < static_cast<int32_t>(choices_.size())) {
-      PerChoice& pc = per_choice(ev.seq_index);
+      PerChoice& pc = per_choice_[ev.seq_index];
       ChoiceResult& c = choices_[ev.seq_index];
       const size_t k = ev.new_token_ids.size();
       if (k > 0) {
@@ -119,8 +120,7 @@ class RequestRun {
       have_engine_usage_ = ev.usage.prompt_tokens > 0;
     }
     // Robust to an engine that marks each choice finished but not the request.
-    if (std::all_of(per_choice_.begin(), per_choice_.end(), [](const PerChoice& p) { return p.finished; }) &&
-        per_choice_.size() == choices_.size())
+    if (std::all_of(per_choice_.begin(), per_choice_.end(), [](const PerChoice& p) { return p.finished; }))
       done_ = true;
   }
 
@@ -128,10 +128,6 @@ class RequestRun {
     double t_last_token_ms = 0;
     bool finished = false;
   };
-  PerChoice& per_choice(int32_t i) {
-    if (per_choice_.size() < choices_.size()) per_choice_.resize(choices_.size());
-    return per_choice_[i];
-  }
 
   std::shared_ptr<engine::RequestStream> stream_;
   std::vector<ChoiceResult> choices_;
@@ -251,7 +247,7 @@ bool provide_stream(StreamJob& job, httplib::DataSink& sink) {
     return true;
   }
   RequestEvent ev;
-  if (!job.run.next(&ev, poll, *job.env.metrics)) {
+  if (!job.run.wait_next(&ev, poll, *job.env.metrics)) {
     if (job.env.stopping->load()) {
       job.run.cancel();
       ApiError e{503, "the server is shutting down", "server_error", "", ""};
@@ -284,7 +280,7 @@ void serve_whole(RequestRun& run, const ResponseHeader& header, const ServingSta
   const auto poll = std::chrono::milliseconds(env.config->idle_poll_ms);
   while (!run.done()) {
     RequestEvent ev;
-    const bool got = run.next(&ev, poll, *env.metrics);
+    const bool got = run.wait_next(&ev, poll, *env.metrics);
     if (got && ev.seq_index >= 0 && ev.seq_index < static_cast<int32_t>(run.choices().size())) {
       ChoiceResult& c = run.choices()[ev.seq_index];
       c.text += ev.text_delta;
