@@ -30,6 +30,8 @@ constexpr int32_t kDefaultMaxQueue = 64;
 
 std::vector<OptionSpec> serve_option_specs() {
   std::vector<OptionSpec> specs = engine_option_specs();
+  for (OptionSpec& spec : specs)  // the server's own default
+    if (spec.names.back() == "--batch-size") spec.help = "same as --max-batch-tokens";
   std::vector<OptionSpec> more = {
       {{"--host"}, "ADDR", "address to listen on (default 127.0.0.1; anything else exposes the server)"},
       {{"--port"}, "N", "port to listen on (default 8080; 0: any free port, printed at start)"},
