@@ -6,8 +6,22 @@
 
 namespace lumen {
 namespace {
+
 constexpr int kSpinIterations = 20000;  // ~tens of microseconds before sleeping
-}
+
+constexpr int kNextBits = 24;
+constexpr int kCountBits = 23;
+constexpr uint64_t kNextMask = (uint64_t{1} << kNextBits) - 1;
+constexpr uint64_t kCountMask = (uint64_t{1} << kCountBits) - 1;
+constexpr int kStrictShift = kNextBits + kCountBits;  // 47
+constexpr int kGenShift = kStrictShift + 1;           // 48
+
+uint64_t gen_of(uint64_t w) { return w >> kGenShift; }
+bool strict_of(uint64_t w) { return (w >> kStrictShift) & 1; }
+int64_t count_of(uint64_t w) { return static_cast<int64_t>((w >> kNextBits) & kCountMask); }
+int64_t next_of(uint64_t w) { return static_cast<int64_t>(w & kNextMask); }
+
+}  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
   workers_.reserve(n_threads_ - 1);
@@ -18,29 +32,36 @@ ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_.store(true);
-    generation_.fetch_add(1);
+    job_.fetch_add(uint64_t{1} << kGenShift);
   }
   cv_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::run_raw(RawFn fn, void* ctx) {
-  if (n_threads_ == 1) {
-    fn(ctx, 0, 1);
-    return;
-  }
-  {
+void ThreadPool::dispatch(RawFn fn, void* ctx, int64_t n, bool strict) {
+  LUMEN_CHECK(n > 0 && static_cast<uint64_t>(n) <= kCountMask && static_cast<uint64_t>(n) <= kNextMask);
+  fn_.store(fn, std::memory_order_relaxed);
+  ctx_.store(ctx, std::memory_order_relaxed);
+  n_done_.store(0, std::memory_order_relaxed);
+  const uint64_t gen = gen_of(job_.load(std::memory_order_relaxed)) + 1;
+  const uint64_t word = (gen << kGenShift) | (uint64_t{strict} << kStrictShift) |
+                        (static_cast<uint64_t>(n) << kNextBits);
+  // seq_cst store, then the n_sleeping_ load: a worker going to sleep increments
+  // n_sleeping_ and then re-reads job_, so one of the two sides sees the other.
+  job_.store(word, std::memory_order_seq_cst);
+  if (n_sleeping_.load(std::memory_order_seq_cst) > 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    fn_ = fn;
-    ctx_ = ctx;
-    n_pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_release);
+    cv_.notify_all();
   }
-  cv_.notify_all();
-  fn(ctx, 0, n_threads_);
-  // Spin briefly (workers usually finish within microseconds of each other), then yield
-  // so that an oversubscribed machine can run the worker we are waiting for.
-  for (int spin = 0; n_pending_.load(std::memory_order_acquire) != 0; ++spin) {
+  if (strict) {
+    fn(ctx, n, 0);
+    n_done_.fetch_add(1, std::memory_order_acq_rel);
+  } else {
+    work_on_chunks(word, 0);
+  }
+  // Spin briefly (the others usually finish within microseconds), then yield so that an
+  // oversubscribed machine can run the thread we are waiting for.
+  for (int spin = 0; n_done_.load(std::memory_order_acquire) != n; ++spin) {
     if (spin < kSpinIterations) {
       _mm_pause();
     } else {
@@ -49,30 +70,54 @@ void ThreadPool::run_raw(RawFn fn, void* ctx) {
   }
 }
 
-void ThreadPool::worker_loop(int thread_idx) {
-  uint64_t seen = 0;
+void ThreadPool::work_on_chunks(uint64_t word, int thread_idx) {
   for (;;) {
-    uint64_t gen = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; gen == seen && spin < kSpinIterations; ++spin) {
+    if (next_of(word) >= count_of(word)) return;
+    if (!job_.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel,
+                                    std::memory_order_acquire)) {
+      // `word` now holds the current value: same job with another chunk taken, or a new
+      // job (then we must not touch it from here: the worker loop will see it).
+      continue;
+    }
+    const RawFn fn = fn_.load(std::memory_order_relaxed);
+    void* ctx = ctx_.load(std::memory_order_relaxed);
+    fn(ctx, next_of(word), thread_idx);
+    n_done_.fetch_add(1, std::memory_order_acq_rel);
+    ++word;
+  }
+}
+
+void ThreadPool::worker_loop(int thread_idx) {
+  // Generation 0 is the constructor's: a job published before this thread got going is
+  // still seen as new.
+  uint64_t seen_gen = 0;
+  for (;;) {
+    uint64_t word = job_.load(std::memory_order_acquire);
+    for (int spin = 0; gen_of(word) == seen_gen && spin < kSpinIterations; ++spin) {
       _mm_pause();
-      gen = generation_.load(std::memory_order_acquire);
+      word = job_.load(std::memory_order_acquire);
     }
-    if (gen == seen) {
+    if (gen_of(word) == seen_gen) {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
-      gen = generation_.load(std::memory_order_acquire);
+      n_sleeping_.fetch_add(1, std::memory_order_seq_cst);
+      cv_.wait(lock, [&] {
+        word = job_.load(std::memory_order_seq_cst);
+        return gen_of(word) != seen_gen;
+      });
+      n_sleeping_.fetch_sub(1, std::memory_order_relaxed);
     }
-    seen = gen;
+    seen_gen = gen_of(word);
     if (stop_.load()) return;
-    RawFn fn;
-    void* ctx;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      fn = fn_;
-      ctx = ctx_;
+    if (strict_of(word)) {
+      const int64_t n_active = count_of(word);
+      if (thread_idx < n_active) {
+        // The caller waits for every strict participant, so fn_/ctx_ are this job's.
+        fn_.load(std::memory_order_relaxed)(ctx_.load(std::memory_order_relaxed), n_active, thread_idx);
+        n_done_.fetch_add(1, std::memory_order_acq_rel);
+      }
+    } else {
+      work_on_chunks(word, thread_idx);
     }
-    fn(ctx, thread_idx, n_threads_);
-    n_pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 

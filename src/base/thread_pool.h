@@ -2,15 +2,36 @@
 // goes parallel). The calling thread takes part as thread 0, so ThreadPool(1) runs inline.
 // Workers spin briefly after each job (decode steps come back-to-back), then sleep.
 //
-// Thread-safety: run()/parallel_for() must be called from one thread at a time.
+// Two kinds of job:
+//   run / run_on   strict: fn(thread_idx, n) runs exactly once on each of n threads, and the
+//                  caller waits for all of them (bandwidth and peak-rate probes need that).
+//   for_chunks     dynamic: chunks 0..n_chunks-1 go to whichever thread claims them first,
+//                  and the caller returns as soon as every chunk is done. It never waits for
+//                  a worker that has not claimed a chunk, so a worker that is asleep or
+//                  preempted (a busy machine) cannot stall a step: the caller does its share.
+//
+// Job state lives in one 64-bit word, so claiming a chunk is one compare-and-swap that also
+// proves the job is still the one the worker thinks it is:
+//
+//   bits 63..48  generation (wraps; a stale claim fails unless the whole word matches, and
+//                then the claim is valid for the current job anyway)
+//   bit  47      strict
+//   bits 46..24  n: chunks (dynamic) or threads (strict)
+//   bits 23..0   next chunk to claim (dynamic)
+//
+// The job's function and context are read only after a successful claim (or, in strict
+// mode, after seeing the new generation): the caller cannot publish another job before every
+// claimed chunk is done, so they cannot change underneath.
+//
+// Thread-safety: run() / for_chunks() must be called from one thread at a time.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
-#include <utility>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace lumen {
@@ -28,7 +49,7 @@ class ThreadPool {
   // blocks until all have returned. No allocation.
   template <typename Fn>
   void run(Fn&& fn) {
-    run_raw(&invoke<std::remove_reference_t<Fn>>, static_cast<void*>(&fn));
+    run_on(n_threads_, std::forward<Fn>(fn));
   }
 
   // Like run(), but only n_active threads (1 <= n_active <= n_threads()) get work, called
@@ -36,17 +57,27 @@ class ThreadPool {
   // no synchronisation, which is what small work wants.
   template <typename Fn>
   void run_on(int n_active, Fn&& fn) {
-    if (n_active <= 1) {
+    if (n_active <= 1 || n_threads_ == 1) {
       fn(0, 1);
       return;
     }
-    if (n_active >= n_threads_) {
-      run(std::forward<Fn>(fn));
+    if (n_active > n_threads_) n_active = n_threads_;
+    using F = std::remove_reference_t<Fn>;
+    dispatch(&invoke_strict<F>, static_cast<void*>(&fn), n_active, /*strict=*/true);
+  }
+
+  // Calls fn(chunk_idx, thread_idx) for every chunk_idx in [0, n_chunks), each exactly once,
+  // on up to n_active threads (thread_idx < n_threads() names per-thread scratch). Returns
+  // when all chunks are done. n_active <= 1 or n_chunks == 1 runs inline.
+  template <typename Fn>
+  void for_chunks(int n_active, int64_t n_chunks, Fn&& fn) {
+    if (n_chunks <= 0) return;
+    if (n_active <= 1 || n_chunks == 1 || n_threads_ == 1) {
+      for (int64_t c = 0; c < n_chunks; ++c) fn(c, 0);
       return;
     }
-    run([&](int thread_idx, int) {
-      if (thread_idx < n_active) fn(thread_idx, n_active);
-    });
+    using F = std::remove_reference_t<Fn>;
+    dispatch(&invoke_chunk<F>, static_cast<void*>(&fn), n_chunks, /*strict=*/false);
   }
 
   // How many threads work of this size deserves: one per min_work_per_thread units, at
@@ -74,23 +105,32 @@ class ThreadPool {
   }
 
  private:
-  using RawFn = void (*)(void* ctx, int thread_idx, int n_threads);
+  // (ctx, idx, thread_idx): idx is the chunk (dynamic) or the thread count (strict).
+  using RawFn = void (*)(void* ctx, int64_t idx, int thread_idx);
   template <typename Fn>
-  static void invoke(void* ctx, int thread_idx, int n_threads) {
-    (*static_cast<Fn*>(ctx))(thread_idx, n_threads);
+  static void invoke_strict(void* ctx, int64_t n_active, int thread_idx) {
+    (*static_cast<Fn*>(ctx))(thread_idx, static_cast<int>(n_active));
   }
-  void run_raw(RawFn fn, void* ctx);
+  template <typename Fn>
+  static void invoke_chunk(void* ctx, int64_t chunk_idx, int thread_idx) {
+    (*static_cast<Fn*>(ctx))(chunk_idx, thread_idx);
+  }
+
+  void dispatch(RawFn fn, void* ctx, int64_t n, bool strict);
+  // Claims and runs chunks of the dynamic job whose word was last seen as `word`.
+  void work_on_chunks(uint64_t word, int thread_idx);
   void worker_loop(int thread_idx);
 
   int n_threads_;
   std::vector<std::thread> workers_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> n_pending_{0};
+  std::atomic<uint64_t> job_{0};      // see the header comment
+  std::atomic<int64_t> n_done_{0};    // chunks (dynamic) or threads (strict) finished
+  std::atomic<RawFn> fn_{nullptr};
+  std::atomic<void*> ctx_{nullptr};
+  std::atomic<int> n_sleeping_{0};
   std::atomic<bool> stop_{false};
-  RawFn fn_ = nullptr;
-  void* ctx_ = nullptr;
+  std::mutex mu_;                     // only for sleeping / waking workers
+  std::condition_variable cv_;
 };
 
 }  // namespace lumen

@@ -7,25 +7,31 @@
 //             long cache is its own cost); the prefill is not timed.
 //
 // Each test runs -r times after one warm-up; the median is reported with min and max.
+// Every run uses fresh random tokens and the prefix cache is off, so a repeated prompt is
+// computed again rather than found in the cache.
 // Bytes moved per generated token = weight bytes (every matrix once + one embedding row)
 // + the KV cache read at that depth; dividing by time gives GB/s, compared with the
 // machine's read bandwidth measured in the same process (--membw, STREAM-like) when asked.
+// The bandwidth test runs after the model tests: its 512 MiB buffer must not count in the
+// model's peak RSS (read from VmHWM before it), nor compete with the model for memory.
+// It reads memory mapped like the weights (2 MiB pages when the weights got them).
 // A hash of the logits of the first generated token proves the kernels computed the same
 // thing as the last run (same kernels table, same model, same random prompt).
 #include "cli/bench_cmd.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "base/timer.h"
 #include "cli/common.h"
 #include "roofline/membw.h"
+#include "roofline/peak_flops.h"
 #include "roofline/predict.h"
 
 namespace lumen::cli {
@@ -95,6 +101,38 @@ std::string main_weight_type(const gguf::ModelFile& f) {
   return best;
 }
 
+// A field of /proc/self/status in KiB (VmHWM: peak resident set; VmRSS: current), or -1.
+int64_t proc_status_kib(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const std::string key = std::string(field) + ":";
+  while (std::getline(in, line)) {
+    if (line.rfind(key, 0) == 0) {
+      std::istringstream ss(line.substr(key.size()));
+      int64_t kib = -1;
+      ss >> kib;
+      return kib;
+    }
+  }
+  return -1;
+}
+
+// KiB of this process's file mappings that are mapped with 2 MiB pages (FilePmdMapped in
+// smaps_rollup; 0 when the kernel gave the weights 4 KiB pages).
+int64_t file_pmd_mapped_kib() {
+  std::ifstream in("/proc/self/smaps_rollup");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("FilePmdMapped:", 0) == 0) {
+      std::istringstream ss(line.substr(14));
+      int64_t kib = 0;
+      ss >> kib;
+      return kib;
+    }
+  }
+  return 0;
+}
+
 std::string model_label(const std::string& path) {
   const size_t slash = path.find_last_of('/', path.size() > 1 ? path.size() - 2 : 0);
   return slash == std::string::npos ? path : path.substr(slash + 1);
@@ -130,26 +168,22 @@ int cmd_bench(int argc, char** argv, int first) {
   const int n_threads = *threads > 0 ? static_cast<int>(*threads)
                                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
-  // --- memory bandwidth, same process, same threads ---
-  double membw_gb_s = 0;
-  if (args.has("--membw") || args.has("--vs-roofline")) {
+  // --- memory bandwidth only (no model) ---
+  if (membw_only) {
     ThreadPool pool(n_threads);
     roofline::MembwResult r = roofline::measure_read_bandwidth_detailed(pool, roofline::kDefaultMembwBytes, false);
-    membw_gb_s = r.best_bytes_per_s / 1e9;
-    if (membw_only) {
-      roofline::MembwResult h = roofline::measure_read_bandwidth_detailed(pool, roofline::kDefaultMembwBytes, true);
-      if (json) {
-        nlohmann::json j = {{"test", "membw"}, {"gb_s", membw_gb_s}, {"gb_s_median", r.median_bytes_per_s / 1e9},
-                            {"gb_s_hugepages", h.best_bytes_per_s / 1e9}, {"threads", n_threads},
-                            {"bytes", r.n_bytes}};
-        std::puts(nlohmann::json::array({j}).dump().c_str());
-      } else {
-        std::printf("lumen bench --membw: %d threads, %zu MiB: read %.1f GB/s (median %.1f), with huge pages %.1f GB/s%s\n",
-                    n_threads, r.n_bytes >> 20, membw_gb_s, r.median_bytes_per_s / 1e9, h.best_bytes_per_s / 1e9,
-                    h.huge_pages ? "" : " (THP not granted)");
-      }
-      return 0;
+    roofline::MembwResult h = roofline::measure_read_bandwidth_detailed(pool, roofline::kDefaultMembwBytes, true);
+    if (json) {
+      nlohmann::json j = {{"test", "membw"}, {"gb_s", r.best_bytes_per_s / 1e9}, {"gb_s_median", r.median_bytes_per_s / 1e9},
+                          {"gb_s_hugepages", h.best_bytes_per_s / 1e9}, {"threads", n_threads},
+                          {"bytes", r.n_bytes}};
+      std::puts(nlohmann::json::array({j}).dump().c_str());
+    } else {
+      std::printf("lumen bench --membw: %d threads, %zu MiB: read %.1f GB/s (median %.1f), with huge pages %.1f GB/s%s\n",
+                  n_threads, r.n_bytes >> 20, r.best_bytes_per_s / 1e9, r.median_bytes_per_s / 1e9,
+                  h.best_bytes_per_s / 1e9, h.huge_pages ? "" : " (THP not granted)");
     }
+    return 0;
   }
 
   auto config = engine_config_from_args(args);
@@ -160,11 +194,14 @@ int cmd_bench(int argc, char** argv, int first) {
   engine::EngineConfig c = *config;
   c.n_threads = n_threads;
   c.max_seqs = 1;
+  c.enable_prefix_cache = false;  // every run computes its whole prompt
   const int64_t need_ctx = std::max<int64_t>({*n_prompt, *depth + *n_gen + 2, *n_gen + 2, 16});
   if (c.n_ctx <= 0 || c.n_ctx < need_ctx) c.n_ctx = static_cast<int32_t>(need_ctx);
   if (!args.has("--batch-size")) c.max_batch_tokens = static_cast<int32_t>(std::max<int64_t>(*n_prompt, 1));
+  const double load_t0 = now_ms();
   std::unique_ptr<engine::Engine> eng = load_engine_or_report(args, c);
   if (!eng) return 1;
+  const double load_ms = now_ms() - load_t0;
   const model::HParams& hp = eng->hparams();
   const gguf::ModelFile& file = eng->model().file();
   const double weight_bytes = static_cast<double>(model::weight_bytes_per_token(eng->model().weights(), hp));
@@ -182,7 +219,7 @@ int cmd_bench(int argc, char** argv, int first) {
     TestResult t{"pp" + std::to_string(*n_prompt), {}, weight_bytes};
     for (int64_t r = 0; r < *reps && error.empty(); ++r) {
       const double t0 = now_ms();
-      RunOutcome o = run_request(*eng, random_tokens(*n_prompt, hp.n_vocab, 42), 1);
+      RunOutcome o = run_request(*eng, random_tokens(*n_prompt, hp.n_vocab, 42 + r), 1);
       const double ms = o.timings.first_token_ms - t0;
       if (!o.ok) error = o.error;
       t.tok_s.push_back(*n_prompt / (ms / 1000.0));
@@ -195,7 +232,7 @@ int cmd_bench(int argc, char** argv, int first) {
     // Average KV bytes read per generated token: the context grows from d+1 to d+n.
     t.bytes_per_token = weight_bytes + kv_bytes_per_ctx_token * (d + 1 + (*n_gen + 1) / 2.0);
     for (int64_t r = 0; r < *reps && error.empty(); ++r) {
-      RunOutcome o = run_request(*eng, random_tokens(std::max<int64_t>(d, 1), hp.n_vocab, 7), static_cast<int32_t>(*n_gen + 1));
+      RunOutcome o = run_request(*eng, random_tokens(std::max<int64_t>(d, 1), hp.n_vocab, 7 + r), static_cast<int32_t>(*n_gen + 1));
       if (!o.ok) error = o.error;
       const double ms = o.timings.finish_ms - o.timings.first_token_ms;  // n_gen decode steps
       t.tok_s.push_back(*n_gen / (ms / 1000.0));
@@ -209,21 +246,33 @@ int cmd_bench(int argc, char** argv, int first) {
     std::fprintf(stderr, "error: %s\n", error.c_str());
     return 1;
   }
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  const double peak_rss_mib = ru.ru_maxrss / 1024.0;
+  // Peak RSS of the model run, before the bandwidth test allocates its buffer.
+  const double peak_rss_mib = static_cast<double>(proc_status_kib("VmHWM")) / 1024.0;
+  const bool weights_huge = file_pmd_mapped_kib() > 0;
+
+  // --- memory bandwidth, same process, same threads, after the model tests ---
+  double membw_gb_s = 0;
+  std::optional<roofline::MachineRates> rates;
+  if (args.has("--membw") || args.has("--vs-roofline")) {
+    ThreadPool pool(n_threads);
+    const roofline::MembwResult r =
+        roofline::measure_read_bandwidth_detailed(pool, roofline::kDefaultMembwBytes, weights_huge);
+    membw_gb_s = r.best_bytes_per_s / 1e9;
+    if (args.has("--vs-roofline")) {
+      const roofline::PeakRates peak = roofline::measure_peak_rates(pool);
+      rates = roofline::MachineRates{r.best_bytes_per_s, peak.flops_f32, peak.ops_int8};
+    }
+  }
 
   std::optional<roofline::Prediction> pred_pp, pred_tg, pred_tgd;
-  if (args.has("--vs-roofline")) {
-    ThreadPool pool(n_threads);
-    roofline::MachineRates rates = roofline::measure_machine_rates(pool);
+  if (rates) {
     auto predict = [&](int64_t d) -> std::optional<roofline::Prediction> {
       roofline::PredictOptions o;
       o.n_prompt = std::max<int64_t>(*n_prompt, 1);
       o.n_gen = std::max<int64_t>(*n_gen, 1);
       o.n_depth = d;
       o.kv_bytes_per_elem = c.kv_dtype == DType::kF32 ? 4 : 2;
-      auto p = roofline::predict_lumen(file, rates, o);
+      auto p = roofline::predict_lumen(file, *rates, o);
       if (!p.ok()) return std::nullopt;
       return *p;
     };
@@ -243,6 +292,7 @@ int cmd_bench(int argc, char** argv, int first) {
     nlohmann::json j = {{"test", t.name}, {"tok_s", med}, {"tok_s_min", t.min()}, {"tok_s_max", t.max()},
                         {"threads", n_threads}, {"model", label}, {"type", type},
                         {"weight_bytes_per_token", weight_bytes}, {"peak_rss_mib", peak_rss_mib},
+                        {"load_ms", load_ms}, {"weights_huge_pages", weights_huge},
                         {"logits_hash", hash_hex}, {"kernels", std::string(eng->kernel_name())}};
     j["gb_s"] = is_tg ? nlohmann::json(gb_s) : nlohmann::json(nullptr);
     j["pct_bandwidth"] = pct > 0 ? nlohmann::json(pct) : nlohmann::json(nullptr);
@@ -286,8 +336,9 @@ int cmd_bench(int argc, char** argv, int first) {
                 is_tg ? std::to_string(t.median() * t.bytes_per_token / 1e9).substr(0, 6).c_str() : "-");
   }
   std::printf("%s | logits %s\n", summary.c_str(), hash_hex);
-  std::printf("weights %.1f MiB read per token | peak RSS %.1f MiB | kernels %s\n", weight_bytes / 1048576.0,
-              peak_rss_mib, std::string(eng->kernel_name()).c_str());
+  std::printf("weights %.1f MiB read per token%s | load %.0f ms | peak RSS %.1f MiB (before --membw) | kernels %s\n",
+              weight_bytes / 1048576.0, weights_huge ? " (2 MiB pages)" : "", load_ms, peak_rss_mib,
+              std::string(eng->kernel_name()).c_str());
   return 0;
 }
 

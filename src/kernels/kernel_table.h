@@ -40,11 +40,41 @@ using GemmFn = void (*)(int64_t n, const std::byte* w, size_t w_stride, int64_t 
                         const std::byte* x, size_t x_stride, int64_t n_cols, float* y,
                         int64_t y_stride);
 
+// Prefill path for many activation rows ("panel" GEMM). Weight rows are repacked, `rows`
+// at a time, into a panel in per-thread scratch: rows interleaved so that one vector holds
+// the same 4 elements of every row of the panel, quants widened to bytes, scales to f32. The
+// model file keeps the standard GGUF layout and stays mmapped; packing costs a few operations
+// per weight byte, once per matmul, and is amortised over every activation row of the batch.
+//
+//   pack(n, w, w_stride, n_rows, panel)          rows r < n_rows (<= rows) of W into panel
+//   prepare_side(xq, n, side)                     per quantized activation row: what the
+//                                                 gemm needs besides the blocks (side_bytes)
+//   gemm(n, panel, n_rows, x, x_stride, side, side_stride, n_cols, y, y_stride)
+//        y[c * y_stride + r] = vec_dot(n, w row r, x row c), bit for bit
+using PackPanelFn = void (*)(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows,
+                             std::byte* panel);
+using PrepareSideFn = void (*)(const std::byte* xq, int64_t n, std::byte* side);
+using PanelGemmFn = void (*)(int64_t n, const std::byte* panel, int64_t n_rows,
+                             const std::byte* x, size_t x_stride, const std::byte* side,
+                             size_t side_stride, int64_t n_cols, float* y, int64_t y_stride);
+using BytesForFn = size_t (*)(int64_t n);
+
+struct PanelKernels {
+  int32_t rows = 0;                      // weight rows per panel; 0: no panel path
+  int32_t min_cols = 0;                  // activation rows from which the panel path pays
+  BytesForFn panel_bytes = nullptr;      // scratch of one panel for rows of n elements
+  BytesForFn side_bytes = nullptr;       // side data per activation row (may be 0)
+  PrepareSideFn prepare_side = nullptr;  // null when side_bytes is 0
+  PackPanelFn pack = nullptr;
+  PanelGemmFn gemm = nullptr;
+};
+
 struct MatmulKernels {
   DType act_dtype = DType::kF32;         // dtype the activations are converted to
   QuantizeRowFn quantize_act = nullptr;  // null: f32 activations are used as they are
   VecDotFn vec_dot = nullptr;
   GemmFn gemm = nullptr;
+  PanelKernels panel;                    // optional (rows == 0: gemm tiles only)
 };
 
 // out[i] = x[i] * (1 / sqrt(mean(x^2) + eps)) * w[i] for one row of n.
@@ -104,5 +134,6 @@ KernelTable make_reference_kernel_table();
 // cpu_features() reports the ISA (has_avx2_fma() / has_avx512_vnni()).
 void override_kernels_avx2(KernelTable& table);
 void override_kernels_avx512(KernelTable& table, bool has_bf16);
+void override_matmul_avx512(KernelTable& table);  // matmul_avx512.cc
 
 }  // namespace lumen::kernels

@@ -1,4 +1,9 @@
 // Scalar reference kernels (see kernels_ref.h). Compiled for baseline x86-64.
+//
+// Every multiply and add here is rounded as written: C++ defaults to -ffp-contract=fast,
+// which would fuse them into FMAs in a build for a newer ISA (LUMEN_NATIVE) and silently
+// change the numerical definition. Deliberate FMAs are spelled std::fma.
+#pragma GCC optimize("fp-contract=off")
 #include "kernels/kernels_ref.h"
 
 #include <cmath>

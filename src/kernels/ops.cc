@@ -14,15 +14,48 @@
 namespace lumen::kernels {
 namespace {
 
-// Matmul tiling. Each thread owns a contiguous range of output rows (so each weight row is
-// streamed from memory by exactly one thread, once per matmul). Inside it, tiles of
-// kRowTile weight rows x kColTile activation rows: the weight tile (kRowTile rows, a few KiB
-// to tens of KiB) stays in L1/L2 while it meets every activation row of the batch, which
-// makes prefill read the weights once per layer whatever the number of tokens.
+// Matmul work split. The output rows of all the weights of one call (a fused matmul: q, k
+// and v, or gate and up, share their input) are cut into chunks that the pool's threads
+// claim dynamically, so both cores finish together even when one of them is preempted.
+//
+//   decode (few activation rows): chunks of whole 16-row groups, about 4 per thread but
+//     at most ~256 KiB of weights each (the lm_head has ~150 MB); every weight byte is
+//     streamed once from memory by one thread.
+//   prefill (panel path): a chunk is one panel of rows: the thread packs it into its own
+//     scratch and sweeps every activation row of the batch against it.
+//   fallback tiles (tables without a panel path): kRowTile weight rows x kColTile
+//     activation rows, so a weight tile stays in L1/L2 while it meets the whole batch.
 constexpr int64_t kRowTile = 16;
 constexpr int64_t kColTile = 64;
+constexpr int64_t kRowGroup = 16;
+constexpr size_t kMaxChunkWeightBytes = 256 * 1024;
+constexpr int kChunksPerThread = 4;
 
 constexpr int kMaxRopeDim = 1024;
+
+constexpr size_t kScratchAlign = 64;
+size_t align_up(size_t n) { return (n + kScratchAlign - 1) / kScratchAlign * kScratchAlign; }
+std::byte* align_ptr(std::byte* p) {
+  return reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(p) + kScratchAlign - 1) / kScratchAlign * kScratchAlign);
+}
+
+// Multiply-adds below which a matmul is not worth another thread.
+constexpr double kMinMacsPerThread = 256 * 1024;
+
+bool use_panels(const MatmulKernels& mk, int64_t n_tokens) {
+  return mk.panel.rows > 0 && n_tokens >= mk.panel.min_cols;
+}
+
+// Scratch of one matmul call: [act rows][side rows][one panel per thread], each aligned.
+size_t scratch_bytes_for(const MatmulKernels& mk, int64_t n_in, int64_t n_tokens, int n_threads) {
+  size_t bytes = 3 * kScratchAlign;
+  if (mk.quantize_act) bytes += align_up(static_cast<size_t>(n_tokens) * row_bytes(mk.act_dtype, n_in));
+  if (use_panels(mk, n_tokens)) {
+    bytes += align_up(static_cast<size_t>(n_tokens) * mk.panel.side_bytes(n_in));
+    bytes += static_cast<size_t>(n_threads) * align_up(mk.panel.panel_bytes(n_in));
+  }
+  return bytes;
+}
 
 }  // namespace
 
@@ -30,56 +63,124 @@ bool matmul_supports(DType w_dtype) {
   return find_matmul_kernels(reference_kernel_table(), w_dtype) != nullptr;
 }
 
-size_t matmul_scratch_bytes(DType w_dtype, int64_t n_in, int64_t n_tokens) {
-  const MatmulKernels* mk = find_matmul_kernels(reference_kernel_table(), w_dtype);
-  LUMEN_CHECK(mk != nullptr);
-  if (!mk->quantize_act) return 0;
-  return static_cast<size_t>(n_tokens) * row_bytes(mk->act_dtype, n_in);
+size_t matmul_scratch_bytes(DType w_dtype, int64_t n_in, int64_t n_tokens, int n_threads) {
+  size_t bytes = 0;
+  for (const KernelTable* t : available_kernel_tables()) {
+    const MatmulKernels* mk = find_matmul_kernels(*t, w_dtype);
+    LUMEN_CHECK(mk != nullptr);
+    // Monotonic in n_tokens, so this covers every smaller batch too.
+    bytes = std::max(bytes, scratch_bytes_for(*mk, n_in, n_tokens, n_threads));
+  }
+  return bytes;
 }
-
-// Multiply-adds below which a matmul is not worth another thread.
-constexpr double kMinMacsPerThread = 256 * 1024;
 
 void matmul(const KernelTable& k, ThreadPool& pool, const TensorView& w, const float* x,
             int64_t n_tokens, float* y, std::byte* scratch) {
-  const MatmulKernels* mk = find_matmul_kernels(k, w.dtype);
+  const MatmulTarget target{&w, y};
+  matmul_fused(k, pool, std::span<const MatmulTarget>(&target, 1), x, n_tokens, scratch);
+}
+
+void matmul_fused(const KernelTable& k, ThreadPool& pool, std::span<const MatmulTarget> targets,
+                  const float* x, int64_t n_tokens, std::byte* scratch) {
+  LUMEN_CHECK(!targets.empty() && targets.size() <= kMaxFusedTargets);
+  const TensorView& w0 = *targets[0].w;
+  const MatmulKernels* mk = find_matmul_kernels(k, w0.dtype);
   LUMEN_CHECK_MSG(mk != nullptr, "matmul: unsupported weight dtype");
-  const int64_t n_in = w.ne[0];
-  const int64_t n_out = w.n_rows();
-  LUMEN_DCHECK(n_in % dtype_info(w.dtype).block_size == 0);
-  if (n_tokens <= 0 || n_out <= 0) return;
+  const int64_t n_in = w0.ne[0];
+  int64_t n_out_total = 0;
+  for (const MatmulTarget& t : targets) {
+    LUMEN_CHECK(t.w->dtype == w0.dtype && t.w->ne[0] == n_in);
+    n_out_total += t.w->n_rows();
+  }
+  LUMEN_DCHECK(n_in % dtype_info(w0.dtype).block_size == 0);
+  if (n_tokens <= 0 || n_out_total <= 0) return;
+  const bool panels = use_panels(*mk, n_tokens);
+  const double macs = static_cast<double>(n_out_total) * n_in * n_tokens;
+  const int n_active = pool.threads_for(macs, kMinMacsPerThread);
 
   // 1. Convert every activation row once to the dot-product type (Q8_0 / Q8_K / F16 /
-  //    BF16) so that the weights never have to be touched per token.
+  //    BF16), plus the panel side data, so the weights never have to be touched per token.
+  std::byte* base = align_ptr(scratch);
   const std::byte* act = reinterpret_cast<const std::byte*>(x);
   size_t act_stride = static_cast<size_t>(n_in) * sizeof(float);
   if (mk->quantize_act) {
     LUMEN_DCHECK(scratch != nullptr);
-    LUMEN_DCHECK(reinterpret_cast<uintptr_t>(scratch) % alignof(float) == 0);
     act_stride = row_bytes(mk->act_dtype, n_in);
-    auto quantize_rows = [&](int64_t begin, int64_t end, int) {
-      for (int64_t t = begin; t < end; ++t)
-        mk->quantize_act(x + t * n_in, scratch + t * act_stride, n_in);
+    act = base;
+    base = align_ptr(base + n_tokens * act_stride);
+  }
+  std::byte* side = base;
+  size_t side_stride = 0;
+  if (panels) {
+    side_stride = mk->panel.side_bytes(n_in);
+    base = align_ptr(base + n_tokens * side_stride);
+  }
+  std::byte* panel_scratch = base;
+  const size_t panel_stride = panels ? align_up(mk->panel.panel_bytes(n_in)) : 0;
+  if (mk->quantize_act || (panels && side_stride > 0)) {
+    auto prepare_rows = [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        std::byte* xq = const_cast<std::byte*>(act) + t * act_stride;
+        if (mk->quantize_act) mk->quantize_act(x + t * n_in, xq, n_in);
+        if (panels && side_stride > 0) mk->panel.prepare_side(xq, n_in, side + t * side_stride);
+      }
     };
-    if (n_tokens < 2 * pool.n_threads()) {
-      quantize_rows(0, n_tokens, 0);
+    if (n_tokens < 4 * pool.n_threads() || n_active == 1) {
+      prepare_rows(0, n_tokens);
     } else {
-      pool.parallel_for(n_tokens, quantize_rows);
+      const int64_t per_chunk = (n_tokens + 4 * n_active - 1) / (4 * n_active);
+      pool.for_chunks(n_active, (n_tokens + per_chunk - 1) / per_chunk, [&](int64_t c, int) {
+        prepare_rows(c * per_chunk, std::min(n_tokens, (c + 1) * per_chunk));
+      });
     }
-    act = scratch;
   }
 
-  // 2. y = act * W^T, output rows split over the threads (tiny matrices stay on the
-  //    calling thread: waking a worker costs more than they do).
-  const size_t w_stride = w.row_stride_bytes();
-  const int n_active = pool.threads_for(static_cast<double>(n_out) * n_in * n_tokens, kMinMacsPerThread);
-  pool.parallel_for_on(n_active, n_out, [&](int64_t row_begin, int64_t row_end, int) {
+  // 2. y = act * W^T over chunks of output rows of all targets.
+  //    Chunk boundaries: target i's rows get n_chunks_of[i] chunks of rows_per_chunk[i].
+  int64_t rows_per_chunk[kMaxFusedTargets];
+  int64_t chunk_begin[kMaxFusedTargets + 1];
+  chunk_begin[0] = 0;
+  const int64_t target_chunks = static_cast<int64_t>(kChunksPerThread) * n_active;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const TensorView& w = *targets[i].w;
+    const int64_t n_out = w.n_rows();
+    int64_t rows;
+    if (panels) {
+      rows = mk->panel.rows;
+    } else {
+      // Share of this target in the wanted chunk count, whole 16-row groups, byte-capped.
+      const int64_t want = std::max<int64_t>(1, target_chunks * n_out / n_out_total);
+      rows = (n_out + want - 1) / want;
+      const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(kMaxChunkWeightBytes / w.row_stride_bytes()));
+      rows = std::min(rows, cap);
+      rows = std::max(kRowGroup, (rows + kRowGroup - 1) / kRowGroup * kRowGroup);
+    }
+    rows_per_chunk[i] = rows;
+    chunk_begin[i + 1] = chunk_begin[i] + (n_out + rows - 1) / rows;
+  }
+  const int64_t n_chunks = chunk_begin[targets.size()];
+  pool.for_chunks(n_active, n_chunks, [&](int64_t chunk, int thread_idx) {
+    size_t ti = 0;
+    while (chunk >= chunk_begin[ti + 1]) ++ti;
+    const TensorView& w = *targets[ti].w;
+    float* y = targets[ti].y;
+    const int64_t n_out = w.n_rows();
+    const size_t w_stride = w.row_stride_bytes();
+    const int64_t row_begin = (chunk - chunk_begin[ti]) * rows_per_chunk[ti];
+    const int64_t row_end = std::min(n_out, row_begin + rows_per_chunk[ti]);
+    if (panels) {
+      std::byte* panel = panel_scratch + thread_idx * panel_stride;
+      const int64_t n_rows = row_end - row_begin;
+      mk->panel.pack(n_in, w.data + row_begin * w_stride, w_stride, n_rows, panel);
+      mk->panel.gemm(n_in, panel, n_rows, act, act_stride, side, side_stride, n_tokens, y + row_begin, n_out);
+      return;
+    }
     for (int64_t r0 = row_begin; r0 < row_end; r0 += kRowTile) {
       const int64_t n_rows = std::min(kRowTile, row_end - r0);
       for (int64_t t0 = 0; t0 < n_tokens; t0 += kColTile) {
         const int64_t n_cols = std::min(kColTile, n_tokens - t0);
-        mk->gemm(n_in, w.data + r0 * w_stride, w_stride, n_rows, act + t0 * act_stride,
-                 act_stride, n_cols, y + t0 * n_out + r0, n_out);
+        mk->gemm(n_in, w.data + r0 * w_stride, w_stride, n_rows, act + t0 * act_stride, act_stride, n_cols,
+                 y + t0 * n_out + r0, n_out);
       }
     }
   });

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "base/thread_pool.h"
@@ -28,16 +29,29 @@ std::string_view kernel_table_name(const KernelTable& table);  // "scalar", "avx
 // True if W's dtype can be used as a matmul weight.
 bool matmul_supports(DType w_dtype);
 
-// Scratch bytes matmul() needs for n_tokens rows of n_in activations against a W of this
-// dtype (the activations are quantized to the weight's dot-product type first:
-// Q8_0/Q4_0 -> Q8_0 blocks, Q4_K/Q6_K -> Q8_K blocks, F16 -> F16, BF16 -> BF16, F32 -> none).
-size_t matmul_scratch_bytes(DType w_dtype, int64_t n_in, int64_t n_tokens);
+// Scratch bytes matmul() / matmul_fused() need for up to n_tokens rows of n_in activations
+// against weights of this dtype, on a pool of n_threads: the activations quantized to the
+// weight's dot-product type (Q8_0/Q4_0 -> Q8_0 blocks, Q4_K/Q6_K -> Q8_K blocks, F16 -> F16,
+// BF16 -> BF16, F32 -> none), and for prefill the per-thread weight panels (kernel_table.h).
+size_t matmul_scratch_bytes(DType w_dtype, int64_t n_in, int64_t n_tokens, int n_threads);
 
 // y [n_tokens][n_out] = x [n_tokens][n_in] * W^T. Reads each weight row once for all
 // n_tokens rows (layer-major prefill). `scratch` holds matmul_scratch_bytes(...) bytes.
-// Activation quantization follows ggml-cpu exactly, so results track llama.cpp.
+// Activation quantization follows ggml-cpu exactly, so results track llama.cpp. A row's
+// result does not depend on n_tokens, on the thread count, or on the path taken.
 void matmul(const KernelTable& k, ThreadPool& pool, const TensorView& w, const float* x,
             int64_t n_tokens, float* y, std::byte* scratch);
+
+// Several weights of one dtype and input width against the same x, in one pass: x is
+// quantized once and all output rows are split over the threads in one dispatch (q, k, v;
+// gate, up). y of each target is [n_tokens][its n_out].
+struct MatmulTarget {
+  const TensorView* w;
+  float* y;
+};
+inline constexpr size_t kMaxFusedTargets = 4;
+void matmul_fused(const KernelTable& k, ThreadPool& pool, std::span<const MatmulTarget> targets,
+                  const float* x, int64_t n_tokens, std::byte* scratch);
 
 // out [n_ids][ne0] = dequantized rows ids[i] of W (embedding lookup).
 void get_rows(const TensorView& w, const int32_t* ids, int64_t n_ids, float* out);

@@ -16,6 +16,8 @@
 // then logits = rmsnorm(x[rows]) * output_norm  Wout^T, only for the requested rows.
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
+#include <span>
 
 #include "base/check.h"
 #include "model/model.h"
@@ -37,6 +39,25 @@ struct Model::Workspace {
   std::vector<std::byte> scratch;  // max(matmul scratch, attention scratch)
   std::vector<int32_t> pos;        // [T] position of each token
 };
+
+namespace {
+
+// Weights that share one input go through one matmul_fused call (the input is quantized
+// once, one dispatch over all their rows) when they have the same dtype; a file that mixes
+// dtypes (e.g. q4_K with a q6_K attn_v) gets one call per run of equal dtypes.
+void matmul_group(const kernels::KernelTable& k, ThreadPool& pool,
+                  std::initializer_list<kernels::MatmulTarget> targets, const float* x, int64_t n_tokens,
+                  std::byte* scratch) {
+  const kernels::MatmulTarget* t = targets.begin();
+  while (t != targets.end()) {
+    const kernels::MatmulTarget* run_end = t + 1;
+    while (run_end != targets.end() && run_end->w->dtype == t->w->dtype) ++run_end;
+    kernels::matmul_fused(k, pool, std::span<const kernels::MatmulTarget>(t, run_end), x, n_tokens, scratch);
+    t = run_end;
+  }
+}
+
+}  // namespace
 
 Model::Model() = default;
 Model::~Model() = default;
@@ -67,7 +88,7 @@ Result<Model> Model::load(gguf::ModelFile file, const ModelLimits& limits) {
   ws->logits.resize(R * hp.n_vocab);
   size_t scratch = 0;
   auto need = [&](const TensorView& w, size_t rows) {
-    scratch = std::max(scratch, kernels::matmul_scratch_bytes(w.dtype, w.ne[0], rows));
+    scratch = std::max(scratch, kernels::matmul_scratch_bytes(w.dtype, w.ne[0], rows, limits.n_threads));
   };
   for (const LayerWeights& l : m.weights_.layers) {
     for (const TensorView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
@@ -90,6 +111,7 @@ std::span<const float> Model::forward(const kernels::KernelTable& k, ThreadPool&
   LUMEN_CHECK(T > 0 && T <= limits_.max_batch_tokens);
   LUMEN_CHECK(R <= limits_.max_logit_rows && R <= T);
   LUMEN_CHECK(kv.n_layer == hp.n_layer && kv.n_kv_head == hp.n_kv_head && kv.head_dim == hp.head_dim);
+  LUMEN_CHECK_MSG(pool.n_threads() <= limits_.n_threads, "forward: more threads than the scratch was sized for");
   const int64_t E = hp.n_embd, Q = hp.n_q_dim(), KV = hp.n_kv_dim(), F = hp.n_ff;
   std::byte* scratch = ws.scratch.data();
   auto tap = [&](std::string_view name, int32_t il, const std::vector<float>& buf, int64_t n) {
@@ -121,9 +143,8 @@ std::span<const float> Model::forward(const kernels::KernelTable& k, ThreadPool&
     // --- attention block ---
     kernels::rms_norm(k, ws.x.data(), l.attn_norm, T, E, hp.rms_eps, ws.xn.data());
     tap("attn_norm", il, ws.xn, T * E);
-    kernels::matmul(k, pool, l.wq, ws.xn.data(), T, ws.q.data(), scratch);
-    kernels::matmul(k, pool, l.wk, ws.xn.data(), T, ws.k.data(), scratch);
-    kernels::matmul(k, pool, l.wv, ws.xn.data(), T, ws.v.data(), scratch);
+    matmul_group(k, pool, {{&l.wq, ws.q.data()}, {&l.wk, ws.k.data()}, {&l.wv, ws.v.data()}}, ws.xn.data(), T,
+                 scratch);
     if (l.bq) kernels::add_bias(ws.q.data(), l.bq, T, Q);
     if (l.bk) kernels::add_bias(ws.k.data(), l.bk, T, KV);
     if (l.bv) kernels::add_bias(ws.v.data(), l.bv, T, KV);
@@ -144,8 +165,7 @@ std::span<const float> Model::forward(const kernels::KernelTable& k, ThreadPool&
 
     // --- MLP block ---
     kernels::rms_norm(k, ws.x.data(), l.ffn_norm, T, E, hp.rms_eps, ws.xn.data());
-    kernels::matmul(k, pool, l.w_gate, ws.xn.data(), T, ws.gate.data(), scratch);
-    kernels::matmul(k, pool, l.w_up, ws.xn.data(), T, ws.up.data(), scratch);
+    matmul_group(k, pool, {{&l.w_gate, ws.gate.data()}, {&l.w_up, ws.up.data()}}, ws.xn.data(), T, scratch);
     kernels::silu_mul(k, ws.gate.data(), ws.up.data(), T * F);
     kernels::matmul(k, pool, l.w_down, ws.gate.data(), T, ws.xn.data(), scratch);
     kernels::add_in_place(k, ws.x.data(), ws.xn.data(), T * E);  // residual

@@ -63,7 +63,7 @@ void BM_Matmul(benchmark::State& state) {
   w.n_bytes = wdata.size();
   std::vector<float> x(n_in * n_tokens, 0.5f), y(n_out * n_tokens);
   for (size_t i = 0; i < x.size(); ++i) x[i] = 0.001f * (i % 1000) - 0.5f;
-  std::vector<std::byte> scratch(matmul_scratch_bytes(dt, n_in, n_tokens) + 64);
+  std::vector<std::byte> scratch(matmul_scratch_bytes(dt, n_in, n_tokens, pool.n_threads()));
   for (auto _ : state) {
     matmul(k, pool, w, x.data(), n_tokens, y.data(), scratch.data());
     benchmark::DoNotOptimize(y.data());

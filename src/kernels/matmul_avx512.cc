@@ -1,0 +1,863 @@
+// AVX-512 VNNI matmul kernels for the quantized weight types (q8_0, q4_0, q4_K, q6_K).
+// Compiled with the AVX-512 flags (cmake/lumen.cmake); only reached through the table when
+// cpu_features().has_avx512_vnni(). Internal linkage only (see quant_blocks.h).
+//
+// Two shapes of work, one arithmetic:
+//
+//   decode (gemm tiles, few activation rows)   16 weight rows at a time, streamed from the
+//       mmapped file in their GGUF layout. Each row's exact integer block dot is formed in
+//       vector lanes, then the 16 rows are reduced together so that lane r holds row r.
+//   prefill (panel gemm, many activation rows) 16 weight rows repacked into a panel whose
+//       vectors hold 4 consecutive elements of each of the 16 rows; one vpdpbusd with a
+//       broadcast activation dword then advances all 16 rows at once (64 MACs).
+//
+// Either way lane r of a 16-lane f32 accumulator is row r, and it is updated once per block
+// in block order with exactly the scalar reference's operations:
+//
+//   q8_0 / q4_0:  sumf += (float)sumi * (d_w * d_x)
+//   q4_K:         acc += (d_x * d_w) * (float)sumi;  acc_m += (-d_x * dmin_w) * (float)summ;
+//                 result acc + acc_m
+//   q6_K:         acc += (d_x * d_w) * (float)sumi
+//
+// with every sumi / summ an exact int32. So this table's vec_dot, gemm and panel gemm agree
+// with the scalar reference bit for bit (no FMA: the reference rounds the product).
+//
+// vpdpbusd multiplies unsigned by signed bytes. Weights go in unsigned with an offset
+// (q4_0: q in 0..15, w = q - 8; q8_0: u = q ^ 0x80, w = u - 128; q6_K: q in 0..63,
+// w = q - 32), activations signed; the offset times the activation sum is folded in as an
+// integer correction (initial accumulator value), so every block sum stays exact.
+// GCC 12 reports the `__Y = __Y` self-initialisation inside _mm512_undefined_*() (used by
+// many AVX-512 intrinsics as a don't-care pass-through) as uninitialised use once inlined
+// at -O3 (GCC bug 105593, fixed in GCC 13). The pragma must precede the header.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+// C++ defaults to -ffp-contract=fast, which would fuse the reference's separate multiply
+// and add into an FMA here (and not in the baseline-ISA reference): keep them separate.
+#pragma GCC optimize("fp-contract=off")
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/kernel_table.h"
+#include "kernels/kernels_isa_common.h"
+#include "kernels/quant_blocks.h"
+
+namespace lumen::kernels {
+namespace {
+
+constexpr int kRows = 16;  // weight rows per decode group and per panel (one zmm of f32)
+constexpr int kMaxDecodeCols = 4;
+
+__m512i bcast_i32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return _mm512_set1_epi32(v);
+}
+__m512 bcast_f32(const void* p) {
+  float v;
+  std::memcpy(&v, p, sizeof(v));
+  return _mm512_set1_ps(v);
+}
+__m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+__m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+__m512i load512(const void* p) { return _mm512_loadu_si512(p); }
+float f16(uint16_t h) { return _cvtsh_ss(h); }
+
+// The 16-bit (or 32-bit) value at byte `off` of each row of a group, lane r = row r.
+// Scalar loads packed in general registers: they run on the integer pipes, beside the
+// vector work. (vpgatherdd measured ~10-20 cycles per call on Zen 4 and masked
+// single-element loads were slower still: either cost q4_0 decode over a quarter of its
+// time.)
+[[gnu::always_inline]] inline uint64_t ld16(const std::byte* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+[[gnu::always_inline]] inline uint64_t ld32(const std::byte* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+template <typename Rows>
+[[gnu::always_inline]] inline __m256i load_row_halves(const Rows& g, size_t off) {
+  uint64_t q[4];
+  #pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c)
+    q[c] = ld16(g.at(4 * c, off)) | ld16(g.at(4 * c + 1, off)) << 16 | ld16(g.at(4 * c + 2, off)) << 32 |
+           ld16(g.at(4 * c + 3, off)) << 48;
+  return _mm256_set_epi64x(static_cast<int64_t>(q[3]), static_cast<int64_t>(q[2]), static_cast<int64_t>(q[1]),
+                           static_cast<int64_t>(q[0]));
+}
+template <typename Rows>
+[[gnu::always_inline]] inline __m512i load_row_dwords(const Rows& g, size_t off) {
+  uint64_t q[8];
+  #pragma GCC unroll 8
+  for (int c = 0; c < 8; ++c) q[c] = ld32(g.at(2 * c, off)) | ld32(g.at(2 * c + 1, off)) << 32;
+  return _mm512_set_epi64(static_cast<int64_t>(q[7]), static_cast<int64_t>(q[6]), static_cast<int64_t>(q[5]),
+                          static_cast<int64_t>(q[4]), static_cast<int64_t>(q[3]), static_cast<int64_t>(q[2]),
+                          static_cast<int64_t>(q[1]), static_cast<int64_t>(q[0]));
+}
+// fp16 at byte `off` of each row, as f32.
+template <typename Rows>
+[[gnu::always_inline]] inline __m512 load_row_f16(const Rows& g, size_t off) {
+  return _mm512_cvtph_ps(load_row_halves(g, off));
+}
+
+// ---- reductions: 16 rows' partial int32 lanes -> one lane per row -----------------------
+//
+// sum4: per 128-bit lane, [a0+a2, b0+b2, a1+a3, b1+b3]; sum4x2 of two such results: per
+// 128-bit lane, [sum a, sum b, sum c, sum d] (a, b from t0; c, d from t1).
+__m512i sum4(__m512i a, __m512i b) {
+  return _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+}
+__m512i sum4x2(__m512i t0, __m512i t1) {
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
+}
+
+// v[j] holds two rows, A and B, 8 lanes each: v[j] for j < 4 has rows (j, j + 4), v[4 + j]
+// rows (8 + j, 12 + j). kSplit false: A in 128-bit lanes 0-1 and B in 2-3; true: A in 0 and
+// 2, B in 1 and 3 (the q4_0 nibble layout). Returns lane r = sum of row r's 8 lanes.
+template <bool kSplit>
+__m512i reduce_pairs(const __m512i v[8]) {
+  const __m512i u0 = sum4x2(sum4(v[0], v[1]), sum4(v[2], v[3]));
+  const __m512i u1 = sum4x2(sum4(v[4], v[5]), sum4(v[6], v[7]));
+  // u: 128-bit lane L = [v0.L, v1.L, v2.L, v3.L] (each a lane's total).
+  constexpr int kLo = kSplit ? _MM_SHUFFLE(1, 0, 1, 0) : _MM_SHUFFLE(2, 0, 2, 0);
+  constexpr int kHi = kSplit ? _MM_SHUFFLE(3, 2, 3, 2) : _MM_SHUFFLE(3, 1, 3, 1);
+  return _mm512_add_epi32(_mm512_shuffle_i32x4(u0, u1, kLo), _mm512_shuffle_i32x4(u0, u1, kHi));
+}
+
+// z[k] holds rows k, 4 + k, 8 + k, 12 + k in its four 128-bit lanes (4 lanes each).
+__m512i reduce_quads(const __m512i z[4]) { return sum4x2(sum4(z[0], z[1]), sum4(z[2], z[3])); }
+
+__m512i pair256(__m256i a, __m256i b) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+}
+__m512i quad128(__m128i a, __m128i b, __m128i c, __m128i d) {
+  const __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
+  const __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(c), d, 1);
+  return pair256(lo, hi);
+}
+
+// Row r of a decode group: the pair slot it takes in reduce_pairs.
+constexpr int kPairRowA[8] = {0, 1, 2, 3, 8, 9, 10, 11};
+constexpr int kPairRowB[8] = {4, 5, 6, 7, 12, 13, 14, 15};
+
+// The rows of a decode group, as the kernels address them: at(r, off) is byte `off` of
+// row r. A full group of 16 rows is base + r * stride (a few registers and addressing
+// modes: 16 separate row pointers do not fit the 15 usable general registers and were
+// shuttled through vector registers on every block). A short group (the matrix's last,
+// when n_out % 16 != 0) repeats its last row so that nothing past the matrix is read;
+// the repeated lanes are computed and dropped.
+//
+// RowsStrided spells every row as base + index * {1, 2, 4, 8} from four bases (rows 0, 5,
+// 10, 15) and two opaque index registers (stride, 3 * stride), so the compiler keeps six
+// registers instead of materialising sixteen pointers.
+struct RowsStrided {
+  static constexpr bool kPrefetch = true;
+  const std::byte* b[4];  // rows 0, 5, 10, 15
+  size_t s, s3;           // stride, 3 * stride
+  const std::byte* next;   // the next group's rows (contiguous: 16 * stride bytes)
+  RowsStrided(const std::byte* base, size_t stride) {
+    next = base + kRows * stride;
+    s = stride;
+    s3 = 3 * stride;
+    asm("" : "+r"(s), "+r"(s3));  // keep them as index registers, not folded constants
+    for (int k = 0; k < 4; ++k) b[k] = base + 5 * k * stride;
+  }
+  [[gnu::always_inline]] const std::byte* at(int r, size_t off) const {
+    switch (r) {
+      case 0: return b[0] + off;
+      case 1: return b[0] + off + s;
+      case 2: return b[0] + off + 2 * s;
+      case 3: return b[0] + off + s3;
+      case 4: return b[0] + off + 4 * s;
+      case 5: return b[1] + off;
+      case 6: return b[0] + off + 2 * s3;
+      case 7: return b[1] + off + 2 * s;
+      case 8: return b[0] + off + 8 * s;
+      case 9: return b[1] + off + 4 * s;
+      case 10: return b[2] + off;
+      case 11: return b[2] + off + s;
+      case 12: return b[0] + off + 4 * s3;
+      case 13: return b[1] + off + 8 * s;
+      case 14: return b[2] + off + 4 * s;
+      default: return b[3] + off;
+    }
+  }
+};
+// Streaming from memory, 16 rows read side by side are 16 interleaved streams that the
+// hardware prefetchers follow poorly (measured: a 76 MB lm_head streamed at ~5 GB/s per
+// core). So while a group is computed, the next group's bytes (the same amount, contiguous)
+// are prefetched linearly, `bytes` per block step: one group ahead.
+inline constexpr size_t kLine = 64;
+template <typename Rows>
+[[gnu::always_inline]] inline void prefetch_next(const Rows& g, int64_t ib, size_t bytes) {
+  if constexpr (Rows::kPrefetch) {
+    const std::byte* p = g.next + ib * bytes;
+    for (size_t off = 0; off < bytes; off += kLine) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
+  }
+}
+
+struct RowsClamped {
+  static constexpr bool kPrefetch = false;
+  const std::byte* row[kRows];
+  const std::byte* next = nullptr;
+  [[gnu::always_inline]] const std::byte* at(int r, size_t off) const { return row[r] + off; }
+};
+RowsClamped rows_clamped(const std::byte* w, size_t w_stride, int64_t n_rows) {
+  RowsClamped g;
+  for (int r = 0; r < kRows; ++r) g.row[r] = w + (r < n_rows ? r : n_rows - 1) * w_stride;
+  return g;
+}
+
+__mmask16 row_mask(int64_t n_rows) {
+  return n_rows >= kRows ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n_rows) - 1);
+}
+
+// ---- q8_0 / q4_0 decode ----------------------------------------------------------------
+
+struct Q8_0Fmt {
+  using Block = BlockQ8_0;
+  static constexpr bool kSplit = false;
+  static constexpr int kOffsetShift = 7;  // w = u - 128
+  // Rows A and B of one block as unsigned bytes: [A (32) | B (32)].
+  static __m512i unsigned_pair(const Block& a, const Block& b) {
+    return _mm512_xor_si512(pair256(load256(a.qs), load256(b.qs)), _mm512_set1_epi8(static_cast<char>(0x80)));
+  }
+  // The activation block laid out to meet unsigned_pair: [x | x].
+  static __m512i act(const BlockQ8_0& x) { return _mm512_broadcast_i64x4(load256(x.qs)); }
+};
+
+struct Q4_0Fmt {
+  using Block = BlockQ4_0;
+  static constexpr bool kSplit = true;
+  static constexpr int kOffsetShift = 3;  // w = q - 8
+  // [A 0..15 | B 0..15 | A 16..31 | B 16..31] (low nibbles, then high nibbles).
+  static __m512i unsigned_pair(const Block& a, const Block& b) {
+    const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(a.qs)), load128(b.qs), 1);
+    return _mm512_and_si512(pair256(q, _mm256_srli_epi16(q, 4)), _mm512_set1_epi8(15));
+  }
+  // [x 0..15 | x 0..15 | x 16..31 | x 16..31].
+  static __m512i act(const BlockQ8_0& x) {
+    const __m512i z = _mm512_castsi256_si512(load256(x.qs));
+    return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(1, 1, 0, 0));
+  }
+};
+
+// y[c * y_stride + r] for the rows of `g` (mask: valid rows) and NC activation rows.
+template <typename Fmt, int NC, typename Rows>
+void decode_group_q8(int64_t nb, const Rows& g, __mmask16 mask, const std::byte* x, size_t xs,
+                     float* y, int64_t y_stride) {
+  using Block = typename Fmt::Block;
+  const __m512i ones = _mm512_set1_epi8(1);
+  __m512 acc[NC];
+  #pragma GCC unroll 4
+  for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    prefetch_next(g, ib, kRows * sizeof(Block));
+    __m512i u[8];
+    #pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      const Block& a = *reinterpret_cast<const Block*>(g.at(kPairRowA[j], ib * sizeof(Block)));
+      const Block& b = *reinterpret_cast<const Block*>(g.at(kPairRowB[j], ib * sizeof(Block)));
+      u[j] = Fmt::unsigned_pair(a, b);
+    }
+    const __m512 dw = load_row_f16(g, ib * sizeof(Block) + offsetof(Block, d_f16));
+    #pragma GCC unroll 4
+    for (int c = 0; c < NC; ++c) {
+      const BlockQ8_0& bx = reinterpret_cast<const BlockQ8_0*>(x + c * xs)[ib];
+      const __m512i xv = Fmt::act(bx);
+      // Per lane: -offset * (sum of the 4 activation bytes the lane multiplies).
+      const __m512i corr = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                            _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, xv),
+                                                              Fmt::kOffsetShift));
+      __m512i s[8];
+      #pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) s[j] = _mm512_dpbusd_epi32(corr, u[j], xv);
+      const __m512 sumi = _mm512_cvtepi32_ps(reduce_pairs<Fmt::kSplit>(s));
+      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(f16(bx.d_f16)));
+      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(sumi, d));
+    }
+  }
+  #pragma GCC unroll 4
+  for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(y + c * y_stride, mask, acc[c]);
+}
+
+// ---- q4_K / q6_K decode: per-row integer partials, reduced 16 rows at a time -----------
+
+// The 8 scales and mins of a q4_K block, and its integer partials against one q8_K block:
+//   sumi lanes: sum_s sc[s] * (q4 . q8 over sub-block s), spread over 8 int32 lanes
+//   summ lanes: sum_s m[s] * (sum of q8 over sub-block s), over 4 int32 lanes
+struct Q4_KRow {
+  __m256i sumi;
+  __m128i summ;
+};
+
+[[gnu::always_inline]] inline Q4_KRow q4_k_partials(const BlockQ4_K& b, const BlockQ8_K& x) {
+  uint8_t sc[8], mn[8];
+  unpack_q4_k_scales(b.scales, sc, mn);
+  uint64_t sc8, mn8;
+  std::memcpy(&sc8, sc, 8);
+  std::memcpy(&mn8, mn, 8);
+  // Each scale as a pair of int16 (sc, sc), one dword per sub-block, stored by scalar
+  // stores so that vpdpwssd can take it as a broadcast memory operand (store-to-load
+  // forwarding of the same size): no shuffle per sub-block.
+  // 8 int16 scales in both 128-bit lanes; vpshufb broadcasts one of them per sub-block.
+  const __m256i scw = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc8))));
+  const __m256i m4 = _mm256_set1_epi8(15);
+  __m256i acc = _mm256_setzero_si256();
+  #pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    // Low nibbles: sub-block 2c (elements 64c ..), high nibbles: sub-block 2c + 1.
+    const __m256i q = load256(b.qs + 32 * c);
+    const __m256i lo = _mm256_and_si256(q, m4);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    const __m256i pl = _mm256_maddubs_epi16(lo, load256(x.qs + 64 * c));
+    const __m256i ph = _mm256_maddubs_epi16(hi, load256(x.qs + 64 * c + 32));
+    const __m256i sl = _mm256_shuffle_epi8(scw, _mm256_set1_epi16(static_cast<int16_t>(0x0100 * (4 * c + 1) + 4 * c)));
+    const __m256i sh = _mm256_shuffle_epi8(scw, _mm256_set1_epi16(static_cast<int16_t>(0x0100 * (4 * c + 3) + 4 * c + 2)));
+    acc = _mm256_dpwssd_epi32(acc, pl, sl);
+    acc = _mm256_dpwssd_epi32(acc, ph, sh);
+  }
+  Q4_KRow out;
+  out.sumi = acc;
+  const __m128i mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(mn8)));
+  const __m128i q8s = _mm_hadd_epi16(load128(x.bsums), load128(x.bsums + 8));
+  out.summ = _mm_madd_epi16(mins, q8s);
+  return out;
+}
+
+// sumi lanes of a q6_K block against one q8_K block: sum_s scales[s] * ((q6 - 32) . q8).
+[[gnu::always_inline]] inline __m256i q6_k_partials(const BlockQ6_K& b, const BlockQ8_K& x) {
+  const __m256i m4 = _mm256_set1_epi8(15);
+  const __m256i m2 = _mm256_set1_epi8(3);
+  const __m256i scales16 = _mm256_cvtepi8_epi16(load128(b.scales));
+  __m256i sumi = _mm256_setzero_si256();
+  #pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* ql = b.ql + 64 * h;
+    const __m256i l1 = load256(ql), l2 = load256(ql + 32), hb = load256(b.qh + 32 * h);
+    // The scales of this half as int16: even sub-blocks in the low lane, odd in the high.
+    const __m256i w = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(
+        load128(b.scales), _mm_setr_epi8(8 * h, 8 * h + 2, 8 * h + 4, 8 * h + 6, 0, 0, 0, 0,
+                                         8 * h + 1, 8 * h + 3, 8 * h + 5, 8 * h + 7, 0, 0, 0, 0)));
+    __m256i q[4];
+    q[0] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4));
+    q[1] = _mm256_or_si256(_mm256_and_si256(l2, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hb, 2), _mm256_set1_epi8(0x30)));
+    #pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+
+      // int16 lanes 0..7: scales[s], 8..15: scales[s + 1] (element k of each lane of w).
+      const __m256i sv = _mm256_shuffle_epi8(w, _mm256_set1_epi16(static_cast<int16_t>(0x0100 * (2 * k + 1) + 2 * k)));
+      const __m256i p = _mm256_maddubs_epi16(q[k], load256(x.qs + 128 * h + 32 * k));
+      sumi = _mm256_dpwssd_epi32(sumi, sv, p);
+    }
+  }
+  // The -32 offset: 32 * sum_s scales[s] * bsums[s].
+  const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(load256(x.bsums), scales16), 5);
+  return _mm256_sub_epi32(sumi, offset);
+}
+
+template <int NC, typename Rows>
+void decode_group_q4_k(int64_t nb, const Rows& g, __mmask16 mask, const std::byte* x, size_t xs,
+                       float* y, int64_t y_stride) {
+  __m512 acc[NC], acc_m[NC];
+  #pragma GCC unroll 4
+  for (int c = 0; c < NC; ++c) acc[c] = acc_m[c] = _mm512_setzero_ps();
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    // d and dmin are the first two fp16 of the block.
+    const __m512i dd = load_row_dwords(g, ib * sizeof(BlockQ4_K));
+    const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
+    const __m512 dminw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
+    #pragma GCC unroll 1
+    for (int c = 0; c < NC; ++c) {
+      const BlockQ8_K& bx = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib];
+      __m512i v[8];
+      __m128i m[kRows];
+      #pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        const Q4_KRow a = q4_k_partials(*reinterpret_cast<const BlockQ4_K*>(g.at(kPairRowA[j], ib * sizeof(BlockQ4_K))), bx);
+        const Q4_KRow b = q4_k_partials(*reinterpret_cast<const BlockQ4_K*>(g.at(kPairRowB[j], ib * sizeof(BlockQ4_K))), bx);
+        v[j] = pair256(a.sumi, b.sumi);
+        m[kPairRowA[j]] = a.summ;
+        m[kPairRowB[j]] = b.summ;
+      }
+      __m512i z[4];
+      #pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) z[k] = quad128(m[k], m[4 + k], m[8 + k], m[12 + k]);
+      const __m512 sumi = _mm512_cvtepi32_ps(reduce_pairs<false>(v));
+      const __m512 summ = _mm512_cvtepi32_ps(reduce_quads(z));
+      const __m512 dx = _mm512_set1_ps(bx.d);
+      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(dx, dw), sumi));
+      const __m512 ndx = _mm512_set1_ps(-bx.d);
+      acc_m[c] = _mm512_add_ps(acc_m[c], _mm512_mul_ps(_mm512_mul_ps(ndx, dminw), summ));
+    }
+  }
+  #pragma GCC unroll 4
+  for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(y + c * y_stride, mask, _mm512_add_ps(acc[c], acc_m[c]));
+}
+
+template <int NC, typename Rows>
+void decode_group_q6_k(int64_t nb, const Rows& g, __mmask16 mask, const std::byte* x, size_t xs,
+                       float* y, int64_t y_stride) {
+  __m512 acc[NC];
+  #pragma GCC unroll 4
+  for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    prefetch_next(g, ib, kRows * sizeof(BlockQ6_K));
+    const __m512 dw = load_row_f16(g, ib * sizeof(BlockQ6_K) + offsetof(BlockQ6_K, d_f16));
+    #pragma GCC unroll 1
+    for (int c = 0; c < NC; ++c) {
+      const BlockQ8_K& bx = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib];
+      __m512i v[8];
+      #pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        v[j] = pair256(q6_k_partials(*reinterpret_cast<const BlockQ6_K*>(g.at(kPairRowA[j], ib * sizeof(BlockQ6_K))), bx),
+                       q6_k_partials(*reinterpret_cast<const BlockQ6_K*>(g.at(kPairRowB[j], ib * sizeof(BlockQ6_K))), bx));
+      }
+      const __m512 sumi = _mm512_cvtepi32_ps(reduce_pairs<false>(v));
+      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(bx.d), dw), sumi));
+    }
+  }
+  #pragma GCC unroll 4
+  for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(y + c * y_stride, mask, acc[c]);
+}
+
+// The gemm tile entry (and vec_dot) from a group kernel: 16 rows x up to 4 columns at a time.
+template <template <int> class Group, typename Rows>
+void gemm_group_cols(int64_t nb, const Rows& g, __mmask16 mask, const std::byte* x, size_t x_stride,
+                     int64_t n_cols, float* y, int64_t y_stride) {
+  int64_t c0 = 0;
+  for (; c0 + kMaxDecodeCols <= n_cols; c0 += kMaxDecodeCols)
+    Group<kMaxDecodeCols>::run(nb, g, mask, x + c0 * x_stride, x_stride, y + c0 * y_stride, y_stride);
+  const std::byte* xc = x + c0 * x_stride;
+  float* yc = y + c0 * y_stride;
+  switch (n_cols - c0) {
+    case 3: Group<3>::run(nb, g, mask, xc, x_stride, yc, y_stride); break;
+    case 2: Group<2>::run(nb, g, mask, xc, x_stride, yc, y_stride); break;
+    case 1: Group<1>::run(nb, g, mask, xc, x_stride, yc, y_stride); break;
+    default: break;
+  }
+}
+
+template <template <int> class Group>
+void gemm_groups(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, const std::byte* x,
+                 size_t x_stride, int64_t n_cols, float* y, int64_t y_stride) {
+  const int64_t nb = n / Group<1>::kBlock;
+  int64_t r0 = 0;
+  for (; r0 + kRows <= n_rows; r0 += kRows) {
+    const RowsStrided g(w + r0 * w_stride, w_stride);
+    gemm_group_cols<Group>(nb, g, static_cast<__mmask16>(0xffff), x, x_stride, n_cols, y + r0, y_stride);
+  }
+  if (r0 < n_rows) {
+    const RowsClamped g = rows_clamped(w + r0 * w_stride, w_stride, n_rows - r0);
+    gemm_group_cols<Group>(nb, g, row_mask(n_rows - r0), x, x_stride, n_cols, y + r0, y_stride);
+  }
+}
+
+template <int NC> struct GroupQ8_0 {
+  static constexpr int64_t kBlock = kQk;
+  template <typename Rows>
+  static void run(int64_t nb, const Rows& g, __mmask16 m, const std::byte* x, size_t xs, float* y, int64_t ys) {
+    decode_group_q8<Q8_0Fmt, NC>(nb, g, m, x, xs, y, ys);
+  }
+};
+template <int NC> struct GroupQ4_0 {
+  static constexpr int64_t kBlock = kQk;
+  template <typename Rows>
+  static void run(int64_t nb, const Rows& g, __mmask16 m, const std::byte* x, size_t xs, float* y, int64_t ys) {
+    decode_group_q8<Q4_0Fmt, NC>(nb, g, m, x, xs, y, ys);
+  }
+};
+template <int NC> struct GroupQ4_K {
+  static constexpr int64_t kBlock = kQkK;
+  template <typename Rows>
+  static void run(int64_t nb, const Rows& g, __mmask16 m, const std::byte* x, size_t xs, float* y, int64_t ys) {
+    decode_group_q4_k<NC>(nb, g, m, x, xs, y, ys);
+  }
+};
+template <int NC> struct GroupQ6_K {
+  static constexpr int64_t kBlock = kQkK;
+  template <typename Rows>
+  static void run(int64_t nb, const Rows& g, __mmask16 m, const std::byte* x, size_t xs, float* y, int64_t ys) {
+    decode_group_q6_k<NC>(nb, g, m, x, xs, y, ys);
+  }
+};
+
+template <template <int> class Group>
+float vec_dot_groups(int64_t n, const std::byte* w, const std::byte* x) {
+  float out;
+  gemm_groups<Group>(n, w, 0, 1, x, 0, 1, &out, 1);
+  return out;
+}
+
+// ---- q8_0 / q4_0 panels ----------------------------------------------------------------
+//
+// Panel of 16 rows, per 32-element block ib (576 bytes):
+//   [g = 0..7][r = 0..15] 4 bytes  unsigned quants of elements 4g .. 4g+3 of row r
+//   [r = 0..15] f32                 the row's block scale d_w
+// Side data per activation row and block: f32 d_x, int32 -offset * sum(q_x).
+constexpr size_t kQ8PanelBlockBytes = 512 + 64;
+
+size_t q8_panel_bytes(int64_t n) { return static_cast<size_t>(n / kQk) * kQ8PanelBlockBytes; }
+size_t q8_side_bytes(int64_t n) { return static_cast<size_t>(n / kQk) * 8; }
+
+// Stores row r's 32 unsigned bytes of one block into the panel block (dword g -> [g][r]).
+void scatter_row_block(__m256i u, int r, std::byte* pb) {
+  alignas(32) uint32_t d[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(d), u);
+  for (int gi = 0; gi < 8; ++gi) std::memcpy(pb + gi * 64 + r * 4, &d[gi], 4);
+}
+
+template <typename Fmt>
+__m256i unsigned_block(const typename Fmt::Block& b);
+template <>
+__m256i unsigned_block<Q8_0Fmt>(const BlockQ8_0& b) {
+  return _mm256_xor_si256(load256(b.qs), _mm256_set1_epi8(static_cast<char>(0x80)));
+}
+template <>
+__m256i unsigned_block<Q4_0Fmt>(const BlockQ4_0& b) {
+  const __m128i q = load128(b.qs);
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(15));
+}
+
+template <typename Fmt>
+void pack_q8_panel(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* panel) {
+  using Block = typename Fmt::Block;
+  const int64_t nb = n / kQk;
+  for (int r = 0; r < kRows; ++r) {
+    const Block* row = reinterpret_cast<const Block*>(w + (r < n_rows ? r : n_rows - 1) * w_stride);
+    for (int64_t ib = 0; ib < nb; ++ib) {
+      std::byte* pb = panel + ib * kQ8PanelBlockBytes;
+      scatter_row_block(unsigned_block<Fmt>(row[ib]), r, pb);
+      const float d = f16(row[ib].d_f16);
+      std::memcpy(pb + 512 + r * 4, &d, 4);
+    }
+  }
+}
+
+template <int kOffsetShift>
+void prepare_side_q8(const std::byte* xq, int64_t n, std::byte* side) {
+  const auto* bx = reinterpret_cast<const BlockQ8_0*>(xq);
+  const __m256i ones = _mm256_set1_epi8(1);
+  for (int64_t ib = 0; ib < n / kQk; ++ib) {
+    // sum of the 32 signed quants: vpdpbusd(1, q) gives 8 partial sums.
+    const __m256i s8 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, load256(bx[ib].qs));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+    const int32_t corr = -(_mm_cvtsi128_si32(s4) * (1 << kOffsetShift));
+    const float d = f16(bx[ib].d_f16);
+    std::memcpy(side + ib * 8, &d, 4);
+    std::memcpy(side + ib * 8 + 4, &corr, 4);
+  }
+}
+
+// C activation rows against one panel.
+template <int C>
+void panel_tile_q8(int64_t nb, const std::byte* panel, const std::byte* x, size_t xs,
+                   const std::byte* side, size_t ss, __mmask16 mask, float* y, int64_t ys) {
+  __m512 acc[C];
+  #pragma GCC unroll 16
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    const std::byte* pb = panel + ib * kQ8PanelBlockBytes;
+    __m512i s[C];
+    #pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) s[c] = bcast_i32(side + c * ss + ib * 8 + 4);
+    const std::byte* xb = x + ib * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, qs);
+    #pragma GCC unroll 8
+    for (int gi = 0; gi < 8; ++gi) {
+      const __m512i wv = load512(pb + 64 * gi);
+      #pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) s[c] = _mm512_dpbusd_epi32(s[c], wv, bcast_i32(xb + c * xs + 4 * gi));
+    }
+    const __m512 dw = _mm512_loadu_ps(reinterpret_cast<const float*>(pb + 512));
+    #pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      const __m512 d = _mm512_mul_ps(dw, bcast_f32(side + c * ss + ib * 8));
+      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(s[c]), d));
+    }
+  }
+  #pragma GCC unroll 16
+  for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ys, mask, acc[c]);
+}
+
+// ---- q4_K panels -------------------------------------------------------------------------
+//
+// Per 256-element block ib (5248 bytes):
+//   [s = 0..7][g = 0..7][r] 4 bytes  quants (0..15) of elements 32s + 4g .. +3   4096
+//   [s][r] int32                     scale sc[s]                                   512
+//   [s][r] int32                     (m[s] << 16) | m[s]: two int16 for vpdpwssd   512
+//   [r] f32 d_w, [r] f32 dmin_w                                                    128
+constexpr size_t kQ4KPanelBlockBytes = 4096 + 512 + 512 + 128;
+
+size_t q4_k_panel_bytes(int64_t n) { return static_cast<size_t>(n / kQkK) * kQ4KPanelBlockBytes; }
+
+void pack_q4_k_panel(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* panel) {
+  const int64_t nb = n / kQkK;
+  const __m256i m4 = _mm256_set1_epi8(15);
+  for (int r = 0; r < kRows; ++r) {
+    const auto* row = reinterpret_cast<const BlockQ4_K*>(w + (r < n_rows ? r : n_rows - 1) * w_stride);
+    for (int64_t ib = 0; ib < nb; ++ib) {
+      const BlockQ4_K& b = row[ib];
+      std::byte* pb = panel + ib * kQ4KPanelBlockBytes;
+      for (int c = 0; c < 4; ++c) {
+        const __m256i q = load256(b.qs + 32 * c);
+        scatter_row_block(_mm256_and_si256(q, m4), r, pb + (2 * c) * 512);
+        scatter_row_block(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), r, pb + (2 * c + 1) * 512);
+      }
+      uint8_t sc[8], mn[8];
+      unpack_q4_k_scales(b.scales, sc, mn);
+      for (int s = 0; s < 8; ++s) {
+        const int32_t scv = sc[s];
+        const int32_t mv = static_cast<int32_t>((static_cast<uint32_t>(mn[s]) << 16) | mn[s]);
+        std::memcpy(pb + 4096 + s * 64 + r * 4, &scv, 4);
+        std::memcpy(pb + 4608 + s * 64 + r * 4, &mv, 4);
+      }
+      const float d = f16(b.d_f16), dmin = f16(b.dmin_f16);
+      std::memcpy(pb + 5120 + r * 4, &d, 4);
+      std::memcpy(pb + 5184 + r * 4, &dmin, 4);
+    }
+  }
+}
+
+template <int C>
+void panel_tile_q4_k(int64_t nb, const std::byte* panel, const std::byte* x, size_t xs,
+                     const std::byte*, size_t, __mmask16 mask, float* y, int64_t ys) {
+  __m512 acc[C], acc_m[C];
+  #pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) acc[c] = acc_m[c] = _mm512_setzero_ps();
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    const std::byte* pb = panel + ib * kQ4KPanelBlockBytes;
+    const std::byte* xb = x + ib * sizeof(BlockQ8_K);
+    __m512i sumi[C];
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) sumi[c] = _mm512_setzero_si512();
+    for (int s = 0; s < 8; ++s) {
+      __m512i t[C];
+      #pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) t[c] = _mm512_setzero_si512();
+      const std::byte* ps = pb + s * 512;
+      const std::byte* xs_ = xb + offsetof(BlockQ8_K, qs) + 32 * s;
+      #pragma GCC unroll 8
+      for (int gi = 0; gi < 8; ++gi) {
+        const __m512i wv = load512(ps + 64 * gi);
+        #pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) t[c] = _mm512_dpbusd_epi32(t[c], wv, bcast_i32(xs_ + c * xs + 4 * gi));
+      }
+      const __m512i scv = load512(pb + 4096 + s * 64);
+      #pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(t[c], scv));
+    }
+    __m512i summ[C];
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) summ[c] = _mm512_setzero_si512();
+    #pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+      const __m512i mv = load512(pb + 4608 + s * 64);
+      #pragma GCC unroll 8
+      for (int c = 0; c < C; ++c)
+        summ[c] = _mm512_dpwssd_epi32(summ[c], mv, bcast_i32(xb + c * xs + offsetof(BlockQ8_K, bsums) + 4 * s));
+    }
+    const __m512 dw = _mm512_loadu_ps(reinterpret_cast<const float*>(pb + 5120));
+    const __m512 dminw = _mm512_loadu_ps(reinterpret_cast<const float*>(pb + 5184));
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      float dx;
+      std::memcpy(&dx, xb + c * xs + offsetof(BlockQ8_K, d), 4);
+      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(dx), dw), _mm512_cvtepi32_ps(sumi[c])));
+      acc_m[c] = _mm512_add_ps(acc_m[c], _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(-dx), dminw), _mm512_cvtepi32_ps(summ[c])));
+    }
+  }
+  #pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ys, mask, _mm512_add_ps(acc[c], acc_m[c]));
+}
+
+// ---- q6_K panels -------------------------------------------------------------------------
+//
+// Per 256-element block ib (5696 bytes):
+//   [s = 0..15][g = 0..3][r] 4 bytes  quants (0..63) of elements 16s + 4g .. +3    4096
+//   [s][r] int32                      scales[s]                                    1024
+//   [k = 0..7][r] int32               scales[2k], scales[2k+1] as two int16         512
+//   [r] f32 d_w                                                                      64
+constexpr size_t kQ6KPanelBlockBytes = 4096 + 1024 + 512 + 64;
+
+size_t q6_k_panel_bytes(int64_t n) { return static_cast<size_t>(n / kQkK) * kQ6KPanelBlockBytes; }
+
+void pack_q6_k_panel(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* panel) {
+  const int64_t nb = n / kQkK;
+  const __m256i m4 = _mm256_set1_epi8(15);
+  const __m256i m2 = _mm256_set1_epi8(3);
+  for (int r = 0; r < kRows; ++r) {
+    const auto* row = reinterpret_cast<const BlockQ6_K*>(w + (r < n_rows ? r : n_rows - 1) * w_stride);
+    for (int64_t ib = 0; ib < nb; ++ib) {
+      const BlockQ6_K& b = row[ib];
+      std::byte* pb = panel + ib * kQ6KPanelBlockBytes;
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* ql = b.ql + 64 * h;
+        const __m256i l1 = load256(ql), l2 = load256(ql + 32), hb = load256(b.qh + 32 * h);
+        __m256i q[4];
+        q[0] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4));
+        q[1] = _mm256_or_si256(_mm256_and_si256(l2, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4));
+        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4));
+        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4));
+        // q[k] holds elements 128h + 32k .. +31 = sub-blocks 8h + 2k and 8h + 2k + 1: each
+        // 16-element sub-block is 4 groups of 4, i.e. the panel's [s][g] order is linear.
+        for (int k = 0; k < 4; ++k) scatter_row_block(q[k], r, pb + (8 * h + 2 * k) * 256);
+      }
+      for (int s = 0; s < 16; ++s) {
+        const int32_t scv = b.scales[s];
+        std::memcpy(pb + 4096 + s * 64 + r * 4, &scv, 4);
+      }
+      for (int k = 0; k < 8; ++k) {
+        const uint32_t pair = static_cast<uint16_t>(static_cast<int16_t>(b.scales[2 * k])) |
+                              static_cast<uint32_t>(static_cast<uint16_t>(static_cast<int16_t>(b.scales[2 * k + 1]))) << 16;
+        std::memcpy(pb + 5120 + k * 64 + r * 4, &pair, 4);
+      }
+      const float d = f16(b.d_f16);
+      std::memcpy(pb + 5632 + r * 4, &d, 4);
+    }
+  }
+}
+
+template <int C>
+void panel_tile_q6_k(int64_t nb, const std::byte* panel, const std::byte* x, size_t xs,
+                     const std::byte*, size_t, __mmask16 mask, float* y, int64_t ys) {
+  __m512 acc[C];
+  #pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    const std::byte* pb = panel + ib * kQ6KPanelBlockBytes;
+    const std::byte* xb = x + ib * sizeof(BlockQ8_K);
+    __m512i sumi[C];
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) sumi[c] = _mm512_setzero_si512();
+    for (int s = 0; s < 16; ++s) {
+      __m512i t[C];
+      #pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) t[c] = _mm512_setzero_si512();
+      const std::byte* ps = pb + s * 256;
+      const std::byte* xs_ = xb + offsetof(BlockQ8_K, qs) + 16 * s;
+      #pragma GCC unroll 4
+      for (int gi = 0; gi < 4; ++gi) {
+        const __m512i wv = load512(ps + 64 * gi);
+        #pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) t[c] = _mm512_dpbusd_epi32(t[c], wv, bcast_i32(xs_ + c * xs + 4 * gi));
+      }
+      const __m512i scv = load512(pb + 4096 + s * 64);
+      #pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(t[c], scv));
+    }
+    // The -32 offset: 32 * sum_s scales[s] * bsums[s].
+    __m512i bs[C];
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) bs[c] = _mm512_setzero_si512();
+    #pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      const __m512i sv = load512(pb + 5120 + k * 64);
+      #pragma GCC unroll 8
+      for (int c = 0; c < C; ++c)
+        bs[c] = _mm512_dpwssd_epi32(bs[c], sv, bcast_i32(xb + c * xs + offsetof(BlockQ8_K, bsums) + 4 * k));
+    }
+    const __m512 dw = _mm512_loadu_ps(reinterpret_cast<const float*>(pb + 5632));
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      float dx;
+      std::memcpy(&dx, xb + c * xs + offsetof(BlockQ8_K, d), 4);
+      const __m512i s = _mm512_sub_epi32(sumi[c], _mm512_slli_epi32(bs[c], 5));
+      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(dx), dw), _mm512_cvtepi32_ps(s)));
+    }
+  }
+  #pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ys, mask, acc[c]);
+}
+
+// ---- panel gemm drivers ----------------------------------------------------------------
+
+using PanelTileFn = void (*)(int64_t nb, const std::byte* panel, const std::byte* x, size_t xs,
+                             const std::byte* side, size_t ss, __mmask16 mask, float* y, int64_t ys);
+
+// kTiles[c] handles c + 1 columns; the widest first.
+template <int kCols, template <int> class Tile>
+struct TileSet {
+  static void run(int64_t nb, const std::byte* panel, int64_t n_rows, const std::byte* x, size_t xs,
+                  const std::byte* side, size_t ss, int64_t n_cols, float* y, int64_t ys) {
+    const __mmask16 mask = row_mask(n_rows);
+    int64_t c0 = 0;
+    for (; c0 + kCols <= n_cols; c0 += kCols)
+      Tile<kCols>::run(nb, panel, x + c0 * xs, xs, side + c0 * ss, ss, mask, y + c0 * ys, ys);
+    const int64_t rest = n_cols - c0;
+    if (rest > 0) tail(rest, nb, panel, x + c0 * xs, xs, side + c0 * ss, ss, mask, y + c0 * ys, ys);
+  }
+  template <int C = kCols - 1>
+  static void tail(int64_t rest, int64_t nb, const std::byte* panel, const std::byte* x, size_t xs,
+                   const std::byte* side, size_t ss, __mmask16 mask, float* y, int64_t ys) {
+    if constexpr (C >= 1) {
+      if (rest == C) {
+        Tile<C>::run(nb, panel, x, xs, side, ss, mask, y, ys);
+      } else {
+        tail<C - 1>(rest, nb, panel, x, xs, side, ss, mask, y, ys);
+      }
+    }
+  }
+};
+
+template <int C> struct TileQ8 {
+  static void run(int64_t nb, const std::byte* p, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
+                  __mmask16 m, float* y, int64_t ys) { panel_tile_q8<C>(nb, p, x, xs, s, ss, m, y, ys); }
+};
+template <int C> struct TileQ4_K {
+  static void run(int64_t nb, const std::byte* p, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
+                  __mmask16 m, float* y, int64_t ys) { panel_tile_q4_k<C>(nb, p, x, xs, s, ss, m, y, ys); }
+};
+template <int C> struct TileQ6_K {
+  static void run(int64_t nb, const std::byte* p, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
+                  __mmask16 m, float* y, int64_t ys) { panel_tile_q6_k<C>(nb, p, x, xs, s, ss, m, y, ys); }
+};
+
+void panel_gemm_q8(int64_t n, const std::byte* panel, int64_t n_rows, const std::byte* x, size_t xs,
+                   const std::byte* side, size_t ss, int64_t n_cols, float* y, int64_t ys) {
+  TileSet<8, TileQ8>::run(n / kQk, panel, n_rows, x, xs, side, ss, n_cols, y, ys);
+}
+void panel_gemm_q4_k(int64_t n, const std::byte* panel, int64_t n_rows, const std::byte* x, size_t xs,
+                     const std::byte* side, size_t ss, int64_t n_cols, float* y, int64_t ys) {
+  TileSet<4, TileQ4_K>::run(n / kQkK, panel, n_rows, x, xs, side, ss, n_cols, y, ys);
+}
+void panel_gemm_q6_k(int64_t n, const std::byte* panel, int64_t n_rows, const std::byte* x, size_t xs,
+                     const std::byte* side, size_t ss, int64_t n_cols, float* y, int64_t ys) {
+  TileSet<4, TileQ6_K>::run(n / kQkK, panel, n_rows, x, xs, side, ss, n_cols, y, ys);
+}
+
+size_t no_side_bytes(int64_t) { return 0; }
+
+// Below this many activation rows the decode kernels win (packing is not amortised).
+constexpr int32_t kPanelMinCols = 8;
+
+}  // namespace
+
+void override_matmul_avx512(KernelTable& t) {
+  t.mm_q8_0.vec_dot = &vec_dot_groups<GroupQ8_0>;
+  t.mm_q8_0.gemm = &gemm_groups<GroupQ8_0>;
+  t.mm_q8_0.panel = {kRows, kPanelMinCols, &q8_panel_bytes, &q8_side_bytes, &prepare_side_q8<7>,
+                     &pack_q8_panel<Q8_0Fmt>, &panel_gemm_q8};
+  t.mm_q4_0.vec_dot = &vec_dot_groups<GroupQ4_0>;
+  t.mm_q4_0.gemm = &gemm_groups<GroupQ4_0>;
+  t.mm_q4_0.panel = {kRows, kPanelMinCols, &q8_panel_bytes, &q8_side_bytes, &prepare_side_q8<3>,
+                     &pack_q8_panel<Q4_0Fmt>, &panel_gemm_q8};
+  t.mm_q4_k.vec_dot = &vec_dot_groups<GroupQ4_K>;
+  t.mm_q4_k.gemm = &gemm_groups<GroupQ4_K>;
+  t.mm_q4_k.panel = {kRows, kPanelMinCols, &q4_k_panel_bytes, &no_side_bytes, nullptr,
+                     &pack_q4_k_panel, &panel_gemm_q4_k};
+  t.mm_q6_k.vec_dot = &vec_dot_groups<GroupQ6_K>;
+  t.mm_q6_k.gemm = &gemm_groups<GroupQ6_K>;
+  t.mm_q6_k.panel = {kRows, kPanelMinCols, &q6_k_panel_bytes, &no_side_bytes, nullptr,
+                     &pack_q6_k_panel, &panel_gemm_q6_k};
+}
+
+}  // namespace lumen::kernels
