@@ -71,12 +71,14 @@ void ThreadPool::dispatch(RawFn fn, void* ctx, int64_t n, bool strict) {
 }
 
 void ThreadPool::work_on_chunks(uint64_t word, int thread_idx) {
+  const uint64_t gen = gen_of(word);
   for (;;) {
     if (next_of(word) >= count_of(word)) return;
     if (!job_.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel,
                                     std::memory_order_acquire)) {
-      // `word` now holds the current value: same job with another chunk taken, or a new
-      // job (then we must not touch it from here: the worker loop will see it).
+      // `word` now holds the current value: the same job with another chunk taken, or a
+      // new job, which is not ours to touch from here (the worker loop will see it).
+      if (gen_of(word) != gen) return;
       continue;
     }
     const RawFn fn = fn_.load(std::memory_order_relaxed);
