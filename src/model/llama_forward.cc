@@ -14,8 +14,19 @@
 //   x   += (silu(xn Wgate^T) * (xn Wup^T)) Wdown^T       SwiGLU MLP, residual
 //
 // then logits = rmsnorm(x[rows]) * output_norm  Wout^T, only for the requested rows.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
+#include <utility>
 #include <initializer_list>
 #include <span>
 
@@ -57,6 +68,66 @@ void matmul_group(const kernels::KernelTable& k, ThreadPool& pool,
   }
 }
 
+// ---- weight pages -----------------------------------------------------------------------
+//
+// Decode streams every weight once per token. On 4 KiB pages that is a TLB miss every 4 KiB
+// (and a two-level walk in a VM); on 2 MiB pages the same stream ran 25% faster (qwen2.5
+// 0.5B q4_0, 1 thread: 34 -> 43 tok/s). For an mmapped file the kernel uses 2 MiB pages
+// where the page cache holds 2 MiB folios, i.e. where the file was read into the cache
+// through a MADV_HUGEPAGE mapping.
+
+constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+
+// The address range covering the weights (tensors of a GGUF file are contiguous).
+std::pair<uintptr_t, uintptr_t> weight_range(const gguf::ModelFile& file) {
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    const auto p = reinterpret_cast<uintptr_t>(t.view.data);
+    lo = std::min(lo, p);
+    hi = std::max(hi, p + t.view.n_bytes);
+  }
+  return {lo, hi};
+}
+
+// KiB of [lo, hi) mapped with 2 MiB file pages (FilePmdMapped of the mappings inside it).
+int64_t pmd_mapped_kib(uintptr_t lo, uintptr_t hi) {
+  std::ifstream in("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  int64_t kib = 0;
+  while (std::getline(in, line)) {
+    unsigned long a = 0, b = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &a, &b) == 2 && line.find(':') > line.find(' ')) {
+      inside = a < hi && b > lo;
+    } else if (inside && line.rfind("FilePmdMapped:", 0) == 0) {
+      kib += std::atol(line.c_str() + 14);
+    }
+  }
+  return kib;
+}
+
+void advise_weight_pages(const gguf::ModelFile& file, bool refresh) {
+  auto [lo, hi] = weight_range(file);
+  lo = (lo + kHugePage - 1) & ~(kHugePage - 1);  // whole huge pages inside the weights
+  hi &= ~(kHugePage - 1);
+  if (file.container() != "gguf" || hi <= lo) return;
+  void* p = reinterpret_cast<void*>(lo);
+  const size_t n = hi - lo;
+  if (madvise(p, n, MADV_HUGEPAGE) != 0 || !refresh) return;
+#ifdef MADV_POPULATE_READ
+  if (madvise(p, n, MADV_POPULATE_READ) != 0) return;
+  if (pmd_mapped_kib(lo, hi) * 1024 >= static_cast<int64_t>(n / 2)) return;  // mostly huge already
+  // Unmap our pages, drop the file's clean page cache (pages mapped elsewhere stay), read
+  // it again through the MADV_HUGEPAGE mapping: readahead then fills 2 MiB folios.
+  const int fd = open(file.path().c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  madvise(p, n, MADV_DONTNEED);
+  posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  close(fd);
+  madvise(p, n, MADV_POPULATE_READ);
+#endif
+}
+
 }  // namespace
 
 Model::Model() = default;
@@ -69,6 +140,7 @@ Result<Model> Model::load(gguf::ModelFile file, const ModelLimits& limits) {
   m.file_ = std::make_unique<gguf::ModelFile>(std::move(file));
   LUMEN_ASSIGN_OR_RETURN(m.hp_, read_hparams(*m.file_));
   LUMEN_ASSIGN_OR_RETURN(m.weights_, bind_weights(*m.file_, m.hp_));
+  advise_weight_pages(*m.file_, limits.refresh_page_cache_for_huge_pages);
   if (limits.max_batch_tokens <= 0 || limits.max_logit_rows <= 0 || limits.max_ctx <= 0)
     return error("model: limits must be positive");
   m.limits_ = limits;
