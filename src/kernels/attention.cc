@@ -6,14 +6,40 @@
 //   p_j = expf(s_j - max_j s) * (1 / sum_j expf(s_j - max))   softmax in f32, sum in double
 //   out = sum_j p_j * V_j                P·V matmul: P rounded to F16 when the cache is F16
 // P is normalised *before* it is rounded to F16, so an online (flash) softmax cannot give
-// the same numbers. We run two passes over one row of scores instead: pass 1 fills
-// scores[j] and the max/sum, pass 2 forms p_j and accumulates V. The only buffer is one
-// score row per query head in flight (n_ctx floats): no S x S matrix is ever materialised.
+// the same numbers. We keep one row of scores per query head (n_ctx floats, never an S x S
+// matrix) and run three steps over it: scores and their max, exponentials and their sum,
+// then P.V.
+//
+// Keys are cut into chunks of kChunkKeys. The double sum of the exponentials is summed per
+// chunk, then over chunks in order; P.V is accumulated per chunk from zero, then the chunk
+// results are added in order. A context of one chunk is therefore the plain sequential
+// computation, and a long one has the same arithmetic whichever path runs it:
+//
+//   per-token path   (prefill, short decode) one task = (token, kv head, part of its query
+//                    heads); the task walks every chunk itself.
+//   split path       (decode of one token over > 1 chunk: flash-decoding) one task =
+//                    (kv head, chunk), in three dispatches: A scores + chunk max, B exp +
+//                    chunk sum (with the global max), C P.V of the chunk (with the global
+//                    sum); the caller adds the chunk results. Every thread reads a
+//                    disjoint part of the cache, so the cache is read once per token
+//                    however many threads share it.
+//
+// So a token's result depends only on its context length, never on the batch it came in,
+// the path, or the thread count.
+//
+// GQA: all query heads that read one kv head go through a task together, so each K/V row
+// is fetched and (F16 cache) widened to f32 once for the whole group: keys are widened
+// kConvKeys at a time into a small per-thread buffer, which the f32 score / accumulate
+// kernels then read from L1 for every head of the group. Widening is exact, and the f32
+// kernels do the same arithmetic on widened values as the F16 ones.
 //
 // Keys and values of one (block, kv head) are contiguous (head-major blocks, see
-// paged_kv_view.h), so both passes stream the cache block by block.
+// paged_kv_view.h).
+#include <xmmintrin.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "base/check.h"
 #include "base/fp16.h"
@@ -24,110 +50,265 @@ namespace lumen::kernels {
 namespace {
 
 constexpr size_t kAlign = 64;
+constexpr int64_t kChunkKeys = 256;  // keys per softmax-sum / P.V chunk (see above)
+constexpr int64_t kConvKeys = 16;    // keys widened f16 -> f32 at a time
+constexpr int32_t kGroupDimMultiple = 32;  // head dims the group kernels take (kernel_table.h)
+constexpr int64_t kPrefetchBlocks = 2;     // cache blocks fetched ahead of the one in use
 
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+size_t floats(size_t n) { return align_up(n * sizeof(float)); }
 
-// One thread's scratch, for up to `group` query heads sharing a kv head:
-//   scores [group][n_kv] f32 | acc [group][head_dim] f32 | q16 [group][head_dim] fp16
+int64_t n_chunks_of(int64_t n_kv) { return (n_kv + kChunkKeys - 1) / kChunkKeys; }
+
+// Per-thread buffers of both paths.
+//   kf, vf [kConvKeys][head_dim]   widened keys / values (F16 cache)
+//   qf     [group][head_dim]       the group's queries (rounded to F16 first if F16 cache)
+//   scores [group][n_ctx]          per-token path only
+//   part   [group][head_dim]       per-token path: one chunk's P.V
+//   out    [group][head_dim]       per-token path: sum of the chunks' P.V
 struct ThreadScratch {
+  float* kf;
+  float* vf;
+  float* qf;
   float* scores;
-  float* acc;
-  uint16_t* q16;
+  float* part;
+  float* out;
   size_t scores_stride;  // floats between two heads' score rows
 };
 
-size_t scores_stride(int64_t n_kv) { return align_up(static_cast<size_t>(n_kv) * sizeof(float)) / sizeof(float); }
-
-size_t per_thread_bytes(int32_t group, int32_t head_dim, int64_t n_kv) {
-  return static_cast<size_t>(group) *
-         (scores_stride(n_kv) * sizeof(float) +
-          align_up(static_cast<size_t>(head_dim) * sizeof(float)) +
-          align_up(static_cast<size_t>(head_dim) * sizeof(uint16_t)));
+size_t thread_bytes(int32_t group, int32_t hd, int64_t n_ctx, bool per_token) {
+  size_t b = 2 * floats(kConvKeys * hd) + floats(static_cast<size_t>(group) * hd);
+  if (per_token) b += group * floats(n_ctx) + 2 * floats(static_cast<size_t>(group) * hd);
+  return b;
 }
 
-ThreadScratch carve(std::byte* base, int32_t group, int32_t head_dim, int64_t n_kv) {
-  ThreadScratch ts;
-  ts.scores_stride = scores_stride(n_kv);
-  ts.scores = reinterpret_cast<float*>(base);
-  base += group * ts.scores_stride * sizeof(float);
-  ts.acc = reinterpret_cast<float*>(base);
-  base += group * align_up(head_dim * sizeof(float));
-  ts.q16 = reinterpret_cast<uint16_t*>(base);
+ThreadScratch carve_thread(std::byte* base, int32_t group, int32_t hd, int64_t n_ctx, bool per_token) {
+  ThreadScratch ts{};
+  auto take = [&](size_t bytes) {
+    float* p = reinterpret_cast<float*>(base);
+    base += bytes;
+    return p;
+  };
+  ts.kf = take(floats(kConvKeys * hd));
+  ts.vf = take(floats(kConvKeys * hd));
+  ts.qf = take(floats(static_cast<size_t>(group) * hd));
+  if (per_token) {
+    ts.scores_stride = floats(n_ctx) / sizeof(float);
+    ts.scores = take(group * floats(n_ctx));
+    ts.part = take(floats(static_cast<size_t>(group) * hd));
+    ts.out = take(floats(static_cast<size_t>(group) * hd));
+  }
   return ts;
 }
 
-// Query heads [h_begin, h_end) of one token, all reading kv head `kv_head` (GQA): each K/V
-// block is fetched from memory once and reused from L1 for every head of the group. The
-// arithmetic of each head is exactly that of a lone head, so grouping never changes a
-// result.
-struct GroupTask {
-  const float* q;   // [n_head][head_dim] of this token
-  float* out;       // [n_head][head_dim] of this token
-  int64_t n_kv;     // keys 0 .. n_kv-1 are visible (causal)
-  int32_t kv_head;
-  int32_t h_begin, h_end;
+// Split-path buffers shared by all threads.
+//   scores [n_head][n_ctx], cmax [n_head][n_chunks], csum [n_head][n_chunks] (double),
+//   cacc [n_head][n_chunks][head_dim]
+struct SplitScratch {
+  float* scores;
+  float* cmax;
+  double* csum;
+  float* cacc;
+  size_t scores_stride;
+  int64_t n_chunks_max;
 };
 
-void attend_group(const KernelTable& k, const PagedKvView& kv, const GroupTask& task,
-                  float scale, const ThreadScratch& ts) {
+size_t split_bytes(int32_t n_head, int32_t hd, int64_t n_ctx) {
+  const int64_t nc = n_chunks_of(n_ctx);
+  return n_head * floats(n_ctx) + floats(static_cast<size_t>(n_head) * nc) +
+         align_up(static_cast<size_t>(n_head) * nc * sizeof(double)) +
+         floats(static_cast<size_t>(n_head) * nc * hd);
+}
+
+SplitScratch carve_split(std::byte* base, int32_t n_head, int32_t hd, int64_t n_ctx) {
+  SplitScratch ss{};
+  ss.n_chunks_max = n_chunks_of(n_ctx);
+  ss.scores_stride = floats(n_ctx) / sizeof(float);
+  ss.scores = reinterpret_cast<float*>(base);
+  base += n_head * floats(n_ctx);
+  ss.cmax = reinterpret_cast<float*>(base);
+  base += floats(static_cast<size_t>(n_head) * ss.n_chunks_max);
+  ss.csum = reinterpret_cast<double*>(base);
+  base += align_up(static_cast<size_t>(n_head) * ss.n_chunks_max * sizeof(double));
+  ss.cacc = reinterpret_cast<float*>(base);
+  return ss;
+}
+
+std::byte* aligned(std::byte* p) {
+  return reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(p) + kAlign - 1) / kAlign * kAlign);
+}
+
+// The query heads [h_begin, h_begin + n_heads) of one token, all reading kv head kv_head.
+struct Heads {
+  const float* q;  // [n_head][head_dim] of the token
+  int32_t h_begin;
+  int32_t n_heads;
+  int32_t kv_head;
+};
+
+// qf[i] = query head h_begin + i, rounded to F16 (and widened back, exactly) for an F16 cache.
+void load_queries(const PagedKvView& kv, const Heads& hs, float* qf) {
+  const int32_t hd = kv.head_dim;
+  const float* q = hs.q + static_cast<int64_t>(hs.h_begin) * hd;
+  if (kv.dtype == DType::kF16) {
+    for (int64_t i = 0; i < static_cast<int64_t>(hs.n_heads) * hd; ++i) qf[i] = round_fp16(q[i]);
+  } else {
+    std::memcpy(qf, q, static_cast<size_t>(hs.n_heads) * hd * sizeof(float));
+  }
+}
+
+// Calls fn(j, n, rows) for keys [j0, j1) of kv head h, at most kConvKeys and one block at a
+// time, with rows = those n keys (or values, when `values`) as contiguous f32 rows.
+template <typename Fn>
+void for_rows(const KernelTable& k, const PagedKvView& kv, int32_t h, int64_t j0, int64_t j1, bool values,
+              float* conv, Fn&& fn) {
   const int32_t hd = kv.head_dim;
   const int32_t bs = kv.block_size;
-  const int32_t n_heads = task.h_end - task.h_begin;
-  const bool f16 = kv.dtype == DType::kF16;
-  const size_t acc_stride = align_up(hd * sizeof(float)) / sizeof(float);
-  const size_t q16_stride = align_up(hd * sizeof(uint16_t)) / sizeof(uint16_t);
-  auto q_of = [&](int32_t i) { return task.q + static_cast<int64_t>(task.h_begin + i) * hd; };
-  auto scores_of = [&](int32_t i) { return ts.scores + i * ts.scores_stride; };
-  auto acc_of = [&](int32_t i) { return ts.acc + i * acc_stride; };
-  auto q16_of = [&](int32_t i) { return ts.q16 + i * q16_stride; };
-  if (f16) {
-    for (int32_t i = 0; i < n_heads; ++i)
-      for (int32_t d = 0; d < hd; ++d) q16_of(i)[d] = f32_to_fp16(q_of(i)[d]);
-  }
-
-  // Pass 1: scores, block by block (a block's keys of one kv head are contiguous).
-  for (int64_t j0 = 0; j0 < task.n_kv; j0 += bs) {
-    const std::byte* kb = kv.k_addr(j0, task.kv_head);
-    const int64_t n = std::min<int64_t>(bs, task.n_kv - j0);
-    for (int32_t i = 0; i < n_heads; ++i) {
-      if (f16) {
-        k.attn_scores_f16(reinterpret_cast<const uint16_t*>(kb), n, q16_of(i), hd, scale, scores_of(i) + j0);
-      } else {
-        k.attn_scores_f32(reinterpret_cast<const float*>(kb), n, q_of(i), hd, scale, scores_of(i) + j0);
-      }
+  const size_t block_bytes = static_cast<size_t>(bs) * hd * kv.elem_bytes();
+  for (int64_t j = j0; j < j1;) {
+    const int64_t n = std::min({kConvKeys, j1 - j, bs - j % bs});
+    const std::byte* src = values ? kv.v_addr(j, h) : kv.k_addr(j, h);
+    // The cache is paged: the hardware prefetcher cannot guess the next block. Fetch this
+    // head's rows of the block two ahead while this one is computed.
+    const int64_t j_ahead = (j / bs + kPrefetchBlocks) * bs;
+    if (j % bs == 0 && j_ahead < j1) {
+      const std::byte* pf = values ? kv.v_addr(j_ahead, h) : kv.k_addr(j_ahead, h);
+      for (size_t off = 0; off < block_bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + off), _MM_HINT_T0);
     }
-  }
-  // Softmax as ggml_vec_soft_max_f32: f32 exponentials, double sum, f32 reciprocal; the
-  // normalised p_j = e_j * (1/sum) is rounded to f16 for the F16 P.V product.
-  for (int32_t i = 0; i < n_heads; ++i) {
-    float* sc = scores_of(i);
-    float max = -INFINITY;
-    for (int64_t j = 0; j < task.n_kv; ++j) max = std::max(max, sc[j]);
-    const double sum = k.exp_sum(sc, task.n_kv, max);
-    const float inv_sum = static_cast<float>(1.0 / sum);
-    if (f16) {
-      for (int64_t j = 0; j < task.n_kv; ++j) sc[j] = round_fp16(sc[j] * inv_sum);
+    if (kv.dtype == DType::kF16) {
+      k.f16_to_f32(reinterpret_cast<const uint16_t*>(src), conv, n * hd);
+      fn(j, n, static_cast<const float*>(conv));
     } else {
-      for (int64_t j = 0; j < task.n_kv; ++j) sc[j] *= inv_sum;
+      fn(j, n, reinterpret_cast<const float*>(src));
     }
-    for (int32_t d = 0; d < hd; ++d) acc_of(i)[d] = 0.0f;
+    j += n;
   }
+}
 
-  // Pass 2: out = sum_j p_j V_j.
-  for (int64_t j0 = 0; j0 < task.n_kv; j0 += bs) {
-    const std::byte* vb = kv.v_addr(j0, task.kv_head);
-    const int64_t n = std::min<int64_t>(bs, task.n_kv - j0);
-    for (int32_t i = 0; i < n_heads; ++i) {
-      if (f16) {
-        k.attn_accum_f16(scores_of(i) + j0, reinterpret_cast<const uint16_t*>(vb), n, hd, acc_of(i));
-      } else {
-        k.attn_accum_f32(scores_of(i) + j0, reinterpret_cast<const float*>(vb), n, hd, acc_of(i));
-      }
+// scores[i][j] for the heads and keys [j0, j1), i.e. rows qf[i] . K_j * scale.
+void chunk_scores(const KernelTable& k, const PagedKvView& kv, const Heads& hs, const float* qf,
+                  int64_t j0, int64_t j1, float scale, float* scores, size_t scores_stride, float* kf) {
+  const int32_t hd = kv.head_dim;
+  const bool group = hd % kGroupDimMultiple == 0;
+  for_rows(k, kv, hs.kv_head, j0, j1, false, kf, [&](int64_t j, int64_t n, const float* rows) {
+    if (group) {
+      k.attn_scores_group_f32(rows, n, qf, hs.n_heads, hd, scale, scores + j, scores_stride);
+      return;
     }
+    for (int32_t i = 0; i < hs.n_heads; ++i)
+      k.attn_scores_f32(rows, n, qf + static_cast<int64_t>(i) * hd, hd, scale, scores + i * scores_stride + j);
+  });
+}
+
+// acc[i] += sum_j p[i][j] V_j over keys [j0, j1), in key order.
+void chunk_pv(const KernelTable& k, const PagedKvView& kv, const Heads& hs, const float* p, size_t p_stride,
+              int64_t j0, int64_t j1, float* acc, size_t acc_stride, float* vf) {
+  const int32_t hd = kv.head_dim;
+  const bool group = hd % kGroupDimMultiple == 0;
+  for_rows(k, kv, hs.kv_head, j0, j1, true, vf, [&](int64_t j, int64_t n, const float* rows) {
+    if (group) {
+      k.attn_accum_group_f32(p + j, p_stride, rows, n, hs.n_heads, hd, acc, acc_stride);
+      return;
+    }
+    for (int32_t i = 0; i < hs.n_heads; ++i) k.attn_accum_f32(p + i * p_stride + j, rows, n, hd, acc + i * acc_stride);
+  });
+}
+
+
+// ---- per-token path --------------------------------------------------------------------
+
+void attend_token_heads(const KernelTable& k, const PagedKvView& kv, const Heads& hs, int64_t n_kv,
+                        float scale, float* out, const ThreadScratch& ts) {
+  const int32_t hd = kv.head_dim;
+  const bool f16 = kv.dtype == DType::kF16;
+  load_queries(kv, hs, ts.qf);
+  chunk_scores(k, kv, hs, ts.qf, 0, n_kv, scale, ts.scores, ts.scores_stride, ts.kf);
+  const int64_t n_chunks = n_chunks_of(n_kv);
+  for (int32_t i = 0; i < hs.n_heads; ++i) {
+    float* sc = ts.scores + i * ts.scores_stride;
+    const float max = k.row_max(sc, n_kv);
+    double sum = 0;
+    for (int64_t c = 0; c < n_chunks; ++c) {
+      const int64_t j0 = c * kChunkKeys, j1 = std::min(n_kv, j0 + kChunkKeys);
+      sum += k.exp_sum(sc + j0, j1 - j0, max);
+    }
+    k.scale_round(sc, n_kv, static_cast<float>(1.0 / sum), f16);  // P, as ggml's F16 P.V sees it
   }
-  for (int32_t i = 0; i < n_heads; ++i) {
-    float* o = task.out + static_cast<int64_t>(task.h_begin + i) * hd;
-    for (int32_t d = 0; d < hd; ++d) o[d] = acc_of(i)[d];
+  const size_t n_out = static_cast<size_t>(hs.n_heads) * hd;
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    const int64_t j0 = c * kChunkKeys, j1 = std::min(n_kv, j0 + kChunkKeys);
+    float* acc = c == 0 ? ts.out : ts.part;
+    std::fill(acc, acc + n_out, 0.0f);
+    chunk_pv(k, kv, hs, ts.scores, ts.scores_stride, j0, j1, acc, hd, ts.vf);
+    if (c > 0)
+      for (size_t d = 0; d < n_out; ++d) ts.out[d] += ts.part[d];
+  }
+  std::memcpy(out + static_cast<int64_t>(hs.h_begin) * hd, ts.out, n_out * sizeof(float));
+}
+
+// ---- split path (flash-decoding) -------------------------------------------------------
+
+void attend_split(const KernelTable& k, ThreadPool& pool, int n_active, const AttentionParams& p,
+                  const PagedKvView& kv, const float* q, int64_t n_kv, float* out, std::byte* scratch) {
+  const int32_t hd = p.head_dim;
+  const int32_t group = p.n_head / p.n_kv_head;
+  const bool f16 = kv.dtype == DType::kF16;
+  const int64_t n_chunks = n_chunks_of(n_kv);
+  std::byte* base = aligned(scratch);
+  const SplitScratch ss = carve_split(base, p.n_head, hd, n_kv);
+  base += split_bytes(p.n_head, hd, n_kv);
+  const size_t per_thread = thread_bytes(group, hd, n_kv, false);
+  const int64_t n_tasks = p.n_kv_head * n_chunks;
+  auto task = [&](int64_t t, int thread_idx, auto&& step) {
+    const int32_t g = static_cast<int32_t>(t / n_chunks);
+    const int64_t c = t % n_chunks;
+    const Heads hs{q, g * group, group, g};
+    const ThreadScratch ts = carve_thread(base + thread_idx * per_thread, group, hd, n_kv, false);
+    step(hs, c, c * kChunkKeys, std::min(n_kv, (c + 1) * kChunkKeys), ts);
+  };
+  // A: scores of the chunk, and the chunk's max per head.
+  pool.for_chunks(n_active, n_tasks, [&](int64_t t, int thread_idx) {
+    task(t, thread_idx, [&](const Heads& hs, int64_t c, int64_t j0, int64_t j1, const ThreadScratch& ts) {
+      load_queries(kv, hs, ts.qf);
+      float* sc = ss.scores + hs.h_begin * ss.scores_stride;
+      chunk_scores(k, kv, hs, ts.qf, j0, j1, p.scale, sc, ss.scores_stride, ts.kf);
+      for (int32_t i = 0; i < hs.n_heads; ++i)
+        ss.cmax[(hs.h_begin + i) * ss.n_chunks_max + c] = k.row_max(sc + i * ss.scores_stride + j0, j1 - j0);
+    });
+  });
+  // B: exponentials with the global max, and the chunk's sum per head.
+  pool.for_chunks(n_active, n_tasks, [&](int64_t t, int thread_idx) {
+    task(t, thread_idx, [&](const Heads& hs, int64_t c, int64_t j0, int64_t j1, const ThreadScratch&) {
+      for (int32_t i = 0; i < hs.n_heads; ++i) {
+        const int32_t h = hs.h_begin + i;
+        const float max = k.row_max(ss.cmax + h * ss.n_chunks_max, n_chunks);
+        ss.csum[h * ss.n_chunks_max + c] = k.exp_sum(ss.scores + h * ss.scores_stride + j0, j1 - j0, max);
+      }
+    });
+  });
+  // C: normalised P (global sum, chunks in order) and the chunk's P.V per head.
+  pool.for_chunks(n_active, n_tasks, [&](int64_t t, int thread_idx) {
+    task(t, thread_idx, [&](const Heads& hs, int64_t c, int64_t j0, int64_t j1, const ThreadScratch& ts) {
+      for (int32_t i = 0; i < hs.n_heads; ++i) {
+        const int32_t h = hs.h_begin + i;
+        double sum = 0;
+        for (int64_t cc = 0; cc < n_chunks; ++cc) sum += ss.csum[h * ss.n_chunks_max + cc];
+        k.scale_round(ss.scores + h * ss.scores_stride + j0, j1 - j0, static_cast<float>(1.0 / sum), f16);
+        float* acc = ss.cacc + (static_cast<int64_t>(h) * ss.n_chunks_max + c) * hd;
+        std::fill(acc, acc + hd, 0.0f);
+      }
+      float* acc0 = ss.cacc + (static_cast<int64_t>(hs.h_begin) * ss.n_chunks_max + c) * hd;
+      chunk_pv(k, kv, hs, ss.scores + hs.h_begin * ss.scores_stride, ss.scores_stride, j0, j1, acc0,
+               ss.n_chunks_max * hd, ts.vf);
+    });
+  });
+  // D: the chunks' P.V in chunk order.
+  for (int32_t h = 0; h < p.n_head; ++h) {
+    const float* acc = ss.cacc + static_cast<int64_t>(h) * ss.n_chunks_max * hd;
+    float* o = out + static_cast<int64_t>(h) * hd;
+    std::memcpy(o, acc, hd * sizeof(float));
+    for (int64_t c = 1; c < n_chunks; ++c)
+      for (int32_t d = 0; d < hd; ++d) o[d] += acc[c * hd + d];
   }
 }
 
@@ -136,7 +317,10 @@ void attend_group(const KernelTable& k, const PagedKvView& kv, const GroupTask& 
 size_t attention_scratch_bytes(const AttentionParams& p, int64_t n_tokens, int64_t n_ctx,
                                int n_threads) {
   const int32_t group = p.n_kv_head > 0 ? p.n_head / p.n_kv_head : 1;
-  return kAlign + static_cast<size_t>(n_threads) * per_thread_bytes(group, p.head_dim, n_ctx);
+  const size_t per_token = static_cast<size_t>(n_threads) * thread_bytes(group, p.head_dim, n_ctx, true);
+  const size_t split = split_bytes(p.n_head, p.head_dim, n_ctx) +
+                       static_cast<size_t>(n_threads) * thread_bytes(group, p.head_dim, n_ctx, false);
+  return kAlign + std::max(per_token, split);
 }
 
 // Precondition: scratch holds attention_scratch_bytes(p, n_tokens, n_ctx, n_threads) bytes
@@ -152,37 +336,35 @@ void attention(const KernelTable& k, ThreadPool& pool, const AttentionParams& p,
   const int32_t hd = p.head_dim;
   const int32_t group = p.n_head / p.n_kv_head;
   const int64_t n_kv_max = pos0 + n_tokens;
-  // Tasks are (token, kv head, part of the group). A group is split into parts only when
-  // there would otherwise be too few tasks to keep every thread busy (decode, few kv heads).
-  const int64_t n_groups = n_tokens * p.n_kv_head;
-  const int32_t n_parts = static_cast<int32_t>(std::clamp<int64_t>(
-      (2 * pool.n_threads() + n_groups - 1) / n_groups, 1, group));
-  const int64_t n_tasks = n_groups * n_parts;
-  const size_t per_thread = per_thread_bytes(group, hd, n_kv_max);
-  std::byte* base = reinterpret_cast<std::byte*>(
-      (reinterpret_cast<uintptr_t>(scratch) + kAlign - 1) / kAlign * kAlign);
-
-  // Tasks are dealt round-robin: with causal masking later tokens have more keys, so
-  // contiguous ranges would leave the first thread idle at the end of a prefill.
   // Multiply-adds of the whole call (Q.K and P.V over the causal window), to decide
   // whether more than one thread is worth waking.
   const double work = 2.0 * p.n_head * hd * n_tokens * (pos0 + (n_tokens + 1) / 2.0);
   const int n_active = pool.threads_for(work, 128 * 1024);
-  pool.run_on(n_active, [&](int thread_idx, int n_threads) {
-    const ThreadScratch ts = carve(base + thread_idx * per_thread, group, hd, n_kv_max);
-    for (int64_t task_idx = thread_idx; task_idx < n_tasks; task_idx += n_threads) {
-      const int64_t t = task_idx / (p.n_kv_head * n_parts);
-      const int32_t g = static_cast<int32_t>(task_idx / n_parts % p.n_kv_head);
-      const int32_t part = static_cast<int32_t>(task_idx % n_parts);
-      GroupTask task;
-      task.q = q + t * p.n_head * hd;
-      task.out = out + t * p.n_head * hd;
-      task.n_kv = pos0 + t + 1;
-      task.kv_head = g;
-      task.h_begin = g * group + group * part / n_parts;
-      task.h_end = g * group + group * (part + 1) / n_parts;
-      if (task.h_begin < task.h_end) attend_group(k, kv, task, p.scale, ts);
-    }
+
+  if (n_tokens == 1 && n_kv_max > kChunkKeys && n_active > 1) {
+    attend_split(k, pool, n_active, p, kv, q, n_kv_max, out, scratch);
+    return;
+  }
+
+  // Tasks are (token, kv head, part of the group). A group is split into parts only when
+  // there would otherwise be too few tasks to keep every thread busy (decode, few kv heads).
+  // Threads claim tasks dynamically: later tokens of a prefill have more keys.
+  const int64_t n_groups = n_tokens * p.n_kv_head;
+  const int32_t n_parts = static_cast<int32_t>(std::clamp<int64_t>(
+      (2 * n_active + n_groups - 1) / n_groups, 1, group));
+  const int64_t n_tasks = n_groups * n_parts;
+  const size_t per_thread = thread_bytes(group, hd, n_kv_max, true);
+  std::byte* base = aligned(scratch);
+  pool.for_chunks(n_active, n_tasks, [&](int64_t task_idx, int thread_idx) {
+    const int64_t t = task_idx / (p.n_kv_head * n_parts);
+    const int32_t g = static_cast<int32_t>(task_idx / n_parts % p.n_kv_head);
+    const int32_t part = static_cast<int32_t>(task_idx % n_parts);
+    const int32_t h_begin = g * group + group * part / n_parts;
+    const int32_t h_end = g * group + group * (part + 1) / n_parts;
+    if (h_begin >= h_end) return;
+    const ThreadScratch ts = carve_thread(base + thread_idx * per_thread, group, hd, n_kv_max, true);
+    const Heads hs{q + t * p.n_head * hd, h_begin, h_end - h_begin, g};
+    attend_token_heads(k, kv, hs, pos0 + t + 1, p.scale, out + t * p.n_head * hd, ts);
   });
 }
 

@@ -99,6 +99,22 @@ using AttnAccumF32Fn = void (*)(const float* p, const float* v, int64_t n, int32
 // s[j] = expf(s[j] - max) for j < n; returns the sum of the new s[j], accumulated in double
 // (ggml_vec_soft_max_f32).
 using ExpSumFn = double (*)(float* s, int64_t n, float max);
+// y[i] = x[i] widened from fp16 (exact).
+using F16ToF32Fn = void (*)(const uint16_t* x, float* y, int64_t n);
+// max_j s[j] (-inf for n == 0; rows hold no NaN).
+using RowMaxFn = float (*)(const float* s, int64_t n);
+// s[j] = s[j] * scale, then, if round_f16, rounded to the nearest fp16 value (ties to even):
+// the softmax's normalised probabilities as ggml's F16 P.V product sees them.
+using ScaleRoundFn = void (*)(float* s, int64_t n, float scale, bool round_f16);
+// The same two attention steps for the n_heads query heads of a GQA group at once (each K/V
+// row is read once for all of them), bit for bit the single-head f32 entries per head.
+// Precondition: head_dim % 32 == 0 (attention() uses the single-head entries otherwise).
+//   scores[h * s_stride + s] = attn_scores_f32(k, n, q + h * head_dim, ...)[s]
+//   acc[h * a_stride + i]   += sum_s p[h * p_stride + s] * v[s * head_dim + i]
+using AttnScoresGroupFn = void (*)(const float* k, int64_t n, const float* q, int32_t n_heads,
+                                   int32_t head_dim, float scale, float* scores, size_t s_stride);
+using AttnAccumGroupFn = void (*)(const float* p, size_t p_stride, const float* v, int64_t n,
+                                  int32_t n_heads, int32_t head_dim, float* acc, size_t a_stride);
 
 struct KernelTable {
   const char* name = "scalar";  // "scalar", "avx2", "avx512"
@@ -119,6 +135,11 @@ struct KernelTable {
   AttnAccumF16Fn attn_accum_f16 = nullptr;
   AttnAccumF32Fn attn_accum_f32 = nullptr;
   ExpSumFn exp_sum = nullptr;
+  F16ToF32Fn f16_to_f32 = nullptr;
+  RowMaxFn row_max = nullptr;
+  ScaleRoundFn scale_round = nullptr;
+  AttnScoresGroupFn attn_scores_group_f32 = nullptr;
+  AttnAccumGroupFn attn_accum_group_f32 = nullptr;
 };
 
 // The matmul kernels for weights of dtype w_dtype, or null if W can't be a matmul weight.
@@ -134,6 +155,7 @@ KernelTable make_reference_kernel_table();
 // cpu_features() reports the ISA (has_avx2_fma() / has_avx512_vnni()).
 void override_kernels_avx2(KernelTable& table);
 void override_kernels_avx512(KernelTable& table, bool has_bf16);
-void override_matmul_avx512(KernelTable& table);  // matmul_avx512.cc
+void override_matmul_avx512(KernelTable& table);     // matmul_avx512.cc
+void override_attention_avx512(KernelTable& table);  // attention_avx512.cc
 
 }  // namespace lumen::kernels

@@ -15,6 +15,7 @@
 //   attention                  f32 lanes with FMA
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -520,6 +521,43 @@ void accum_lanes(const float* p, const T* v, int64_t n, int32_t hd, float* acc, 
   }
 }
 
+void f16_to_f32(const uint16_t* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, load_f16x8(x + i));
+  for (; i < n; ++i) y[i] = f16(x[i]);
+}
+
+float row_max(const float* s, int64_t n) {
+  __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    m0 = _mm256_max_ps(m0, _mm256_loadu_ps(s + j));
+    m1 = _mm256_max_ps(m1, _mm256_loadu_ps(s + j + 8));
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, _mm256_max_ps(m0, m1));
+  float m = lanes[0];
+  for (int l = 1; l < 8; ++l) m = m > lanes[l] ? m : lanes[l];
+  for (; j < n; ++j) m = m > s[j] ? m : s[j];
+  return m;
+}
+
+// vcvtps2ph with imm 0 rounds to nearest even, handles subnormals and overflow like
+// f32_to_fp16 (the F16 quantizer's parity test checks the same conversion).
+void scale_round(float* s, int64_t n, float scale, bool round_f16) {
+  const __m256 vs = _mm256_set1_ps(scale);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(s + j), vs);
+    if (round_f16) v = _mm256_cvtph_ps(_mm256_cvtps_ph(v, 0));
+    _mm256_storeu_ps(s + j, v);
+  }
+  for (; j < n; ++j) {
+    const float v = s[j] * scale;
+    s[j] = round_f16 ? _cvtsh_ss(_cvtss_sh(v, 0)) : v;
+  }
+}
+
 void attn_accum_f16(const float* p, const uint16_t* v, int64_t n, int32_t hd, float* acc) {
   accum_lanes(p, v, n, hd, acc, [](const uint16_t* ptr) { return load_f16x8(ptr); });
 }
@@ -553,6 +591,11 @@ void override_kernels_avx2(KernelTable& t) {
   t.attn_accum_f16 = &attn_accum_f16;
   t.attn_accum_f32 = &attn_accum_f32;
   t.exp_sum = &exp_sum;
+  t.f16_to_f32 = &f16_to_f32;
+  t.row_max = &row_max;
+  t.scale_round = &scale_round;
+  t.attn_scores_group_f32 = &attn_scores_group_loop<&attn_scores_f32>;
+  t.attn_accum_group_f32 = &attn_accum_group_loop<&attn_accum_f32>;
 }
 
 }  // namespace lumen::kernels

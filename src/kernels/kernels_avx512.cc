@@ -4,6 +4,8 @@
 //
 //   q8_0 / q4_0 / q4_K / q6_K   matmul_avx512.cc: VNNI decode groups and prefill panels,
 //                               bit-exact with the scalar reference
+//   attention group kernels     attention_avx512.cc: all query heads of a GQA group per
+//                               K/V row, bit for bit the AVX2 single-head kernels
 //   f32 / f16 / bf16, row ops   the AVX2 kernels: 16-lane versions measured slower on Zen 4
 //                               (512-bit ops are double-pumped there), and vdpbf16ps would
 //                               flush subnormals
@@ -14,6 +16,7 @@ namespace lumen::kernels {
 void override_kernels_avx512(KernelTable& t, bool /*has_bf16*/) {
   t.name = "avx512";
   override_matmul_avx512(t);
+  override_attention_avx512(t);
 }
 
 }  // namespace lumen::kernels

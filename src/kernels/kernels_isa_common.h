@@ -56,6 +56,19 @@ void gemm_cols(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows,
   }
 }
 
+// Group attention entries made of the single-head ones (tables without a dedicated
+// group kernel): bit for bit the single-head results by construction.
+template <AttnScoresF32Fn kOne>
+void attn_scores_group_loop(const float* k, int64_t n, const float* q, int32_t n_heads, int32_t hd,
+                            float scale, float* scores, size_t s_stride) {
+  for (int32_t h = 0; h < n_heads; ++h) kOne(k, n, q + static_cast<int64_t>(h) * hd, hd, scale, scores + h * s_stride);
+}
+template <AttnAccumF32Fn kOne>
+void attn_accum_group_loop(const float* p, size_t p_stride, const float* v, int64_t n, int32_t n_heads,
+                           int32_t hd, float* acc, size_t a_stride) {
+  for (int32_t h = 0; h < n_heads; ++h) kOne(p + h * p_stride, v, n, hd, acc + h * a_stride);
+}
+
 // All 8 scales and mins of a q4_K block (= q4_k_scale_min for j = 0..7), four at a time
 // with 32-bit masks: bytes 0..3 hold sc[0..3] (low 6 bits) and the top bits of sc[4..7],
 // bytes 4..7 m[0..3] and the top bits of m[4..7], bytes 8..11 the low nibbles of

@@ -427,5 +427,62 @@ TEST(KernelsParity, AttentionKernels) {
   log.report();
 }
 
+// Group attention kernels: bit for bit the same table's single-head f32 kernels, for every
+// head count (tile tails) and key count; row_max exact; scale_round bit-exact with the
+// reference (fp16 round to nearest even, subnormals and overflow included); f16_to_f32 exact.
+TEST(KernelsParity, AttentionGroupAndSoftmaxSteps) {
+  std::mt19937 rng(25);
+  const KernelTable& ref = reference_kernel_table();
+  FailureLog log;
+  for (const KernelTable* t : available_kernel_tables()) {
+    for (int32_t hd : {32, 64, 128}) {
+      for (int32_t n_heads : {1, 3, 4, 7, 8, 9}) {
+        for (int64_t n : {1, 5, 16}) {
+          const std::string where = std::string(t->name) + " hd=" + std::to_string(hd) + " heads=" +
+                                    std::to_string(n_heads) + " n=" + std::to_string(n);
+          const std::vector<float> k = testing::random_floats(rng, n * hd, 2.0f);
+          const std::vector<float> q = testing::random_floats(rng, n_heads * hd, 2.0f);
+          const size_t s_stride = 21;
+          std::vector<float> got(n_heads * s_stride, -7.0f), want(n_heads * s_stride, -7.0f);
+          t->attn_scores_group_f32(k.data(), n, q.data(), n_heads, hd, 0.125f, got.data(), s_stride);
+          for (int32_t h = 0; h < n_heads; ++h)
+            t->attn_scores_f32(k.data(), n, q.data() + h * hd, hd, 0.125f, want.data() + h * s_stride);
+          log.check(got == want, where + " scores group != per head", 1, 0);
+          std::vector<float> p = testing::random_floats(rng, n_heads * s_stride);
+          const size_t a_stride = hd + 3;
+          const std::vector<float> acc0 = testing::random_floats(rng, n_heads * a_stride);
+          std::vector<float> a1 = acc0, a2 = acc0;
+          t->attn_accum_group_f32(p.data(), s_stride, k.data(), n, n_heads, hd, a1.data(), a_stride);
+          for (int32_t h = 0; h < n_heads; ++h)
+            t->attn_accum_f32(p.data() + h * s_stride, k.data(), n, hd, a2.data() + h * a_stride);
+          log.check(a1 == a2, where + " accum group != per head", 1, 0);
+        }
+      }
+    }
+    for (int64_t n : {0, 1, 7, 8, 17, 256, 1001}) {
+      std::vector<float> s = testing::random_floats(rng, n, 30.0f);
+      for (float& v : s) v = std::fabs(v) * 1e-3f;  // probabilities-like, some fp16 subnormal
+      if (n > 3) s[2] = 7e4f, s[3] = 1e-9f;        // fp16 overflow and underflow after scaling
+      log.check(t->row_max(s.data(), n) == ref.row_max(s.data(), n), std::string(t->name) + " row_max n=" +
+                std::to_string(n), 1, 0);
+      for (bool round : {true, false}) {
+        std::vector<float> a = s, b = s;
+        t->scale_round(a.data(), n, 0.73f, round);
+        ref.scale_round(b.data(), n, 0.73f, round);
+        log.check(a == b, std::string(t->name) + " scale_round n=" + std::to_string(n) + (round ? " f16" : ""), 1, 0);
+      }
+      std::vector<uint16_t> h(n);
+      for (int64_t i = 0; i < n; ++i) h[i] = static_cast<uint16_t>(rng());  // every bit pattern, NaNs included
+      std::vector<float> f1(n), f2(n);
+      t->f16_to_f32(h.data(), f1.data(), n);
+      ref.f16_to_f32(h.data(), f2.data(), n);
+      bool same = true;
+      for (int64_t i = 0; i < n; ++i) same &= std::memcmp(&f1[i], &f2[i], 4) == 0 || (std::isnan(f1[i]) && std::isnan(f2[i]));
+      log.check(same, std::string(t->name) + " f16_to_f32 n=" + std::to_string(n), 1, 0);
+    }
+  }
+  log.report();
+}
+
 }  // namespace
 }  // namespace lumen::kernels

@@ -404,6 +404,20 @@ double exp_sum(float* s, int64_t n, float max) {
   return sum;
 }
 
+void f16_to_f32(const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_f32(x[i]);
+}
+
+float row_max(const float* s, int64_t n) {
+  float m = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) m = std::max(m, s[j]);
+  return m;
+}
+
+void scale_round(float* s, int64_t n, float scale, bool round_f16) {
+  for (int64_t j = 0; j < n; ++j) s[j] = round_f16 ? round_fp16(s[j] * scale) : s[j] * scale;
+}
+
 }  // namespace lumen::kernels::ref
 
 namespace lumen::kernels {
@@ -439,6 +453,11 @@ KernelTable make_reference_kernel_table() {
   t.attn_accum_f16 = &ref::attn_accum_f16;
   t.attn_accum_f32 = &ref::attn_accum_f32;
   t.exp_sum = &ref::exp_sum;
+  t.f16_to_f32 = &ref::f16_to_f32;
+  t.row_max = &ref::row_max;
+  t.scale_round = &ref::scale_round;
+  t.attn_scores_group_f32 = &attn_scores_group_loop<&ref::attn_scores_f32>;
+  t.attn_accum_group_f32 = &attn_accum_group_loop<&ref::attn_accum_f32>;
   return t;
 }
 

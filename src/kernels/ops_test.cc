@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "base/fp16.h"
@@ -301,17 +302,8 @@ struct AttentionCase {
   int64_t pos0, n_tokens;
 };
 
-TEST(KernelsAttention, MatchesNaiveSoftmaxAttention) {
-  const AttentionCase cases[] = {
-      {4, 4, 32, 16, 0, 37},    // MHA prefill over 3 blocks
-      {8, 2, 64, 16, 0, 50},    // GQA
-      {6, 1, 64, 8, 0, 21},     // MQA
-      {8, 2, 64, 16, 37, 1},    // decode at pos 37
-      {8, 2, 64, 16, 20, 13},   // chunked prefill starting mid-block
-      {14, 2, 64, 32, 100, 3},  // qwen-like heads, pos0 > 0
-  };
+void check_attention_cases(std::span<const AttentionCase> cases, std::mt19937& rng) {
   ThreadPool pool(2);
-  std::mt19937 rng(10);
   for (const KernelTable* table : available_kernel_tables()) {
     for (DType dtype : {DType::kF32, DType::kF16}) {
       for (const AttentionCase& c : cases) {
@@ -362,6 +354,32 @@ TEST(KernelsAttention, MatchesNaiveSoftmaxAttention) {
       }
     }
   }
+}
+
+TEST(KernelsAttention, MatchesNaiveSoftmaxAttention) {
+  const AttentionCase cases[] = {
+      {4, 4, 32, 16, 0, 37},    // MHA prefill over 3 blocks
+      {8, 2, 64, 16, 0, 50},    // GQA
+      {6, 1, 64, 8, 0, 21},     // MQA
+      {8, 2, 64, 16, 37, 1},    // decode at pos 37
+      {8, 2, 64, 16, 20, 13},   // chunked prefill starting mid-block
+      {14, 2, 64, 32, 100, 3},  // qwen-like heads, pos0 > 0
+  };
+  std::mt19937 rng(10);
+  check_attention_cases(cases, rng);
+}
+
+// Past one 256-key chunk: decode of one token goes through the split (flash-decoding)
+// path, and must still equal the same token computed inside a prefill batch (the last
+// token alone is checked against the batch in check_attention_cases).
+TEST(KernelsAttention, LongContextsAcrossChunks) {
+  const AttentionCase cases[] = {
+      {14, 2, 64, 16, 600, 1},   // decode over 3 chunks
+      {8, 2, 64, 16, 500, 30},   // prefill across a chunk boundary, pos0 > 0
+      {4, 1, 128, 32, 1030, 2},  // MQA, two tokens at a long context
+  };
+  std::mt19937 rng(12);
+  check_attention_cases(cases, rng);
 }
 
 TEST(KernelsAttention, KvStoreRoundsToNearestEven) {
