@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# lumen vs llama.cpp on the same GGUF files, same machine, same thread count, in one run.
+#
+#   bench/vs_llamacpp.sh [--lumen build/lumen] [--peer-dir ~/.cache/lumen-peer]
+#                        [--models-dir /tmp/lumen-vs-llamacpp] [-t 2] [-r 2] [--rounds 2]
+#                        [-d 4096 | --no-depth] [--fa] [--only PRESET:TYPE] [--keep-cache]
+#
+# 1. Installs llama.cpp's prebuilt CPU libraries (npm: node-llama-cpp@3.22.1 and
+#    @node-llama-cpp/linux-x64@3.22.1, --ignore-scripts) into --peer-dir, outside the
+#    repository. Nothing of llama.cpp is committed here.
+# 2. Synthesizes the GGUFs with `lumen synth` (random weights at real shapes): qwen2.5-0.5b
+#    q8_0, q4_0, q4_k and llama-3.2-1b q4_k, unless they are already in --models-dir.
+# 3. Drops them from the page cache (unless --keep-cache) so that the first reader fills it:
+#    lumen maps weights with MADV_HUGEPAGE, so the page cache then holds 2 MiB folios and
+#    both engines' mmaps of the file get 2 MiB pages (llama.cpp maps the same page cache).
+# 4. For each file, --rounds times, alternating which engine goes first:
+#      lumen bench -m F -t T -p 512 -n 128 [-d D] -r R --membw --json
+#      node bench/llamacpp_bench.mjs -m F -t T -p 512 -n 128 [-d D] -r R   (see its header
+#        for exactly how llama.cpp is timed)
+#    and prints per model x type: pp512, tg128 (and tg128@dD) for both, the ratio
+#    lumen / llama.cpp, and lumen's tg128 GB/s as % of the bandwidth `lumen bench --membw`
+#    measured in the same process. Each figure is the median over rounds of each run's
+#    median of -r repetitions. Raw JSON lines go to --models-dir/results-<time>.jsonl.
+#
+# The machine should be otherwise idle: the script prints `uptime` before and after. On a
+# busy machine both engines lose time to preemption, llama.cpp's barrier-synchronised
+# threads more than lumen's (each llama.cpp op waits for its slowest thread).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+lumen="$repo/build/lumen"
+peer_dir="${HOME}/.cache/lumen-peer"
+models_dir="/tmp/lumen-vs-llamacpp"
+threads=2
+reps=2
+rounds=2
+depth=4096
+fa=""
+only=""
+keep_cache=0
+peer_version="3.22.1"
+
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --lumen) lumen=$2; shift 2 ;;
+    --peer-dir) peer_dir=$2; shift 2 ;;
+    --models-dir) models_dir=$2; shift 2 ;;
+    -t) threads=$2; shift 2 ;;
+    -r) reps=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    -d) depth=$2; shift 2 ;;
+    --no-depth) depth=0; shift ;;
+    --fa) fa="--fa"; shift ;;
+    --only) only=$2; shift 2 ;;
+    --keep-cache) keep_cache=1; shift ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    *) echo "vs_llamacpp.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+[[ -x "$lumen" ]] || { echo "vs_llamacpp.sh: no lumen binary at $lumen (build it, or pass --lumen)" >&2; exit 1; }
+command -v node >/dev/null || { echo "vs_llamacpp.sh: node (>= 20) is needed for llama.cpp" >&2; exit 1; }
+
+# --- 1. the peer ---------------------------------------------------------------------------
+if [[ ! -f "$peer_dir/node_modules/@node-llama-cpp/linux-x64/package.json" ]]; then
+  echo "installing node-llama-cpp@$peer_version (llama.cpp prebuilt CPU binaries) into $peer_dir"
+  mkdir -p "$peer_dir"
+  (cd "$peer_dir" && npm install --no-audit --no-fund --ignore-scripts \
+     "node-llama-cpp@$peer_version" "@node-llama-cpp/linux-x64@$peer_version" >/dev/null)
+fi
+
+# --- 2. the models -------------------------------------------------------------------------
+mkdir -p "$models_dir"
+specs=("qwen2.5-0.5b:q8_0" "qwen2.5-0.5b:q4_0" "qwen2.5-0.5b:q4_k" "llama-3.2-1b:q4_k")
+[[ -n "$only" ]] && specs=("$only")
+files=()
+for spec in "${specs[@]}"; do
+  preset=${spec%%:*}; type=${spec##*:}
+  f="$models_dir/$preset-$type.gguf"
+  if [[ ! -f "$f" ]]; then
+    echo "synthesizing $f"
+    "$lumen" synth --preset "$preset" --type "$type" -o "$f" >/dev/null
+  fi
+  files+=("$f")
+done
+
+# --- 3. page cache -------------------------------------------------------------------------
+if [[ $keep_cache -eq 0 ]]; then
+  python3 - "${files[@]}" <<'EOF'
+import os, sys
+for f in sys.argv[1:]:
+    fd = os.open(f, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+EOF
+fi
+
+# --- 4. alternate ----------------------------------------------------------------------------
+out="$models_dir/results-$(date +%Y%m%d-%H%M%S).jsonl"
+echo "machine: $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'); before: $(uptime)"
+depth_args=()
+[[ $depth -gt 0 ]] && depth_args=(-d "$depth")
+run_lumen() {
+  "$lumen" bench -m "$1" -t "$threads" -p 512 -n 128 "${depth_args[@]}" -r "$reps" --membw --json 2>/dev/null |
+    python3 -c 'import json,sys; [print(json.dumps(dict(r, engine="lumen", file=sys.argv[1], round=int(sys.argv[2])))) for r in json.load(sys.stdin)]' "$1" "$2"
+}
+run_llama() {
+  node "$here/llamacpp_bench.mjs" --peer-dir "$peer_dir" -m "$1" -t "$threads" -p 512 -n 128 "${depth_args[@]}" -r "$reps" $fa 2>/dev/null |
+    python3 -c 'import json,sys; [print(json.dumps(dict(r, file=sys.argv[1], round=int(sys.argv[2])))) for r in json.load(sys.stdin)]' "$1" "$2"
+}
+for f in "${files[@]}"; do
+  for ((round = 0; round < rounds; ++round)); do
+    echo "  $(basename "$f") round $((round + 1))/$rounds" >&2
+    if (( round % 2 == 0 )); then
+      run_lumen "$f" "$round" >>"$out"
+      run_llama "$f" "$round" >>"$out"
+    else
+      run_llama "$f" "$round" >>"$out"
+      run_lumen "$f" "$round" >>"$out"
+    fi
+  done
+done
+echo "after: $(uptime)"
+echo "raw results: $out"
+
+python3 - "$out" <<'EOF'
+import json, statistics, sys, os
+rows = [json.loads(l) for l in open(sys.argv[1])]
+def med(xs): return statistics.median(xs) if xs else float("nan")
+files = []
+for r in rows:
+    if r["file"] not in files: files.append(r["file"])
+tests = []
+for r in rows:
+    if r["test"] not in tests: tests.append(r["test"])
+llama = next((r.get("llama_cpp", "") for r in rows if r.get("engine") == "llama.cpp"), "")
+print(f"\nlumen vs llama.cpp ({llama}, node-llama-cpp prebuilt CPU libs), {rows[0]['threads']} threads, medians")
+print(f"{'model':<28} {'test':<13} {'lumen tok/s':>12} {'llama.cpp':>10} {'ratio':>7}   lumen GB/s (% of membw)")
+for f in files:
+    for t in tests:
+        lu = [r for r in rows if r["file"] == f and r["test"] == t and r["engine"] == "lumen"]
+        ll = [r for r in rows if r["file"] == f and r["test"] == t and r["engine"] == "llama.cpp"]
+        if not lu and not ll: continue
+        a = med([r["tok_s"] for r in lu]); b = med([r["tok_s"] for r in ll])
+        bw = ""
+        gbs = [r["gb_s"] for r in lu if r.get("gb_s")]
+        pct = [r["pct_bandwidth"] for r in lu if r.get("pct_bandwidth")]
+        mem = [r["membw_gb_s"] for r in lu if r.get("membw_gb_s")]
+        if gbs and pct: bw = f"{med(gbs):.1f} ({med(pct):.0f}% of {med(mem):.1f})"
+        print(f"{os.path.basename(f):<28} {t:<13} {a:>12.1f} {b:>10.1f} {a / b if b == b and b > 0 else float('nan'):>6.2f}x   {bw}")
+print(f"\n{'model':<28} {'lumen load ms':>14} {'peak RSS MiB':>13}   {'llama.cpp load ms':>17} {'peak RSS MiB (- node)':>22}")
+for f in files:
+    lu = [r for r in rows if r["file"] == f and r["engine"] == "lumen"]
+    ll = [r for r in rows if r["file"] == f and r["engine"] == "llama.cpp"]
+    lrss = med([r["peak_rss_mib"] - r.get("baseline_rss_mib", 0) for r in ll])
+    print(f"{os.path.basename(f):<28} {med([r['load_ms'] for r in lu]):>14.0f} {med([r['peak_rss_mib'] for r in lu]):>13.0f}   "
+          f"{med([r['load_ms'] for r in ll]):>17.0f} {lrss:>22.0f}")
+EOF
