@@ -516,11 +516,34 @@ constexpr size_t kQ8PanelBlockBytes = 512 + 64;
 size_t q8_panel_bytes(int64_t n) { return static_cast<size_t>(n / kQk) * kQ8PanelBlockBytes; }
 size_t q8_side_bytes(int64_t n) { return static_cast<size_t>(n / kQk) * 8; }
 
-// Stores row r's 32 unsigned bytes of one block into the panel block (dword g -> [g][r]).
-void scatter_row_block(__m256i u, int r, std::byte* pb) {
-  alignas(32) uint32_t d[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(d), u);
-  for (int gi = 0; gi < 8; ++gi) std::memcpy(pb + gi * 64 + r * 4, &d[gi], 4);
+// Panel stores: 16 rows' 32 bytes (8 dwords each) of one block into [g = 0..7][r = 0..15]
+// dwords (64-byte groups), i.e. a 16 x 8 dword transpose: two 8 x 8 register transposes
+// (rows 0-7 and 8-15), each group's halves stored side by side.
+void transpose8x8(const __m256i* r, __m256i* out) {
+  __m256i t[8], s8[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {
+    s8[4 * i + 0] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    s8[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    s8[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    s8[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int g = 0; g < 4; ++g) {
+    out[g] = _mm256_permute2x128_si256(s8[g], s8[4 + g], 0x20);
+    out[g + 4] = _mm256_permute2x128_si256(s8[g], s8[4 + g], 0x31);
+  }
+}
+void store_panel_group(const __m256i u[kRows], std::byte* pb) {
+  __m256i lo[8], hi[8];
+  transpose8x8(u, lo);
+  transpose8x8(u + 8, hi);
+  for (int g = 0; g < 8; ++g) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + g * 64), lo[g]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + g * 64 + 32), hi[g]);
+  }
 }
 
 template <typename Fmt>
@@ -539,14 +562,18 @@ template <typename Fmt>
 void pack_q8_panel(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* panel) {
   using Block = typename Fmt::Block;
   const int64_t nb = n / kQk;
-  for (int r = 0; r < kRows; ++r) {
-    const Block* row = reinterpret_cast<const Block*>(w + (r < n_rows ? r : n_rows - 1) * w_stride);
-    for (int64_t ib = 0; ib < nb; ++ib) {
-      std::byte* pb = panel + ib * kQ8PanelBlockBytes;
-      scatter_row_block(unsigned_block<Fmt>(row[ib]), r, pb);
-      const float d = f16(row[ib].d_f16);
-      std::memcpy(pb + 512 + r * 4, &d, 4);
+  const Block* rows[kRows];
+  for (int r = 0; r < kRows; ++r) rows[r] = reinterpret_cast<const Block*>(w + (r < n_rows ? r : n_rows - 1) * w_stride);
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    std::byte* pb = panel + ib * kQ8PanelBlockBytes;
+    __m256i u[kRows];
+    alignas(64) float d[kRows];
+    for (int r = 0; r < kRows; ++r) {
+      u[r] = unsigned_block<Fmt>(rows[r][ib]);
+      d[r] = f16(rows[r][ib].d_f16);
     }
+    store_panel_group(u, pb);
+    std::memcpy(pb + 512, d, sizeof(d));
   }
 }
 
@@ -611,16 +638,22 @@ size_t q4_k_panel_bytes(int64_t n) { return static_cast<size_t>(n / kQkK) * kQ4K
 void pack_q4_k_panel(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* panel) {
   const int64_t nb = n / kQkK;
   const __m256i m4 = _mm256_set1_epi8(15);
-  for (int r = 0; r < kRows; ++r) {
-    const auto* row = reinterpret_cast<const BlockQ4_K*>(w + (r < n_rows ? r : n_rows - 1) * w_stride);
-    for (int64_t ib = 0; ib < nb; ++ib) {
-      const BlockQ4_K& b = row[ib];
-      std::byte* pb = panel + ib * kQ4KPanelBlockBytes;
-      for (int c = 0; c < 4; ++c) {
-        const __m256i q = load256(b.qs + 32 * c);
-        scatter_row_block(_mm256_and_si256(q, m4), r, pb + (2 * c) * 512);
-        scatter_row_block(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), r, pb + (2 * c + 1) * 512);
+  const BlockQ4_K* rows[kRows];
+  for (int r = 0; r < kRows; ++r) rows[r] = reinterpret_cast<const BlockQ4_K*>(w + (r < n_rows ? r : n_rows - 1) * w_stride);
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    std::byte* pb = panel + ib * kQ4KPanelBlockBytes;
+    for (int c = 0; c < 4; ++c) {
+      __m256i lo[kRows], hi[kRows];
+      for (int r = 0; r < kRows; ++r) {
+        const __m256i q = load256(rows[r][ib].qs + 32 * c);
+        lo[r] = _mm256_and_si256(q, m4);
+        hi[r] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
       }
+      store_panel_group(lo, pb + (2 * c) * 512);
+      store_panel_group(hi, pb + (2 * c + 1) * 512);
+    }
+    for (int r = 0; r < kRows; ++r) {
+      const BlockQ4_K& b = rows[r][ib];
       uint8_t sc[8], mn[8];
       unpack_q4_k_scales(b.scales, sc, mn);
       for (int s = 0; s < 8; ++s) {
@@ -699,27 +732,34 @@ constexpr size_t kQ6KPanelBlockBytes = 4096 + 1024 + 512 + 64;
 
 size_t q6_k_panel_bytes(int64_t n) { return static_cast<size_t>(n / kQkK) * kQ6KPanelBlockBytes; }
 
-void pack_q6_k_panel(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* panel) {
-  const int64_t nb = n / kQkK;
+// q6 values of quarter k (elements 128h + 32k .. +31) of half h of a q6_K block, 0..63.
+__m256i q6_k_quarter(const BlockQ6_K& b, int h, int k) {
   const __m256i m4 = _mm256_set1_epi8(15);
   const __m256i m2 = _mm256_set1_epi8(3);
-  for (int r = 0; r < kRows; ++r) {
-    const auto* row = reinterpret_cast<const BlockQ6_K*>(w + (r < n_rows ? r : n_rows - 1) * w_stride);
-    for (int64_t ib = 0; ib < nb; ++ib) {
-      const BlockQ6_K& b = row[ib];
-      std::byte* pb = panel + ib * kQ6KPanelBlockBytes;
-      for (int h = 0; h < 2; ++h) {
-        const uint8_t* ql = b.ql + 64 * h;
-        const __m256i l1 = load256(ql), l2 = load256(ql + 32), hb = load256(b.qh + 32 * h);
-        __m256i q[4];
-        q[0] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4));
-        q[1] = _mm256_or_si256(_mm256_and_si256(l2, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4));
-        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4));
-        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4));
-        // q[k] holds elements 128h + 32k .. +31 = sub-blocks 8h + 2k and 8h + 2k + 1: each
-        // 16-element sub-block is 4 groups of 4, i.e. the panel's [s][g] order is linear.
-        for (int k = 0; k < 4; ++k) scatter_row_block(q[k], r, pb + (8 * h + 2 * k) * 256);
+  const __m256i l = load256(b.ql + 64 * h + 32 * (k & 1));
+  const __m256i lq = (k & 2) ? _mm256_and_si256(_mm256_srli_epi16(l, 4), m4) : _mm256_and_si256(l, m4);
+  const __m256i hb = load256(b.qh + 32 * h);
+  const __m256i hq = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m2);
+  return _mm256_or_si256(lq, _mm256_slli_epi16(hq, 4));
+}
+
+void pack_q6_k_panel(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* panel) {
+  const int64_t nb = n / kQkK;
+  const BlockQ6_K* rows[kRows];
+  for (int r = 0; r < kRows; ++r) rows[r] = reinterpret_cast<const BlockQ6_K*>(w + (r < n_rows ? r : n_rows - 1) * w_stride);
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    std::byte* pb = panel + ib * kQ6KPanelBlockBytes;
+    // Quarter k of half h = sub-blocks 8h + 2k, 8h + 2k + 1: each 16-element sub-block is 4
+    // groups of 4, so the panel's [s][g] order is linear in the quarter's 8 dwords.
+    for (int h = 0; h < 2; ++h) {
+      for (int k = 0; k < 4; ++k) {
+        __m256i u[kRows];
+        for (int r = 0; r < kRows; ++r) u[r] = q6_k_quarter(rows[r][ib], h, k);
+        store_panel_group(u, pb + (8 * h + 2 * k) * 256);
       }
+    }
+    for (int r = 0; r < kRows; ++r) {
+      const BlockQ6_K& b = rows[r][ib];
       for (int s = 0; s < 16; ++s) {
         const int32_t scv = b.scales[s];
         std::memcpy(pb + 4096 + s * 64 + r * 4, &scv, 4);
