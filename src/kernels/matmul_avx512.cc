@@ -516,6 +516,16 @@ constexpr size_t kQ8PanelBlockBytes = 512 + 64;
 size_t q8_panel_bytes(int64_t n) { return static_cast<size_t>(n / kQk) * kQ8PanelBlockBytes; }
 size_t q8_side_bytes(int64_t n) { return static_cast<size_t>(n / kQk) * 8; }
 
+// Packing reads the weights from memory (each byte once per matmul) in 16 interleaved row
+// streams: fetch each row kPackAheadBytes ahead of the block being packed.
+constexpr size_t kPackAheadBytes = 512;
+template <typename Block>
+void prefetch_rows_ahead(const Block* const rows[kRows], int64_t ib, int64_t nb) {
+  const int64_t ahead = ib + static_cast<int64_t>(kPackAheadBytes / sizeof(Block)) + 1;
+  if (ahead >= nb) return;
+  for (int r = 0; r < kRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(rows[r] + ahead), _MM_HINT_T0);
+}
+
 // Panel stores: 16 rows' 32 bytes (8 dwords each) of one block into [g = 0..7][r = 0..15]
 // dwords (64-byte groups), i.e. a 16 x 8 dword transpose: two 8 x 8 register transposes
 // (rows 0-7 and 8-15), each group's halves stored side by side.
@@ -565,6 +575,7 @@ void pack_q8_panel(int64_t n, const std::byte* w, size_t w_stride, int64_t n_row
   const Block* rows[kRows];
   for (int r = 0; r < kRows; ++r) rows[r] = reinterpret_cast<const Block*>(w + (r < n_rows ? r : n_rows - 1) * w_stride);
   for (int64_t ib = 0; ib < nb; ++ib) {
+    prefetch_rows_ahead(rows, ib, nb);
     std::byte* pb = panel + ib * kQ8PanelBlockBytes;
     __m256i u[kRows];
     alignas(64) float d[kRows];
@@ -641,6 +652,7 @@ void pack_q4_k_panel(int64_t n, const std::byte* w, size_t w_stride, int64_t n_r
   const BlockQ4_K* rows[kRows];
   for (int r = 0; r < kRows; ++r) rows[r] = reinterpret_cast<const BlockQ4_K*>(w + (r < n_rows ? r : n_rows - 1) * w_stride);
   for (int64_t ib = 0; ib < nb; ++ib) {
+    prefetch_rows_ahead(rows, ib, nb);
     std::byte* pb = panel + ib * kQ4KPanelBlockBytes;
     for (int c = 0; c < 4; ++c) {
       __m256i lo[kRows], hi[kRows];
@@ -748,6 +760,7 @@ void pack_q6_k_panel(int64_t n, const std::byte* w, size_t w_stride, int64_t n_r
   const BlockQ6_K* rows[kRows];
   for (int r = 0; r < kRows; ++r) rows[r] = reinterpret_cast<const BlockQ6_K*>(w + (r < n_rows ? r : n_rows - 1) * w_stride);
   for (int64_t ib = 0; ib < nb; ++ib) {
+    prefetch_rows_ahead(rows, ib, nb);
     std::byte* pb = panel + ib * kQ6KPanelBlockBytes;
     // Quarter k of half h = sub-blocks 8h + 2k, 8h + 2k + 1: each 16-element sub-block is 4
     // groups of 4, so the panel's [s][g] order is linear in the quarter's 8 dwords.
