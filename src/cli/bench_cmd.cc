@@ -21,7 +21,9 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -117,20 +119,28 @@ int64_t proc_status_kib(const char* field) {
   return -1;
 }
 
-// KiB of this process's file mappings that are mapped with 2 MiB pages (FilePmdMapped in
-// smaps_rollup; 0 when the kernel gave the weights 4 KiB pages).
-int64_t file_pmd_mapped_kib() {
-  std::ifstream in("/proc/self/smaps_rollup");
+// Whether most of the model's weights are mapped with 2 MiB pages: FilePmdMapped +
+// AnonHugePages of the mappings that hold its tensors, against their size.
+bool weights_on_huge_pages(const gguf::ModelFile& file) {
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    lo = std::min(lo, reinterpret_cast<uintptr_t>(t.view.data));
+    hi = std::max(hi, reinterpret_cast<uintptr_t>(t.view.data) + t.view.n_bytes);
+  }
+  if (hi <= lo) return false;
+  std::ifstream in("/proc/self/smaps");
   std::string line;
+  bool inside = false;
+  int64_t huge_kib = 0;
   while (std::getline(in, line)) {
-    if (line.rfind("FilePmdMapped:", 0) == 0) {
-      std::istringstream ss(line.substr(14));
-      int64_t kib = 0;
-      ss >> kib;
-      return kib;
+    unsigned long a = 0, b = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &a, &b) == 2 && line.find(':') > line.find(' ')) {
+      inside = a < hi && b > lo;
+    } else if (inside && (line.rfind("FilePmdMapped:", 0) == 0 || line.rfind("AnonHugePages:", 0) == 0)) {
+      huge_kib += std::atol(line.c_str() + line.find(':') + 1);
     }
   }
-  return 0;
+  return huge_kib * 1024 * 2 >= static_cast<int64_t>(hi - lo);
 }
 
 std::string model_label(const std::string& path) {
@@ -248,7 +258,7 @@ int cmd_bench(int argc, char** argv, int first) {
   }
   // Peak RSS of the model run, before the bandwidth test allocates its buffer.
   const double peak_rss_mib = static_cast<double>(proc_status_kib("VmHWM")) / 1024.0;
-  const bool weights_huge = file_pmd_mapped_kib() > 0;
+  const bool weights_huge = weights_on_huge_pages(file);
 
   // --- memory bandwidth, same process, same threads, after the model tests ---
   double membw_gb_s = 0;
