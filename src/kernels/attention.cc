@@ -54,18 +54,22 @@ constexpr int64_t kChunkKeys = 256;  // keys per softmax-sum / P.V chunk (see ab
 constexpr int64_t kConvKeys = 16;    // keys widened f16 -> f32 at a time
 constexpr int32_t kGroupDimMultiple = 32;  // head dims the group kernels take (kernel_table.h)
 constexpr int64_t kPrefetchBlocks = 2;     // cache blocks fetched ahead of the one in use
+// Prefill: consecutive tokens of a task share every K/V row they read (causal: the last
+// token's keys cover the others'), so each row is widened and loaded once per tile.
+constexpr int64_t kTileTokens = 4;
 
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 size_t floats(size_t n) { return align_up(n * sizeof(float)); }
 
 int64_t n_chunks_of(int64_t n_kv) { return (n_kv + kChunkKeys - 1) / kChunkKeys; }
 
-// Per-thread buffers of both paths.
+// Per-thread buffers of both paths; a row is one (token, query head) of a task, at most
+// kTileTokens x group rows (per-token path) or group rows (split path).
 //   kf, vf [kConvKeys][head_dim]   widened keys / values (F16 cache)
-//   qf     [group][head_dim]       the group's queries (rounded to F16 first if F16 cache)
-//   scores [group][n_ctx]          per-token path only
-//   part   [group][head_dim]       per-token path: one chunk's P.V
-//   out    [group][head_dim]       per-token path: sum of the chunks' P.V
+//   qf     [rows][head_dim]        the rows' queries (rounded to F16 first if F16 cache)
+//   scores [rows][n_ctx]           per-token path only
+//   part   [rows][head_dim]        per-token path: one chunk's P.V
+//   out    [rows][head_dim]        per-token path: sum of the chunks' P.V
 struct ThreadScratch {
   float* kf;
   float* vf;
@@ -76,13 +80,17 @@ struct ThreadScratch {
   size_t scores_stride;  // floats between two heads' score rows
 };
 
+int64_t max_rows(int32_t group, bool per_token) { return per_token ? kTileTokens * group : group; }
+
 size_t thread_bytes(int32_t group, int32_t hd, int64_t n_ctx, bool per_token) {
-  size_t b = 2 * floats(kConvKeys * hd) + floats(static_cast<size_t>(group) * hd);
-  if (per_token) b += group * floats(n_ctx) + 2 * floats(static_cast<size_t>(group) * hd);
+  const int64_t rows = max_rows(group, per_token);
+  size_t b = 2 * floats(kConvKeys * hd) + floats(static_cast<size_t>(rows) * hd);
+  if (per_token) b += rows * floats(n_ctx) + 2 * floats(static_cast<size_t>(rows) * hd);
   return b;
 }
 
 ThreadScratch carve_thread(std::byte* base, int32_t group, int32_t hd, int64_t n_ctx, bool per_token) {
+  const int64_t rows = max_rows(group, per_token);
   ThreadScratch ts{};
   auto take = [&](size_t bytes) {
     float* p = reinterpret_cast<float*>(base);
@@ -91,12 +99,12 @@ ThreadScratch carve_thread(std::byte* base, int32_t group, int32_t hd, int64_t n
   };
   ts.kf = take(floats(kConvKeys * hd));
   ts.vf = take(floats(kConvKeys * hd));
-  ts.qf = take(floats(static_cast<size_t>(group) * hd));
+  ts.qf = take(floats(static_cast<size_t>(rows) * hd));
   if (per_token) {
     ts.scores_stride = floats(n_ctx) / sizeof(float);
-    ts.scores = take(group * floats(n_ctx));
-    ts.part = take(floats(static_cast<size_t>(group) * hd));
-    ts.out = take(floats(static_cast<size_t>(group) * hd));
+    ts.scores = take(rows * floats(n_ctx));
+    ts.part = take(floats(static_cast<size_t>(rows) * hd));
+    ts.out = take(floats(static_cast<size_t>(rows) * hd));
   }
   return ts;
 }
@@ -138,23 +146,25 @@ std::byte* aligned(std::byte* p) {
   return reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(p) + kAlign - 1) / kAlign * kAlign);
 }
 
-// The query heads [h_begin, h_begin + n_heads) of one token, all reading kv head kv_head.
+// The query heads [h_begin, h_begin + n_heads) of n_tok consecutive tokens, all reading kv
+// head kv_head. Row i of a task is token i / n_heads, head h_begin + i % n_heads.
 struct Heads {
-  const float* q;  // [n_head][head_dim] of the token
+  const float* q;  // [n_head][head_dim] of the first token; tokens q_tok_stride apart
   int32_t h_begin;
   int32_t n_heads;
   int32_t kv_head;
+  int32_t n_tok = 1;
+  int64_t q_tok_stride = 0;
+  int32_t n_rows() const { return n_tok * n_heads; }
 };
 
-// qf[i] = query head h_begin + i, rounded to F16 (and widened back, exactly) for an F16 cache.
-void load_queries(const PagedKvView& kv, const Heads& hs, float* qf) {
-  const int32_t hd = kv.head_dim;
-  const float* q = hs.q + static_cast<int64_t>(hs.h_begin) * hd;
-  if (kv.dtype == DType::kF16) {
-    for (int64_t i = 0; i < static_cast<int64_t>(hs.n_heads) * hd; ++i) qf[i] = round_fp16(q[i]);
-  } else {
-    std::memcpy(qf, q, static_cast<size_t>(hs.n_heads) * hd * sizeof(float));
-  }
+// qf row i = its query, rounded to F16 (and widened back, exactly) for an F16 cache.
+void load_queries(const KernelTable& k, const PagedKvView& kv, const Heads& hs, float* qf) {
+  const int64_t n = static_cast<int64_t>(hs.n_heads) * kv.head_dim;
+  for (int32_t t = 0; t < hs.n_tok; ++t)
+    std::memcpy(qf + t * n, hs.q + t * hs.q_tok_stride + static_cast<int64_t>(hs.h_begin) * kv.head_dim,
+                n * sizeof(float));
+  if (kv.dtype == DType::kF16) k.scale_round(qf, n * hs.n_tok, 1.0f, true);  // x * 1 is exact
 }
 
 // Calls fn(j, n, rows) for keys [j0, j1) of kv head h, at most kConvKeys and one block at a
@@ -192,10 +202,10 @@ void chunk_scores(const KernelTable& k, const PagedKvView& kv, const Heads& hs, 
   const bool group = hd % kGroupDimMultiple == 0;
   for_rows(k, kv, hs.kv_head, j0, j1, false, kf, [&](int64_t j, int64_t n, const float* rows) {
     if (group) {
-      k.attn_scores_group_f32(rows, n, qf, hs.n_heads, hd, scale, scores + j, scores_stride);
+      k.attn_scores_group_f32(rows, n, qf, hs.n_rows(), hd, scale, scores + j, scores_stride);
       return;
     }
-    for (int32_t i = 0; i < hs.n_heads; ++i)
+    for (int32_t i = 0; i < hs.n_rows(); ++i)
       k.attn_scores_f32(rows, n, qf + static_cast<int64_t>(i) * hd, hd, scale, scores + i * scores_stride + j);
   });
 }
@@ -207,43 +217,51 @@ void chunk_pv(const KernelTable& k, const PagedKvView& kv, const Heads& hs, cons
   const bool group = hd % kGroupDimMultiple == 0;
   for_rows(k, kv, hs.kv_head, j0, j1, true, vf, [&](int64_t j, int64_t n, const float* rows) {
     if (group) {
-      k.attn_accum_group_f32(p + j, p_stride, rows, n, hs.n_heads, hd, acc, acc_stride);
+      k.attn_accum_group_f32(p + j, p_stride, rows, n, hs.n_rows(), hd, acc, acc_stride);
       return;
     }
-    for (int32_t i = 0; i < hs.n_heads; ++i) k.attn_accum_f32(p + i * p_stride + j, rows, n, hd, acc + i * acc_stride);
+    for (int32_t i = 0; i < hs.n_rows(); ++i) k.attn_accum_f32(p + i * p_stride + j, rows, n, hd, acc + i * acc_stride);
   });
 }
 
 
 // ---- per-token path --------------------------------------------------------------------
 
-void attend_token_heads(const KernelTable& k, const PagedKvView& kv, const Heads& hs, int64_t n_kv,
-                        float scale, float* out, const ThreadScratch& ts) {
+// Row i (token t = i / n_heads) sees keys [0, n_kv0 + t). The tile's scores and P.V run
+// over the last token's keys; a row's keys past its own end get p = 0, which adds exact
+// zeros: every row's result is bit for bit that of its token alone.
+void attend_tile(const KernelTable& k, const PagedKvView& kv, const Heads& hs, int64_t n_kv0, float scale,
+                 float* out, int64_t out_tok_stride, const ThreadScratch& ts) {
   const int32_t hd = kv.head_dim;
   const bool f16 = kv.dtype == DType::kF16;
-  load_queries(kv, hs, ts.qf);
-  chunk_scores(k, kv, hs, ts.qf, 0, n_kv, scale, ts.scores, ts.scores_stride, ts.kf);
-  const int64_t n_chunks = n_chunks_of(n_kv);
-  for (int32_t i = 0; i < hs.n_heads; ++i) {
+  const int64_t n_kv_last = n_kv0 + hs.n_tok - 1;
+  load_queries(k, kv, hs, ts.qf);
+  chunk_scores(k, kv, hs, ts.qf, 0, n_kv_last, scale, ts.scores, ts.scores_stride, ts.kf);
+  for (int32_t i = 0; i < hs.n_rows(); ++i) {
+    const int64_t n_kv = n_kv0 + i / hs.n_heads;
     float* sc = ts.scores + i * ts.scores_stride;
     const float max = k.row_max(sc, n_kv);
     double sum = 0;
-    for (int64_t c = 0; c < n_chunks; ++c) {
+    for (int64_t c = 0; c < n_chunks_of(n_kv); ++c) {
       const int64_t j0 = c * kChunkKeys, j1 = std::min(n_kv, j0 + kChunkKeys);
       sum += k.exp_sum(sc + j0, j1 - j0, max);
     }
     k.scale_round(sc, n_kv, static_cast<float>(1.0 / sum), f16);  // P, as ggml's F16 P.V sees it
+    std::fill(sc + n_kv, sc + n_kv_last, 0.0f);
   }
-  const size_t n_out = static_cast<size_t>(hs.n_heads) * hd;
-  for (int64_t c = 0; c < n_chunks; ++c) {
-    const int64_t j0 = c * kChunkKeys, j1 = std::min(n_kv, j0 + kChunkKeys);
+  const size_t n_out = static_cast<size_t>(hs.n_rows()) * hd;
+  for (int64_t c = 0; c < n_chunks_of(n_kv_last); ++c) {
+    const int64_t j0 = c * kChunkKeys, j1 = std::min(n_kv_last, j0 + kChunkKeys);
     float* acc = c == 0 ? ts.out : ts.part;
     std::fill(acc, acc + n_out, 0.0f);
     chunk_pv(k, kv, hs, ts.scores, ts.scores_stride, j0, j1, acc, hd, ts.vf);
     if (c > 0)
       for (size_t d = 0; d < n_out; ++d) ts.out[d] += ts.part[d];
   }
-  std::memcpy(out + static_cast<int64_t>(hs.h_begin) * hd, ts.out, n_out * sizeof(float));
+  const size_t n_tok_out = static_cast<size_t>(hs.n_heads) * hd;
+  for (int32_t t = 0; t < hs.n_tok; ++t)
+    std::memcpy(out + t * out_tok_stride + static_cast<int64_t>(hs.h_begin) * hd, ts.out + t * n_tok_out,
+                n_tok_out * sizeof(float));
 }
 
 // ---- split path (flash-decoding) -------------------------------------------------------
@@ -269,7 +287,7 @@ void attend_split(const KernelTable& k, ThreadPool& pool, int n_active, const At
   // A: scores of the chunk, and the chunk's max per head.
   pool.for_chunks(n_active, n_tasks, [&](int64_t t, int thread_idx) {
     task(t, thread_idx, [&](const Heads& hs, int64_t c, int64_t j0, int64_t j1, const ThreadScratch& ts) {
-      load_queries(kv, hs, ts.qf);
+      load_queries(k, kv, hs, ts.qf);
       float* sc = ss.scores + hs.h_begin * ss.scores_stride;
       chunk_scores(k, kv, hs, ts.qf, j0, j1, p.scale, sc, ss.scores_stride, ts.kf);
       for (int32_t i = 0; i < hs.n_heads; ++i)
@@ -346,25 +364,30 @@ void attention(const KernelTable& k, ThreadPool& pool, const AttentionParams& p,
     return;
   }
 
-  // Tasks are (token, kv head, part of the group). A group is split into parts only when
-  // there would otherwise be too few tasks to keep every thread busy (decode, few kv heads).
-  // Threads claim tasks dynamically: later tokens of a prefill have more keys.
-  const int64_t n_groups = n_tokens * p.n_kv_head;
+  // Tasks are (tile of tokens, kv head, part of the group). A group is split into parts
+  // only when there would otherwise be too few tasks to keep every thread busy (decode, few
+  // kv heads). Threads claim tasks dynamically: later tokens of a prefill have more keys.
+  const int64_t n_tiles = (n_tokens + kTileTokens - 1) / kTileTokens;
+  const int64_t n_groups = n_tiles * p.n_kv_head;
   const int32_t n_parts = static_cast<int32_t>(std::clamp<int64_t>(
       (2 * n_active + n_groups - 1) / n_groups, 1, group));
   const int64_t n_tasks = n_groups * n_parts;
   const size_t per_thread = thread_bytes(group, hd, n_kv_max, true);
   std::byte* base = aligned(scratch);
+  const int64_t tok_stride = static_cast<int64_t>(p.n_head) * hd;
   pool.for_chunks(n_active, n_tasks, [&](int64_t task_idx, int thread_idx) {
-    const int64_t t = task_idx / (p.n_kv_head * n_parts);
+    const int64_t tile = task_idx / (p.n_kv_head * n_parts);
     const int32_t g = static_cast<int32_t>(task_idx / n_parts % p.n_kv_head);
     const int32_t part = static_cast<int32_t>(task_idx % n_parts);
     const int32_t h_begin = g * group + group * part / n_parts;
     const int32_t h_end = g * group + group * (part + 1) / n_parts;
     if (h_begin >= h_end) return;
+    const int64_t t0 = tile * kTileTokens;
+    Heads hs{q + t0 * tok_stride, h_begin, h_end - h_begin, g};
+    hs.n_tok = static_cast<int32_t>(std::min(kTileTokens, n_tokens - t0));
+    hs.q_tok_stride = tok_stride;
     const ThreadScratch ts = carve_thread(base + thread_idx * per_thread, group, hd, n_kv_max, true);
-    const Heads hs{q + t * p.n_head * hd, h_begin, h_end - h_begin, g};
-    attend_token_heads(k, kv, hs, pos0 + t + 1, p.scale, out + t * p.n_head * hd, ts);
+    attend_tile(k, kv, hs, pos0 + t0 + 1, p.scale, out + t0 * tok_stride, tok_stride, ts);
   });
 }
 
