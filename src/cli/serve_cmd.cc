@@ -16,15 +16,24 @@
 #include "base/timer.h"
 #include "cli/common.h"
 #include "engine/async_engine.h"
+#include "gguf/model_file.h"
+#include "roofline/predict.h"
 #include "server/server.h"
 
 namespace lumen::cli {
 namespace {
 
-// Tokens per forward step when neither --max-batch-tokens nor -b is given.
-// TODO(integrator): default to the model's prefill knee (the batch size beyond which
-// prefill stops being memory-bound) once the engine / roofline exposes it.
-constexpr int32_t kDefaultMaxBatchTokens = 256;
+// Tokens per forward step when neither --max-batch-tokens nor -b is given: room for the
+// decode rows of a full batch (--max-seqs) plus a prompt chunk of the model's prefill knee
+// on this machine (the prompt length below which a pass costs one read of the weights,
+// from the roofline with the measured bandwidth and peak rates), so that a step carrying
+// a chunk costs about what a decode step costs. On CPUs the knee is a handful of tokens
+// (quantized weights are small, arithmetic is slow), so the chunk is raised to
+// kMinDefaultChunk: below that the matmul tiles run underfilled and per-step costs
+// (dispatch, norms, attention setup) dominate. Rounded up to the 16-row matmul tile.
+// kFallbackMaxBatchTokens when the knee cannot be computed.
+constexpr int32_t kMinDefaultChunk = 64;
+constexpr int32_t kFallbackMaxBatchTokens = 256;
 constexpr int32_t kDefaultMaxSeqs = 8;
 constexpr int32_t kDefaultMaxQueue = 64;
 
@@ -39,7 +48,7 @@ std::vector<OptionSpec> serve_option_specs() {
       {{"--alias"}, "NAME", "model name served by /v1/models and expected in requests (default: the model's)"},
       {{"--kv-memory"}, "SIZE", "KV cache memory, e.g. 2GiB (default: --max-seqs full contexts)"},
       {{"--max-seqs"}, "N", "sequences running at once (default 8; also the largest n a request may ask)"},
-      {{"--max-batch-tokens"}, "N", "tokens per forward step (default 256; same as -b)"},
+      {{"--max-batch-tokens"}, "N", "tokens per forward step (default: max-seqs + the prefill knee, at least 64; same as -b)"},
       {{"--max-queue"}, "N", "requests waiting for admission before new ones get 503 (default 64)"},
       {{"--http-threads"}, "N", "HTTP worker threads (default: max-seqs + max-queue + 8)"},
       {{"--max-body"}, "SIZE", "largest request body (default 4MiB)"},
@@ -64,8 +73,8 @@ Result<ServeOptions> serve_options_from_args(const ArgParser& args) {
   if (args.has("--max-batch-tokens") && args.has("--batch-size"))
     return error("give one of --max-batch-tokens and -b/--batch-size");
   const char* batch_flag = args.has("--batch-size") ? "--batch-size" : "--max-batch-tokens";
-  LUMEN_ASSIGN_OR_RETURN(int64_t batch, args.get_int(batch_flag, kDefaultMaxBatchTokens, 1, 1 << 16));
-  o.engine.max_batch_tokens = static_cast<int32_t>(batch);
+  LUMEN_ASSIGN_OR_RETURN(int64_t batch, args.get_int(batch_flag, 0, 1, 1 << 16));
+  o.engine.max_batch_tokens = static_cast<int32_t>(batch);  // 0: default_max_batch_tokens at load
   if (auto kv = args.get("--kv-memory")) {
     auto bytes = parse_bytes(*kv);
     if (!bytes.ok()) return error("--kv-memory: " + bytes.message());
@@ -94,6 +103,28 @@ Result<ServeOptions> serve_options_from_args(const ArgParser& args) {
     s.max_body_bytes = *bytes;
   }
   return o;
+}
+
+// The default token budget per step (see kMinDefaultChunk), and the knee it came from.
+struct BatchDefault {
+  int32_t max_batch_tokens = kFallbackMaxBatchTokens;
+  int64_t knee_tokens = 0;  // 0: unknown (fallback)
+};
+BatchDefault default_max_batch_tokens(const std::string& model_path, const engine::EngineConfig& config) {
+  BatchDefault d;
+  auto file = gguf::open_model(model_path);
+  if (!file.ok()) return d;  // the engine's load reports the error
+  const int n_threads = config.n_threads > 0 ? config.n_threads
+                                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  ThreadPool pool(n_threads);
+  const roofline::MachineRates rates = roofline::measure_machine_rates(pool);
+  auto knee = roofline::prefill_knee_tokens(*file, rates, config.kv_dtype == DType::kF32 ? 4 : 2);
+  if (!knee.ok()) return d;
+  d.knee_tokens = *knee;
+  const int64_t chunk = std::max<int64_t>(*knee, kMinDefaultChunk);
+  const int64_t tokens = (config.max_seqs + chunk + 15) / 16 * 16;
+  d.max_batch_tokens = static_cast<int32_t>(std::min<int64_t>(tokens, 1 << 16));
+  return d;
 }
 
 bool is_loopback_host(const std::string& host) {
@@ -139,7 +170,13 @@ int cmd_serve(int argc, char** argv, int first) {
   std::atomic<bool> load_failed{false};
   std::thread loader([&] {
     const double t0 = now_ms();
-    std::unique_ptr<engine::Engine> eng = load_engine_or_report(args, o.engine);
+    engine::EngineConfig config = o.engine;
+    BatchDefault batch_default;
+    if (config.max_batch_tokens == 0) {
+      batch_default = default_max_batch_tokens(*args.get("--model"), config);
+      config.max_batch_tokens = batch_default.max_batch_tokens;
+    }
+    std::unique_ptr<engine::Engine> eng = load_engine_or_report(args, config);
     if (!eng) {
       load_failed = true;
       kill(getpid(), SIGTERM);  // wakes the sigwait below
@@ -149,6 +186,10 @@ int cmd_serve(int argc, char** argv, int first) {
     std::fprintf(stderr, "lumen serve: ready in %.0f ms: n_ctx %d, max-seqs %d, max-batch-tokens %d, %d threads, kernels %s\n",
                  now_ms() - t0, c.n_ctx, c.max_seqs, c.max_batch_tokens, c.n_threads,
                  std::string(eng->kernel_name()).c_str());
+    if (batch_default.knee_tokens > 0)
+      std::fprintf(stderr, "lumen serve: max-batch-tokens %d = max-seqs %d + prompt chunk max(prefill knee %lld, %d), "
+                   "rounded to 16 (set --max-batch-tokens to override)\n",
+                   c.max_batch_tokens, c.max_seqs, static_cast<long long>(batch_default.knee_tokens), kMinDefaultChunk);
     (*server)->attach_engine(engine::AsyncEngine::start(std::move(eng), o.async));
   });
   int sig = 0;

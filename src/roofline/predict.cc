@@ -34,6 +34,27 @@ double matmul_seconds(const FileWeights& w, const MachineRates& r, double n_toke
   return int8_s + f32_s + lm_s;
 }
 
+// Every byte of every matrix and norm as stored, plus one embedding row (already counted
+// in the matrices when lm_head is the tied embedding).
+double weight_bytes_per_token(const ModelShape& shape, const FileWeights& w) {
+  return static_cast<double>(w.read_per_step_bytes() + w.norm_bytes +
+                             (shape.tied_output ? 0 : w.embedding_row_bytes));
+}
+
+// One prefill pass of n tokens after d cached ones: reads the weights and the cached and
+// new KV, writes the new KV; computes the decoder for every token, lm_head for the last.
+StepTimes prefill_times(const ModelShape& shape, const FileWeights& w, const MachineRates& r,
+                        double weight_bytes, double kv_bytes_per_token, int64_t n_prompt, int64_t n_depth) {
+  const double n = static_cast<double>(n_prompt);
+  const double d = static_cast<double>(n_depth);
+  const double a = static_cast<double>(attn_macs_per_pair(shape));
+  StepTimes t;
+  t.bytes = weight_bytes + (d + 2.0 * n) * kv_bytes_per_token;  // read depth + prompt, write prompt
+  t.memory_s = t.bytes / r.read_bytes_per_s;
+  t.compute_s = matmul_seconds(w, r, n, 1) + 2.0 * 2.0 * a * (n * d + n * (n + 1) / 2.0) / r.flops_f32;
+  return t;
+}
+
 }  // namespace
 
 Prediction predict_lumen(const ModelShape& shape, const FileWeights& w, const MachineRates& r,
@@ -41,8 +62,7 @@ Prediction predict_lumen(const ModelShape& shape, const FileWeights& w, const Ma
   LUMEN_CHECK(o.n_prompt >= 1 && o.n_gen >= 1 && o.n_depth >= 0);
   LUMEN_CHECK(r.read_bytes_per_s > 0 && r.flops_f32 > 0 && r.ops_int8 > 0);
   Prediction p;
-  p.weight_bytes_per_token = static_cast<double>(w.read_per_step_bytes() + w.norm_bytes +
-                                                 (shape.tied_output ? 0 : w.embedding_row_bytes));
+  p.weight_bytes_per_token = weight_bytes_per_token(shape, w);
   p.kv_bytes_per_token = static_cast<double>(kv_elems_per_token(shape)) * o.kv_bytes_per_elem;
   const double kv = p.kv_bytes_per_token;
   const double a = static_cast<double>(attn_macs_per_pair(shape));
@@ -65,15 +85,44 @@ Prediction predict_lumen(const ModelShape& shape, const FileWeights& w, const Ma
   p.binding_roof = comp_s > mem_s ? "compute" : "memory";
 
   // pp: the whole prompt in one pass over the weights, after n_depth cached tokens.
-  const double n = static_cast<double>(o.n_prompt);
-  const double d = static_cast<double>(o.n_depth);
-  const double pp_bytes = p.weight_bytes_per_token + (d + 2.0 * n) * kv;  // read depth + prompt, write prompt
-  const double pp_mem = pp_bytes / r.read_bytes_per_s;
-  const double pp_comp = matmul_seconds(w, r, n, 1) + 2.0 * 2.0 * a * (n * d + n * (n + 1) / 2.0) / r.flops_f32;
-  p.pp_ms = std::max(pp_mem, pp_comp) * 1e3;
-  p.pp_tok_s = n / std::max(pp_mem, pp_comp);
-  p.pp_binding_roof = pp_comp > pp_mem ? "compute" : "memory";
+  const StepTimes pp = prefill_times(shape, w, r, p.weight_bytes_per_token, kv, o.n_prompt, o.n_depth);
+  p.pp_ms = std::max(pp.memory_s, pp.compute_s) * 1e3;
+  p.pp_tok_s = static_cast<double>(o.n_prompt) / std::max(pp.memory_s, pp.compute_s);
+  p.pp_binding_roof = pp.compute_s > pp.memory_s ? "compute" : "memory";
   return p;
+}
+
+int64_t prefill_knee_tokens(const ModelShape& shape, const FileWeights& w, const MachineRates& r,
+                            double kv_bytes_per_elem) {
+  LUMEN_CHECK(r.read_bytes_per_s > 0 && r.flops_f32 > 0 && r.ops_int8 > 0);
+  const double weight_bytes = weight_bytes_per_token(shape, w);
+  const double kv = static_cast<double>(kv_elems_per_token(shape)) * kv_bytes_per_elem;
+  constexpr int64_t kCap = 65536;
+  // compute - memory grows with n (quadratically through attention), so the first n where
+  // it is >= 0 is found by doubling, then bisection.
+  auto compute_bound = [&](int64_t n) {
+    const StepTimes t = prefill_times(shape, w, r, weight_bytes, kv, n, 0);
+    return t.compute_s >= t.memory_s;
+  };
+  if (compute_bound(1)) return 1;
+  int64_t lo = 1, hi = 2;  // lo is memory-bound
+  while (hi < kCap && !compute_bound(hi)) {
+    lo = hi;
+    hi *= 2;
+  }
+  if (hi >= kCap) return kCap;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (compute_bound(mid) ? hi : lo) = mid;
+  }
+  return hi;
+}
+
+Result<int64_t> prefill_knee_tokens(const gguf::ModelFile& file, const MachineRates& rates,
+                                    double kv_bytes_per_elem) {
+  LUMEN_ASSIGN_OR_RETURN(ModelShape shape, shape_from_model_file(file));
+  LUMEN_ASSIGN_OR_RETURN(FileWeights weights, count_file_weights(file));
+  return prefill_knee_tokens(shape, weights, rates, kv_bytes_per_elem);
 }
 
 Result<Prediction> predict_lumen(const gguf::ModelFile& file, const MachineRates& rates,

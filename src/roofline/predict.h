@@ -56,6 +56,16 @@ struct Prediction {
   double pp_ms = 0;                    // predicted time of the pp pass
 };
 
+// The prefill knee for lumen on this machine: the smallest prompt length whose pass is
+// compute-bound at these rates (the pp formulas above, no cached context). Below it a
+// pass costs about one read of the weights, the price of a decode step, whatever its
+// length; above it every token adds arithmetic. 1 when even one token is compute-bound;
+// capped at 65536. The server's default token budget per step is built from it.
+int64_t prefill_knee_tokens(const ModelShape& shape, const FileWeights& weights, const MachineRates& rates,
+                            double kv_bytes_per_elem = 2);
+Result<int64_t> prefill_knee_tokens(const gguf::ModelFile& file, const MachineRates& rates,
+                                    double kv_bytes_per_elem = 2);
+
 // From a file: its shape (metadata) and its tensors' stored types. Error when the file
 // has no usable shape. Preconditions on the options: n_prompt, n_gen >= 1, n_depth >= 0.
 Result<Prediction> predict_lumen(const gguf::ModelFile& file, const MachineRates& rates,

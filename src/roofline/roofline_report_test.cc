@@ -217,6 +217,47 @@ TEST(RooflinePredict, BoundsFromRates) {
   EXPECT_LT(deep->pp_tok_s, p->pp_tok_s);
 }
 
+TEST(RooflinePredict, PrefillKneeIsWherePrefillTurnsComputeBound) {
+  std::vector<std::byte> image;
+  const gguf::ModelFile file = tiny_qwen2_file(image);
+  MachineRates rates;
+  rates.read_bytes_per_s = 30e9;
+  rates.flops_f32 = 230e9;
+  rates.ops_int8 = 930e9;
+  Result<int64_t> knee = prefill_knee_tokens(file, rates);
+  ASSERT_TRUE(knee.ok()) << knee.message();
+  ASSERT_GT(*knee, 1);
+  // The definition, checked through the pp prediction: memory-bound one token below the
+  // knee, compute-bound at it.
+  auto binding = [&](int64_t n) {
+    PredictOptions o;
+    o.n_prompt = n;
+    Result<Prediction> p = predict_lumen(file, rates, o);
+    EXPECT_TRUE(p.ok());
+    return std::string(p->pp_binding_roof);
+  };
+  EXPECT_EQ(binding(*knee - 1), "memory");
+  EXPECT_EQ(binding(*knee), "compute");
+  // Twice the bandwidth: the weights are read in half the time, so half the tokens'
+  // arithmetic already takes as long (about: the KV term is small here).
+  MachineRates fast_memory = rates;
+  fast_memory.read_bytes_per_s *= 2;
+  Result<int64_t> knee2 = prefill_knee_tokens(file, fast_memory);
+  ASSERT_TRUE(knee2.ok());
+  EXPECT_NEAR(static_cast<double>(*knee2), static_cast<double>(*knee) / 2, 1.5);
+  // Twice the arithmetic rate: twice the tokens.
+  MachineRates fast_compute = rates;
+  fast_compute.flops_f32 *= 2;
+  fast_compute.ops_int8 *= 2;
+  Result<int64_t> knee3 = prefill_knee_tokens(file, fast_compute);
+  ASSERT_TRUE(knee3.ok());
+  EXPECT_NEAR(static_cast<double>(*knee3), static_cast<double>(*knee) * 2, 2.5);
+  // Memory so fast that even one token is compute-bound.
+  MachineRates instant = rates;
+  instant.read_bytes_per_s = 1e18;
+  EXPECT_EQ(*prefill_knee_tokens(file, instant), 1);
+}
+
 TEST(RooflineMembw, MeasuresSomething) {
   // Plumbing only (a small buffer, two threads): a positive finite rate and the sizes used.
   ThreadPool pool(2);

@@ -63,7 +63,12 @@ std::unique_ptr<httplib::Client> make_client(const LoadConfig& c) {
   const auto timeout_s = static_cast<time_t>(c.request_timeout_s);
   cli->set_read_timeout(timeout_s, 0);
   cli->set_write_timeout(timeout_s, 0);
-  cli->set_keep_alive(true);
+  // A fresh connection per request. With keep-alive, a server that closes a connection
+  // after its own limit of requests (cpp-httplib's default is 5, llama-server's) races the
+  // next request sent on it, which then fails with a read error: about one request in five
+  // against llama-server, a failure of the client, not of the server. A POST cannot be
+  // retried blindly, and a loopback connect costs ~0.1 ms against TTFTs of 100s of ms.
+  cli->set_keep_alive(false);
   // Without TCP_NODELAY the request body waits for the ACK of the headers (Nagle), and
   // the server delays that ACK: +40 ms on every TTFT.
   cli->set_tcp_nodelay(true);
