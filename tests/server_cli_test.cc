@@ -124,12 +124,16 @@ TEST(ServerCli, ServeBenchAndShutDown) {
   httplib::Client cli("127.0.0.1", port);
   cli.set_connection_timeout(5, 0);
   bool ready = false;
-  for (int i = 0; i < 500 && !ready; ++i) {
+  // Up to 30 s: before it loads, serve measures bandwidth and peak rates (a few seconds on
+  // a busy machine) to choose its token budget per step.
+  for (int i = 0; i < 1500 && !ready; ++i) {
     auto r = cli.Get("/health");
     ready = r && r->status == 200;
     if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_TRUE(ready) << serve.log();
+  // No --max-batch-tokens: the default came from the prefill knee, and serve says so.
+  EXPECT_NE(serve.log().find("max-seqs 4 + prompt chunk max(prefill knee"), std::string::npos) << serve.log();
   auto denied = cli.Post("/v1/completions", R"({"prompt": "x"})", "application/json");
   ASSERT_TRUE(denied);
   EXPECT_EQ(denied->status, 401);
