@@ -189,13 +189,19 @@ TEST(RooflineFile, CountsTensorsLikeTheShape) {
   EXPECT_LT(fw->bits_per_weight(), 16.0);
 }
 
+// This machine class's roofs: ~30 GB/s (4 KiB pages), ~230 GFLOP/s f32, ~930 GOP/s int8.
+MachineRates this_machine_class_rates() {
+  MachineRates r;
+  r.read_bytes_per_s = 30e9;
+  r.flops_f32 = 230e9;
+  r.ops_int8 = 930e9;
+  return r;
+}
+
 TEST(RooflinePredict, BoundsFromRates) {
   std::vector<std::byte> image;
   const gguf::ModelFile file = tiny_qwen2_file(image);
-  MachineRates rates;
-  rates.read_bytes_per_s = 30e9;
-  rates.flops_f32 = 230e9;
-  rates.ops_int8 = 930e9;
+  const MachineRates rates = this_machine_class_rates();
   PredictOptions o;
   o.n_gen = 128;
   Result<Prediction> p = predict_lumen(file, rates, o);
@@ -220,10 +226,7 @@ TEST(RooflinePredict, BoundsFromRates) {
 TEST(RooflinePredict, PrefillKneeIsWherePrefillTurnsComputeBound) {
   std::vector<std::byte> image;
   const gguf::ModelFile file = tiny_qwen2_file(image);
-  MachineRates rates;
-  rates.read_bytes_per_s = 30e9;
-  rates.flops_f32 = 230e9;
-  rates.ops_int8 = 930e9;
+  const MachineRates rates = this_machine_class_rates();
   Result<int64_t> knee = prefill_knee_tokens(file, rates);
   ASSERT_TRUE(knee.ok()) << knee.message();
   ASSERT_GT(*knee, 1);
