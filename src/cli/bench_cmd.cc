@@ -175,8 +175,7 @@ int cmd_bench(int argc, char** argv, int first) {
     }
   }
   const bool json = args.has("--json");
-  const int n_threads = *threads > 0 ? static_cast<int>(*threads)
-                                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int n_threads = threads_or_all_cores(*threads);
 
   // --- memory bandwidth only (no model) ---
   if (membw_only) {

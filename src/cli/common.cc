@@ -1,5 +1,6 @@
 #include "cli/common.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <thread>
@@ -105,6 +106,10 @@ bool parse_or_report(ArgParser& args, int argc, char** argv, int first, int& exi
   }
   if (args.has("--verbose")) set_log_level(LogLevel::kInfo);
   return true;
+}
+
+int threads_or_all_cores(int64_t requested) {
+  return requested > 0 ? static_cast<int>(requested) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 std::unique_ptr<engine::Engine> load_engine_or_report(const ArgParser& args,

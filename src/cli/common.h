@@ -24,6 +24,9 @@ Result<engine::GenerationParams> generation_params_from_args(const ArgParser& ar
 // command should stop (help printed or an error reported).
 bool parse_or_report(ArgParser& args, int argc, char** argv, int first, int& exit_code);
 
+// The thread count a `-t N` asks for: N, or every core when N <= 0 (as the engine does).
+int threads_or_all_cores(int64_t requested);
+
 // Loads the engine, printing a clear error on failure (nullptr).
 std::unique_ptr<engine::Engine> load_engine_or_report(const ArgParser& args,
                                                       const engine::EngineConfig& config);

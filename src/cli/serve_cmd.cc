@@ -19,6 +19,7 @@
 #include "gguf/model_file.h"
 #include "roofline/predict.h"
 #include "server/server.h"
+#include "tensor/dtype.h"
 
 namespace lumen::cli {
 namespace {
@@ -114,11 +115,9 @@ BatchDefault default_max_batch_tokens(const std::string& model_path, const engin
   BatchDefault d;
   auto file = gguf::open_model(model_path);
   if (!file.ok()) return d;  // the engine's load reports the error
-  const int n_threads = config.n_threads > 0 ? config.n_threads
-                                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  ThreadPool pool(n_threads);
+  ThreadPool pool(threads_or_all_cores(config.n_threads));
   const roofline::MachineRates rates = roofline::measure_machine_rates(pool);
-  auto knee = roofline::prefill_knee_tokens(*file, rates, config.kv_dtype == DType::kF32 ? 4 : 2);
+  auto knee = roofline::prefill_knee_tokens(*file, rates, static_cast<double>(row_bytes(config.kv_dtype, 1)));
   if (!knee.ok()) return d;
   d.knee_tokens = *knee;
   const int64_t chunk = std::max<int64_t>(*knee, kMinDefaultChunk);
