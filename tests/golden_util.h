@@ -57,6 +57,8 @@ class TeacherForcer {
       return;
     }
     model_ = std::make_unique<model::Model>(std::move(m).value());
+    // As the engine does: the SIMD kernels read the interleaved copies (in memory here).
+    if (!reference_kernels) (void)model_->interleave_weights(*kernels_, pool_, "");
     const model::HParams& hp = model_->hparams();
     kv::KvCacheConfig c;
     c.n_layer = hp.n_layer;

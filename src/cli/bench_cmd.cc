@@ -119,14 +119,19 @@ int64_t proc_status_kib(const char* field) {
   return -1;
 }
 
-// Whether most of the model's weights are mapped with 2 MiB pages: FilePmdMapped +
-// AnonHugePages of the mappings that hold its tensors, against their size.
-bool weights_on_huge_pages(const gguf::ModelFile& file) {
+// Whether most of the weights decode reads are mapped with 2 MiB pages: FilePmdMapped +
+// AnonHugePages of the mappings that hold the matrices as the kernels read them (the
+// interleaved copies where there are some, else the file's tensors), against their size.
+bool weights_on_huge_pages(const model::ModelWeights& w) {
   uintptr_t lo = UINTPTR_MAX, hi = 0;
-  for (const gguf::TensorInfo& t : file.tensors()) {
-    lo = std::min(lo, reinterpret_cast<uintptr_t>(t.view.data));
-    hi = std::max(hi, reinterpret_cast<uintptr_t>(t.view.data) + t.view.n_bytes);
-  }
+  auto span_of = [&](const TensorView& t) {
+    const auto p = reinterpret_cast<uintptr_t>(t.interleaved ? t.interleaved : t.data);
+    lo = std::min(lo, p);
+    hi = std::max(hi, p + (t.interleaved ? t.interleaved_n_bytes : t.n_bytes));
+  };
+  for (const model::LayerWeights& l : w.layers)
+    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) span_of(*t);
+  span_of(w.output);
   if (hi <= lo) return false;
   std::ifstream in("/proc/self/smaps");
   std::string line;
@@ -257,7 +262,7 @@ int cmd_bench(int argc, char** argv, int first) {
   }
   // Peak RSS of the model run, before the bandwidth test allocates its buffer.
   const double peak_rss_mib = static_cast<double>(proc_status_kib("VmHWM")) / 1024.0;
-  const bool weights_huge = weights_on_huge_pages(file);
+  const bool weights_huge = weights_on_huge_pages(eng->model().weights());
 
   // --- memory bandwidth, same process, same threads, after the model tests ---
   double membw_gb_s = 0;

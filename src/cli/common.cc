@@ -1,5 +1,7 @@
 #include "cli/common.h"
 
+#include <cstdlib>
+
 #include <algorithm>
 #include <cstdio>
 #include <random>
@@ -17,6 +19,9 @@ std::vector<OptionSpec> engine_option_specs() {
       {{"-b", "--batch-size"}, "N", "tokens per forward step / prefill chunk (default 512)"},
       {{"--kv-type"}, "TYPE", "KV cache type: f16 (default) or f32"},
       {{"--reference-kernels"}, "", "use the scalar reference kernels (debugging)"},
+      {{"--no-interleave"}, "", "keep the matrices in the file's layout (no copy; slower decode)"},
+      {{"--cache-dir"}, "DIR", "where interleaved weights are cached, '' = in memory only (default "
+                               "$LUMEN_CACHE_DIR, else $XDG_CACHE_HOME/lumen, else ~/.cache/lumen)"},
       {{"-v", "--verbose"}, "", "log what the engine does to stderr"},
   };
 }
@@ -43,6 +48,17 @@ std::vector<OptionSpec> concat(std::vector<OptionSpec> a, const std::vector<Opti
   return a;
 }
 
+std::string default_cache_dir() {
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v ? v : "";
+  };
+  if (!env("LUMEN_CACHE_DIR").empty()) return env("LUMEN_CACHE_DIR");
+  if (!env("XDG_CACHE_HOME").empty()) return env("XDG_CACHE_HOME") + "/lumen";
+  if (!env("HOME").empty()) return env("HOME") + "/.cache/lumen";
+  return "";
+}
+
 Result<engine::EngineConfig> engine_config_from_args(const ArgParser& args) {
   engine::EngineConfig c;
   if (!args.get("--model")) return error("missing -m/--model PATH");
@@ -57,6 +73,8 @@ Result<engine::EngineConfig> engine_config_from_args(const ArgParser& args) {
   else if (kv == "f32") c.kv_dtype = DType::kF32;
   else return error("--kv-type: '" + kv + "' is not supported (f16 or f32)");
   c.use_reference_kernels = args.has("--reference-kernels");
+  c.interleave_weights = !args.has("--no-interleave");
+  c.interleave_cache_dir = args.has("--cache-dir") ? args.get_or("--cache-dir", "") : default_cache_dir();
   return c;
 }
 

@@ -10,7 +10,7 @@
 
 namespace lumen::cli {
 
-// -m, -t, -c, -b, --kv-type, --reference-kernels, -v
+// -m, -t, -c, -b, --kv-type, --reference-kernels, --no-interleave, --cache-dir, -v
 std::vector<OptionSpec> engine_option_specs();
 // --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n,
 // --presence-penalty, --frequency-penalty, --seed, -n, --ignore-eos, --stop
@@ -18,6 +18,9 @@ std::vector<OptionSpec> sampling_option_specs();
 std::vector<OptionSpec> concat(std::vector<OptionSpec> a, const std::vector<OptionSpec>& b);
 
 Result<engine::EngineConfig> engine_config_from_args(const ArgParser& args);
+// Where interleaved weights are cached by default: $LUMEN_CACHE_DIR, else
+// $XDG_CACHE_HOME/lumen, else $HOME/.cache/lumen, else "" (in memory).
+std::string default_cache_dir();
 Result<engine::GenerationParams> generation_params_from_args(const ArgParser& args);
 
 // Parses argv, handling --help and -v; returns false (with exit_code set) when the

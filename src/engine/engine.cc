@@ -96,6 +96,17 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path,
   e->kernels_ = config.use_reference_kernels ? &kernels::reference_kernel_table()
                                              : &kernels::best_kernel_table();
   e->pool_threads_ = std::make_unique<ThreadPool>(config.n_threads);
+  if (config.interleave_weights) {
+    const double t_il = now_ms();
+    const model::Model::InterleaveReport r =
+        e->model_.interleave_weights(*e->kernels_, *e->pool_threads_, config.interleave_cache_dir);
+    if (!r.cache_error.empty()) LUMEN_LOG_WARN("engine: interleaved weights: %s", r.cache_error.c_str());
+    if (r.n_bytes > 0)
+      LUMEN_LOG_INFO("engine: %.1f MiB of weights interleaved for the %s kernels in %.0f ms (%s%s)", r.n_bytes / 1048576.0,
+                     std::string(kernels::kernel_table_name(*e->kernels_)).c_str(), now_ms() - t_il,
+                     r.cache_path.empty() ? "in memory" : r.cache_built ? "cache written: " : "cache: ",
+                     r.cache_path.c_str());
+  }
 
   kv::KvCacheConfig kc;
   kc.n_layer = hp.n_layer;

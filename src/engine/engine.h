@@ -40,6 +40,13 @@ struct EngineConfig {
   DType kv_dtype = DType::kF16;
   int32_t max_logit_rows = 0;      // 0: max_seqs (set to max_batch_tokens for prompt logprobs)
   bool use_reference_kernels = false;
+  // Copy the matrices at load into the kernels' row-interleaved layout (kernel_table.h):
+  // decode streams them at close to full memory bandwidth. Off: the kernels read the
+  // mmapped file as it is (load is faster; the file's pages are shared between processes).
+  bool interleave_weights = true;
+  // Where the interleaved copies are cached as a file (mmapped on later loads; see
+  // model/interleaved_cache.h). Empty: they are packed into memory at every load.
+  std::string interleave_cache_dir = "";
   bool enable_prefix_cache = true;
   bool deterministic = false;      // batch-invariant numerics (same tokens whatever the batch)
 };

@@ -69,12 +69,36 @@ struct PanelKernels {
   PanelGemmFn gemm = nullptr;
 };
 
+// Interleaved path: the whole matrix repacked once (the model does it at load) into
+// groups of `rows` rows whose blocks are interleaved the way the kernel consumes them, so
+// that decode streams one contiguous run of bytes per thread instead of 16 rows side by
+// side, and no per-call packing is needed in prefill. Quants keep their width (nibbles stay
+// nibbles; the copy is the size of the original to within the unpacked K-format scales).
+// `layout` names the byte layout; a matrix carries the name of the layout its copy was
+// made in and is only read through kernels of the same name.
+//
+//   pack(n, w, w_stride, n_rows, dst)   rows r < n_rows of W into ceil(n_rows / rows)
+//                                       groups of group_bytes(n) at dst (a short last
+//                                       group repeats its last row)
+//   gemm(n, groups, n_rows, x, x_stride, side, side_stride, n_cols, y, y_stride)
+//        y[c * y_stride + r] = vec_dot(n, w row r, x row c) bit for bit, r < n_rows
+struct InterleavedKernels {
+  const char* layout = nullptr;          // null: no interleaved path
+  int32_t rows = 0;                      // rows per group
+  BytesForFn group_bytes = nullptr;
+  BytesForFn side_bytes = nullptr;       // side data per activation row (may be 0)
+  PrepareSideFn prepare_side = nullptr;  // null when side_bytes is 0
+  PackPanelFn pack = nullptr;
+  PanelGemmFn gemm = nullptr;
+};
+
 struct MatmulKernels {
   DType act_dtype = DType::kF32;         // dtype the activations are converted to
   QuantizeRowFn quantize_act = nullptr;  // null: f32 activations are used as they are
   VecDotFn vec_dot = nullptr;
   GemmFn gemm = nullptr;
   PanelKernels panel;                    // optional (rows == 0: gemm tiles only)
+  InterleavedKernels interleaved;        // optional (layout == null: none)
 };
 
 // out[i] = x[i] * (1 / sqrt(mean(x^2) + eps)) * w[i] for one row of n.
@@ -156,6 +180,7 @@ KernelTable make_reference_kernel_table();
 void override_kernels_avx2(KernelTable& table);
 void override_kernels_avx512(KernelTable& table, bool has_bf16);
 void override_matmul_avx512(KernelTable& table);     // matmul_avx512.cc
+void override_matmul_interleaved_avx512(KernelTable& table);  // matmul_interleaved_avx512.cc
 void override_attention_avx512(KernelTable& table);  // attention_avx512.cc
 
 }  // namespace lumen::kernels

@@ -577,8 +577,8 @@ void override_kernels_avx2(KernelTable& t) {
   t.mm_f16.gemm = &gemm_from_vec_dot<&vec_dot_f16>;
   t.mm_bf16.vec_dot = &vec_dot_bf16;
   t.mm_bf16.gemm = &gemm_from_vec_dot<&vec_dot_bf16>;
-  t.mm_q8_0 = {DType::kQ8_0, &quantize_row_q8_0, &vec_dot_cols<Q8_0Kernel>, &gemm_cols<Q8_0Kernel>, {}};
-  t.mm_q4_0 = {DType::kQ8_0, &quantize_row_q8_0, &vec_dot_cols<Q4_0Kernel>, &gemm_cols<Q4_0Kernel>, {}};
+  t.mm_q8_0 = {DType::kQ8_0, &quantize_row_q8_0, &vec_dot_cols<Q8_0Kernel>, &gemm_cols<Q8_0Kernel>, {}, {}};
+  t.mm_q4_0 = {DType::kQ8_0, &quantize_row_q8_0, &vec_dot_cols<Q4_0Kernel>, &gemm_cols<Q4_0Kernel>, {}, {}};
   t.mm_q4_k.vec_dot = &vec_dot_cols<Q4_KKernel>;
   t.mm_q4_k.gemm = &gemm_cols<Q4_KKernel>;
   t.mm_q6_k.vec_dot = &vec_dot_cols<Q6_KKernel>;

@@ -16,6 +16,7 @@ namespace lumen::kernels {
 void override_kernels_avx512(KernelTable& t, bool /*has_bf16*/) {
   t.name = "avx512";
   override_matmul_avx512(t);
+  override_matmul_interleaved_avx512(t);
   override_attention_avx512(t);
 }
 

@@ -319,6 +319,72 @@ TEST(KernelsParity, PanelGemm) {
   log.report();
 }
 
+// The interleaved path: pack (whole matrices, several groups, a short last group) +
+// prepare_side + gemm equal the same table's vec_dot bit for bit, for every column count
+// (tile tails included), and write nothing past the groups or past y.
+TEST(KernelsParity, InterleavedGemm) {
+  std::mt19937 rng(25);
+  const KernelTable& ref = reference_kernel_table();
+  FailureLog log;
+  int n_checked = 0;
+  for (const KernelTable* t : simd_tables()) {
+    for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+      const MatmulKernels* mk = find_matmul_kernels(*t, dt);
+      const MatmulKernels* mr = find_matmul_kernels(ref, dt);
+      const InterleavedKernels& ik = mk->interleaved;
+      if (ik.layout == nullptr) continue;
+      const int64_t block = dtype_info(dt).block_size;
+      for (int64_t n : {block, 3 * block, 19 * block}) {
+        const int64_t n_rows_max = 2 * ik.rows + 5;
+        for (const Weights& wt : adversarial_weights(rng, dt, n_rows_max, n)) {
+          const std::vector<Activation> acts = adversarial_activations(rng, n);
+          const int64_t n_cols = 19;  // > every tile width, odd tail
+          const size_t xs = row_bytes(mr->act_dtype, n);
+          std::vector<std::byte> xq(xs * n_cols);
+          for (int64_t c = 0; c < n_cols; ++c)
+            mr->quantize_act(acts[c % acts.size()].x.data(), xq.data() + c * xs, n);
+          const size_t ss = ik.side_bytes(n);
+          std::vector<std::byte> side(ss * n_cols + 1);
+          if (ik.prepare_side)
+            for (int64_t c = 0; c < n_cols; ++c) ik.prepare_side(xq.data() + c * xs, n, side.data() + c * ss);
+          const size_t ws = row_bytes(dt, n);
+          const std::string where = std::string(t->name) + " " + std::string(dtype_name(dt)) +
+                                    " n=" + std::to_string(n) + " w=" + wt.name;
+          for (int64_t n_rows : {int64_t{1}, int64_t{5}, int64_t{ik.rows}, n_rows_max}) {
+            const int64_t n_groups = (n_rows + ik.rows - 1) / ik.rows;
+            const size_t bytes = n_groups * ik.group_bytes(n);
+            std::vector<std::byte> groups(bytes + 64, std::byte{0x5a});
+            ik.pack(n, wt.w.data(), ws, n_rows, groups.data());
+            bool guard_ok = true;
+            for (size_t i = bytes; i < groups.size(); ++i) guard_ok = guard_ok && groups[i] == std::byte{0x5a};
+            log.check(guard_ok, where + " pack wrote past its groups, rows " + std::to_string(n_rows), 1, 0);
+            for (int64_t cols : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{8}, int64_t{9}, n_cols}) {
+              std::vector<float> y(cols * n_rows + 1, -1.0f);
+              ik.gemm(n, groups.data(), n_rows, xq.data(), xs, side.data(), ss, cols, y.data(), n_rows);
+              for (int64_t r = 0; r < n_rows; ++r) {
+                for (int64_t c = 0; c < cols; ++c) {
+                  const float want = mk->vec_dot(n, wt.w.data() + r * ws, xq.data() + c * xs);
+                  const float got = y[c * n_rows + r];
+                  ++n_checked;
+                  log.check(got == want || (std::isnan(got) && std::isnan(want)),
+                            where + " interleaved!=vec_dot rows " + std::to_string(n_rows) + " row " +
+                                std::to_string(r) + " col " + std::to_string(c) + "/" + std::to_string(cols),
+                            std::fabs(got - want), 0);
+                }
+              }
+              log.check(y[cols * n_rows] == -1.0f, where + " interleaved wrote past y", 1, 0);
+            }
+          }
+        }
+      }
+    }
+  }
+  if (cpu_features().has_avx512_vnni()) {
+    EXPECT_GT(n_checked, 0) << "the avx512 table has no interleaved kernels";
+  }
+  log.report();
+}
+
 TEST(KernelsParity, RowKernels) {
   std::mt19937 rng(22);
   const KernelTable& ref = reference_kernel_table();

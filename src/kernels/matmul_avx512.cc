@@ -26,15 +26,7 @@
 // (q4_0: q in 0..15, w = q - 8; q8_0: u = q ^ 0x80, w = u - 128; q6_K: q in 0..63,
 // w = q - 32), activations signed; the offset times the activation sum is folded in as an
 // integer correction (initial accumulator value), so every block sum stays exact.
-// GCC 12 reports the `__Y = __Y` self-initialisation inside _mm512_undefined_*() (used by
-// many AVX-512 intrinsics as a don't-care pass-through) as uninitialised use once inlined
-// at -O3 (GCC bug 105593, fixed in GCC 13). The pragma must precede the header.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-// C++ defaults to -ffp-contract=fast, which would fuse the reference's separate multiply
-// and add into an FMA here (and not in the baseline-ISA reference): keep them separate.
-#pragma GCC optimize("fp-contract=off")
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
+#include "kernels/matmul_avx512_common.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -47,23 +39,7 @@
 namespace lumen::kernels {
 namespace {
 
-constexpr int kRows = 16;  // weight rows per decode group and per panel (one zmm of f32)
 constexpr int kMaxDecodeCols = 4;
-
-__m512i bcast_i32(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return _mm512_set1_epi32(v);
-}
-__m512 bcast_f32(const void* p) {
-  float v;
-  std::memcpy(&v, p, sizeof(v));
-  return _mm512_set1_ps(v);
-}
-__m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-__m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
-__m512i load512(const void* p) { return _mm512_loadu_si512(p); }
-float f16(uint16_t h) { return _cvtsh_ss(h); }
 
 // The 16-bit (or 32-bit) value at byte `off` of each row of a group, lane r = row r.
 // Scalar loads packed in general registers: they run on the integer pipes, beside the
@@ -219,10 +195,6 @@ RowsClamped rows_clamped(const std::byte* w, size_t w_stride, int64_t n_rows) {
   RowsClamped g;
   for (int r = 0; r < kRows; ++r) g.row[r] = w + (r < n_rows ? r : n_rows - 1) * w_stride;
   return g;
-}
-
-__mmask16 row_mask(int64_t n_rows) {
-  return n_rows >= kRows ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n_rows) - 1);
 }
 
 // ---- q8_0 / q4_0 decode ----------------------------------------------------------------
@@ -514,7 +486,6 @@ float vec_dot_groups(int64_t n, const std::byte* w, const std::byte* x) {
 constexpr size_t kQ8PanelBlockBytes = 512 + 64;
 
 size_t q8_panel_bytes(int64_t n) { return static_cast<size_t>(n / kQk) * kQ8PanelBlockBytes; }
-size_t q8_side_bytes(int64_t n) { return static_cast<size_t>(n / kQk) * 8; }
 
 // Packing reads the weights from memory (each byte once per matmul) in 16 interleaved row
 // streams: fetch each row kPackAheadBytes ahead of the block being packed.
@@ -585,23 +556,6 @@ void pack_q8_panel(int64_t n, const std::byte* w, size_t w_stride, int64_t n_row
     }
     store_panel_group(u, pb);
     std::memcpy(pb + 512, d, sizeof(d));
-  }
-}
-
-template <int kOffsetShift>
-void prepare_side_q8(const std::byte* xq, int64_t n, std::byte* side) {
-  const auto* bx = reinterpret_cast<const BlockQ8_0*>(xq);
-  const __m256i ones = _mm256_set1_epi8(1);
-  for (int64_t ib = 0; ib < n / kQk; ++ib) {
-    // sum of the 32 signed quants: vpdpbusd(1, q) gives 8 partial sums.
-    const __m256i s8 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, load256(bx[ib].qs));
-    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
-    const int32_t corr = -(_mm_cvtsi128_si32(s4) * (1 << kOffsetShift));
-    const float d = f16(bx[ib].d_f16);
-    std::memcpy(side + ib * 8, &d, 4);
-    std::memcpy(side + ib * 8 + 4, &corr, 4);
   }
 }
 
@@ -841,34 +795,6 @@ void panel_tile_q6_k(int64_t nb, const std::byte* panel, const std::byte* x, siz
 }
 
 // ---- panel gemm drivers ----------------------------------------------------------------
-
-using PanelTileFn = void (*)(int64_t nb, const std::byte* panel, const std::byte* x, size_t xs,
-                             const std::byte* side, size_t ss, __mmask16 mask, float* y, int64_t ys);
-
-// kTiles[c] handles c + 1 columns; the widest first.
-template <int kCols, template <int> class Tile>
-struct TileSet {
-  static void run(int64_t nb, const std::byte* panel, int64_t n_rows, const std::byte* x, size_t xs,
-                  const std::byte* side, size_t ss, int64_t n_cols, float* y, int64_t ys) {
-    const __mmask16 mask = row_mask(n_rows);
-    int64_t c0 = 0;
-    for (; c0 + kCols <= n_cols; c0 += kCols)
-      Tile<kCols>::run(nb, panel, x + c0 * xs, xs, side + c0 * ss, ss, mask, y + c0 * ys, ys);
-    const int64_t rest = n_cols - c0;
-    if (rest > 0) tail(rest, nb, panel, x + c0 * xs, xs, side + c0 * ss, ss, mask, y + c0 * ys, ys);
-  }
-  template <int C = kCols - 1>
-  static void tail(int64_t rest, int64_t nb, const std::byte* panel, const std::byte* x, size_t xs,
-                   const std::byte* side, size_t ss, __mmask16 mask, float* y, int64_t ys) {
-    if constexpr (C >= 1) {
-      if (rest == C) {
-        Tile<C>::run(nb, panel, x, xs, side, ss, mask, y, ys);
-      } else {
-        tail<C - 1>(rest, nb, panel, x, xs, side, ss, mask, y, ys);
-      }
-    }
-  }
-};
 
 template <int C> struct TileQ8 {
   static void run(int64_t nb, const std::byte* p, const std::byte* x, size_t xs, const std::byte* s, size_t ss,

@@ -23,6 +23,9 @@ namespace {
 //     streamed once from memory by one thread.
 //   prefill (panel path): a chunk is one panel of rows: the thread packs it into its own
 //     scratch and sweeps every activation row of the batch against it.
+//   interleaved weights (a copy made at load, kernel_table.h): decode-sized chunks of
+//     whole groups for few activation rows (each a contiguous run of memory), one group
+//     per chunk for many (no packing: the copy is already in the kernels' layout).
 //   fallback tiles (tables without a panel path): kRowTile weight rows x kColTile
 //     activation rows, so a weight tile stays in L1/L2 while it meets the whole batch.
 constexpr int64_t kRowTile = 16;
@@ -30,6 +33,9 @@ constexpr int64_t kColTile = 64;
 constexpr int64_t kRowGroup = 16;
 constexpr size_t kMaxChunkWeightBytes = 256 * 1024;
 constexpr int kChunksPerThread = 4;
+// Interleaved weights: from this many activation rows on, a chunk is one group (each
+// group meets the whole batch while it is in cache), below it decode-sized chunks.
+constexpr int64_t kInterleavedGroupChunkCols = 8;
 
 constexpr int kMaxRopeDim = 1024;
 
@@ -46,15 +52,26 @@ bool use_panels(const MatmulKernels& mk, int64_t n_tokens) {
   return mk.panel.rows > 0 && n_tokens >= mk.panel.min_cols;
 }
 
-// Scratch of one matmul call: [act rows][side rows][one panel per thread], each aligned.
+// The kernels' interleaved path if w has a copy in their layout, else null.
+const InterleavedKernels* interleaved_for(const MatmulKernels& mk, const TensorView& w) {
+  const InterleavedKernels& ik = mk.interleaved;
+  if (w.interleaved == nullptr || ik.layout == nullptr || w.interleaved_layout == nullptr) return nullptr;
+  return std::strcmp(ik.layout, w.interleaved_layout) == 0 ? &ik : nullptr;
+}
+
+// Scratch of one matmul call: [act rows][side rows][one panel per thread], each aligned;
+// the interleaved path needs [act rows][its side rows]: covered by the larger of the two.
 size_t scratch_bytes_for(const MatmulKernels& mk, int64_t n_in, int64_t n_tokens, int n_threads) {
   size_t bytes = 3 * kScratchAlign;
   if (mk.quantize_act) bytes += align_up(static_cast<size_t>(n_tokens) * row_bytes(mk.act_dtype, n_in));
+  size_t extra = 0;
   if (use_panels(mk, n_tokens)) {
-    bytes += align_up(static_cast<size_t>(n_tokens) * mk.panel.side_bytes(n_in));
-    bytes += static_cast<size_t>(n_threads) * align_up(mk.panel.panel_bytes(n_in));
+    extra = align_up(static_cast<size_t>(n_tokens) * mk.panel.side_bytes(n_in));
+    extra += static_cast<size_t>(n_threads) * align_up(mk.panel.panel_bytes(n_in));
   }
-  return bytes;
+  if (mk.interleaved.layout != nullptr)
+    extra = std::max(extra, align_up(static_cast<size_t>(n_tokens) * mk.interleaved.side_bytes(n_in)));
+  return bytes + extra;
 }
 
 }  // namespace
@@ -94,7 +111,12 @@ void matmul_fused(const KernelTable& k, ThreadPool& pool, std::span<const Matmul
   }
   LUMEN_DCHECK(n_in % dtype_info(w0.dtype).block_size == 0);
   if (n_tokens <= 0 || n_out_total <= 0) return;
-  const bool panels = use_panels(*mk, n_tokens);
+  // The interleaved copies when every target has one in these kernels' layout (the model
+  // makes them for all matrices of a dtype or none).
+  const InterleavedKernels* ik = interleaved_for(*mk, w0);
+  for (const MatmulTarget& t : targets)
+    if (interleaved_for(*mk, *t.w) != ik) ik = nullptr;
+  const bool panels = ik == nullptr && use_panels(*mk, n_tokens);
   const double macs = static_cast<double>(n_out_total) * n_in * n_tokens;
   const int n_active = pool.threads_for(macs, kMinMacsPerThread);
 
@@ -111,18 +133,23 @@ void matmul_fused(const KernelTable& k, ThreadPool& pool, std::span<const Matmul
   }
   std::byte* side = base;
   size_t side_stride = 0;
-  if (panels) {
+  PrepareSideFn prepare_side = nullptr;
+  if (ik != nullptr) {
+    side_stride = ik->side_bytes(n_in);
+    prepare_side = ik->prepare_side;
+  } else if (panels) {
     side_stride = mk->panel.side_bytes(n_in);
-    base = align_ptr(base + n_tokens * side_stride);
+    prepare_side = mk->panel.prepare_side;
   }
+  base = align_ptr(base + n_tokens * side_stride);
   std::byte* panel_scratch = base;
   const size_t panel_stride = panels ? align_up(mk->panel.panel_bytes(n_in)) : 0;
-  if (mk->quantize_act || (panels && side_stride > 0)) {
+  if (mk->quantize_act || side_stride > 0) {
     auto prepare_rows = [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         std::byte* xq = const_cast<std::byte*>(act) + t * act_stride;
         if (mk->quantize_act) mk->quantize_act(x + t * n_in, xq, n_in);
-        if (panels && side_stride > 0) mk->panel.prepare_side(xq, n_in, side + t * side_stride);
+        if (side_stride > 0) prepare_side(xq, n_in, side + t * side_stride);
       }
     };
     if (n_tokens < 4 * pool.n_threads() || n_active == 1) {
@@ -147,6 +174,8 @@ void matmul_fused(const KernelTable& k, ThreadPool& pool, std::span<const Matmul
     int64_t rows;
     if (panels) {
       rows = mk->panel.rows;
+    } else if (ik != nullptr && n_tokens >= kInterleavedGroupChunkCols) {
+      rows = ik->rows;
     } else {
       // Share of this target in the wanted chunk count, whole 16-row groups, byte-capped.
       const int64_t want = std::max<int64_t>(1, target_chunks * n_out / n_out_total);
@@ -168,6 +197,13 @@ void matmul_fused(const KernelTable& k, ThreadPool& pool, std::span<const Matmul
     const size_t w_stride = w.row_stride_bytes();
     const int64_t row_begin = (chunk - chunk_begin[ti]) * rows_per_chunk[ti];
     const int64_t row_end = std::min(n_out, row_begin + rows_per_chunk[ti]);
+    if (ik != nullptr) {
+      const size_t group_bytes = ik->group_bytes(n_in);
+      LUMEN_DCHECK(row_begin % ik->rows == 0);
+      ik->gemm(n_in, w.interleaved + (row_begin / ik->rows) * group_bytes, row_end - row_begin, act, act_stride,
+               side, side_stride, n_tokens, y + row_begin, n_out);
+      return;
+    }
     if (panels) {
       std::byte* panel = panel_scratch + thread_idx * panel_stride;
       const int64_t n_rows = row_end - row_begin;

@@ -1,7 +1,5 @@
 #include "kv/kv_cache.h"
 
-#include <sys/mman.h>
-
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -19,25 +17,6 @@ size_t KvCacheConfig::total_bytes() const {
   return bytes_per_token() * block_size * static_cast<size_t>(n_blocks);
 }
 
-KvStorage::~KvStorage() {
-  if (data_) munmap(data_, n_bytes_);
-}
-
-KvStorage::KvStorage(KvStorage&& other) noexcept
-    : config_(other.config_), view_(other.view_),
-      data_(std::exchange(other.data_, nullptr)), n_bytes_(std::exchange(other.n_bytes_, 0)) {}
-
-KvStorage& KvStorage::operator=(KvStorage&& other) noexcept {
-  if (this != &other) {
-    if (data_) munmap(data_, n_bytes_);
-    config_ = other.config_;
-    view_ = other.view_;
-    data_ = std::exchange(other.data_, nullptr);
-    n_bytes_ = std::exchange(other.n_bytes_, 0);
-  }
-  return *this;
-}
-
 Result<KvStorage> KvStorage::allocate(const KvCacheConfig& config) {
   if (config.dtype != DType::kF16 && config.dtype != DType::kF32)
     return error("kv cache: unsupported dtype '" + std::string(dtype_name(config.dtype)) +
@@ -47,15 +26,7 @@ Result<KvStorage> KvStorage::allocate(const KvCacheConfig& config) {
     return error("kv cache: every dimension must be positive");
   KvStorage s;
   s.config_ = config;
-  s.n_bytes_ = config.total_bytes();
-  void* p = mmap(nullptr, s.n_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED)
-    return error("kv cache: cannot allocate " + std::to_string(s.n_bytes_) +
-                 " bytes: " + std::strerror(errno));
-#ifdef MADV_HUGEPAGE
-  madvise(p, s.n_bytes_, MADV_HUGEPAGE);
-#endif
-  s.data_ = static_cast<std::byte*>(p);
+  LUMEN_ASSIGN_OR_RETURN(s.memory_, HugeBuffer::allocate(config.total_bytes(), "kv cache"));
   const size_t elem = config.dtype == DType::kF32 ? 4 : 2;
   KvStorageView& v = s.view_;
   v.dtype = config.dtype;
@@ -64,7 +35,7 @@ Result<KvStorage> KvStorage::allocate(const KvCacheConfig& config) {
   v.block_size = config.block_size;
   v.n_kv_head = config.n_kv_head;
   v.head_dim = config.head_dim;
-  v.base = s.data_;
+  v.base = s.memory_.data();
   v.block_stride_bytes = size_t{1} * config.n_kv_head * config.block_size * config.head_dim * elem;
   v.v_offset_bytes = v.block_stride_bytes * config.n_blocks;
   v.layer_stride_bytes = 2 * v.v_offset_bytes;

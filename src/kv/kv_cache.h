@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "base/huge_buffer.h"
 #include "base/status.h"
 #include "kv/block_pool.h"
 #include "tensor/paged_kv_view.h"
@@ -38,11 +39,6 @@ struct KvCacheConfig {
 class KvStorage {
  public:
   KvStorage() = default;
-  ~KvStorage();
-  KvStorage(KvStorage&& other) noexcept;
-  KvStorage& operator=(KvStorage&& other) noexcept;
-  KvStorage(const KvStorage&) = delete;
-  KvStorage& operator=(const KvStorage&) = delete;
 
   static Result<KvStorage> allocate(const KvCacheConfig& config);
 
@@ -56,8 +52,7 @@ class KvStorage {
  private:
   KvCacheConfig config_;
   KvStorageView view_;
-  std::byte* data_ = nullptr;
-  size_t n_bytes_ = 0;
+  HugeBuffer memory_;
 };
 
 // The blocks of one sequence, in logical order.

@@ -31,6 +31,7 @@
 #include <span>
 
 #include "base/check.h"
+#include "model/interleaved_cache.h"
 #include "model/model.h"
 
 namespace lumen::model {
@@ -129,6 +130,60 @@ void advise_weight_pages(const gguf::ModelFile& file, bool refresh) {
 }
 
 }  // namespace
+
+Model::InterleaveReport Model::interleave_weights(const kernels::KernelTable& k, ThreadPool& pool,
+                                                  const std::string& cache_dir) {
+  InterleaveReport report;
+  const InterleavePlan plan = plan_interleave(weights_, k);
+  if (plan.entries.empty()) return report;
+  const bool views_are_file_mapping = file_->container() == "gguf";  // else owned buffers
+  const std::byte* copies = nullptr;
+  if (!cache_dir.empty()) {
+    Result<InterleavedCache> c = open_or_build_interleaved_cache(plan, file_->path(), cache_dir, pool, views_are_file_mapping);
+    if (c.ok()) {
+      report.cache_path = c.value().file.path();
+      report.cache_built = c.value().built;
+      copies = c.value().data;
+      interleaved_file_ = std::move(c).value().file;
+    } else {
+      report.cache_error = c.status().message();
+    }
+  }
+  if (copies == nullptr) {
+    Result<HugeBuffer> mem = HugeBuffer::allocate(plan.n_bytes, "interleaved weights");
+    if (!mem.ok()) {
+      report.cache_error += (report.cache_error.empty() ? "" : "; ") + mem.status().message();
+      return report;  // the kernels keep reading the file's layout
+    }
+    interleaved_memory_ = std::move(mem).value();
+    pack_interleaved(plan, interleaved_memory_.data(), pool, PackRelease{views_are_file_mapping, false});
+    copies = interleaved_memory_.data();
+  }
+  bind_interleaved(plan, copies);
+  for (const InterleavePlan::Entry& e : plan.entries) report.n_bytes += e.n_bytes;
+  if (views_are_file_mapping) {
+    // The file's matrices are no longer read; unmap what packing touched (a neighbour's
+    // bytes re-fault from the page cache if ever read: the mapping is read-only). The
+    // embedding is now read a few rows per step only: on 4 KiB pages, so that a row does
+    // not map 2 MiB of it into the resident set.
+    // When every matrix has its copy, nothing but embedding rows is read from the file
+    // any more (the small vectors are copies too): unmap all of it, and map it back on
+    // 4 KiB pages, so that a row does not bring 2 MiB of the file into the resident set.
+    bool all_copied = true;
+    for (const LayerWeights& l : weights_.layers)
+      for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+        all_copied = all_copied && t->interleaved != nullptr;
+    all_copied = all_copied && weights_.output.interleaved != nullptr;
+    const auto [lo, hi] = weight_range(*file_);
+    if (all_copied) {
+      const uintptr_t from = lo & ~(kHugePage - 1);
+      madvise(reinterpret_cast<void*>(from), hi - from, MADV_NOHUGEPAGE);
+    }
+    if (all_copied) release_pages(reinterpret_cast<const std::byte*>(lo), hi - lo);
+    else for (const InterleavePlan::Entry& e : plan.entries) release_pages(e.t->data, e.t->n_bytes);
+  }
+  return report;
+}
 
 Model::Model() = default;
 Model::~Model() = default;

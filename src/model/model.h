@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/huge_buffer.h"
+#include "base/mapped_file.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "gguf/model_file.h"
@@ -72,6 +74,21 @@ class Model {
   const gguf::ModelFile& file() const { return *file_; }
   const ModelLimits& limits() const { return limits_; }
 
+  // Gives the matrices copies in the interleaved layout of k's kernels (weights.h,
+  // InterleavePlan); forward() with the same table then reads only the copies. With a
+  // cache_dir the copies come from a cache file there (interleaved_cache.h: mmapped, built
+  // on first use); without one, or when the cache cannot be used (reason in the report),
+  // they are packed into memory. The GGUF pages the copies were made from are unmapped
+  // from this process (they stay in the page cache).
+  struct InterleaveReport {
+    size_t n_bytes = 0;            // bytes of the copies (0: k has no interleaved kernels)
+    std::string cache_path;        // the cache file used, or empty (copies in memory)
+    bool cache_built = false;      // the cache file was written by this call
+    std::string cache_error;       // why the cache was not used, if it was asked for
+  };
+  InterleaveReport interleave_weights(const kernels::KernelTable& k, ThreadPool& pool,
+                                      const std::string& cache_dir);
+
   // Runs the batch through all layers, writing each token's K/V into the cache, and
   // returns logits [batch.logit_rows.size()][n_vocab], valid until the next forward().
   std::span<const float> forward(const kernels::KernelTable& k, ThreadPool& pool,
@@ -86,6 +103,8 @@ class Model {
   std::unique_ptr<gguf::ModelFile> file_;
   HParams hp_;
   ModelWeights weights_;
+  HugeBuffer interleaved_memory_;  // the interleaved copies, when packed in memory
+  MappedFile interleaved_file_;    // the interleaved copies, when from a cache file
   ModelLimits limits_;
   std::unique_ptr<Workspace> ws_;
   TapFn tap_;

@@ -1,6 +1,12 @@
 #include "model/weights.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
 #include <string>
+#include <utility>
 
 #include "kernels/ops.h"
 
@@ -46,12 +52,14 @@ class Binder {
     if (v.n_elements() != n || v.ne[0] != n)
       return error("model: tensor '" + name + "' has shape " + v.shape_string() + ", expected " +
                    shape_str({n}));
-    if (v.dtype == DType::kF32) return reinterpret_cast<const float*>(v.data);
-    if (v.dtype != DType::kF16 && v.dtype != DType::kBF16)
+    if (v.dtype != DType::kF32 && v.dtype != DType::kF16 && v.dtype != DType::kBF16)
       return error("model: tensor '" + name + "' has type " + std::string(dtype_name(v.dtype)) +
                    " (norms and biases must be f32, f16 or bf16)");
+    // Copied even when f32: a few KiB each, and the file's pages around them (2 MiB each
+    // when the page cache holds huge folios) then need not stay mapped.
     std::vector<float>& out = w_.owned_f32.emplace_back(n);
-    kernels::dequantize_row(v.dtype, v.data, out.data(), n);
+    if (v.dtype == DType::kF32) std::memcpy(out.data(), v.data, n * sizeof(float));
+    else kernels::dequantize_row(v.dtype, v.data, out.data(), n);
     return static_cast<const float*>(out.data());
   }
 
@@ -117,12 +125,77 @@ Result<ModelWeights> bind_weights(const gguf::ModelFile& f, const HParams& hp) {
   return w;
 }
 
+namespace {
+
+std::vector<TensorView*> matrices(ModelWeights& w) {
+  std::vector<TensorView*> out;
+  for (LayerWeights& l : w.layers)
+    for (TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) out.push_back(t);
+  out.push_back(&w.output);
+  return out;
+}
+
+size_t read_bytes(const TensorView& t) { return t.interleaved ? t.interleaved_n_bytes : t.n_bytes; }
+
+}  // namespace
+
+InterleavePlan plan_interleave(ModelWeights& w, const kernels::KernelTable& k) {
+  InterleavePlan plan;
+  constexpr size_t kAlign = 64;
+  for (TensorView* t : matrices(w)) {
+    const kernels::MatmulKernels* mk = kernels::find_matmul_kernels(k, t->dtype);
+    if (mk == nullptr || mk->interleaved.layout == nullptr) continue;
+    const kernels::InterleavedKernels& ik = mk->interleaved;
+    const size_t n_groups = static_cast<size_t>((t->n_rows() + ik.rows - 1) / ik.rows);
+    const size_t n_bytes = n_groups * ik.group_bytes(t->ne[0]);
+    plan.entries.push_back({t, &ik, plan.n_bytes, n_bytes});
+    plan.n_bytes += (n_bytes + kAlign - 1) / kAlign * kAlign;
+  }
+  return plan;
+}
+
+void release_pages(const std::byte* p, size_t n) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t lo = (a + page - 1) & ~(page - 1), hi = (a + n) & ~(page - 1);
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
+void pack_interleaved(const InterleavePlan& plan, std::byte* dst, ThreadPool& pool, PackRelease release) {
+  // Chunks of up to kGroupsPerChunk groups of one matrix, claimed by the pool's threads.
+  constexpr int64_t kGroupsPerChunk = 64;
+  std::vector<std::pair<size_t, int64_t>> chunks;  // (entry, first group)
+  for (size_t e = 0; e < plan.entries.size(); ++e) {
+    const int64_t rows = plan.entries[e].ik->rows;
+    const int64_t n_groups = (plan.entries[e].t->n_rows() + rows - 1) / rows;
+    for (int64_t g = 0; g < n_groups; g += kGroupsPerChunk) chunks.emplace_back(e, g);
+  }
+  pool.for_chunks(pool.n_threads(), static_cast<int64_t>(chunks.size()), [&](int64_t c, int) {
+    const InterleavePlan::Entry& e = plan.entries[chunks[c].first];
+    const TensorView& t = *e.t;
+    const int64_t rows = e.ik->rows, g0 = chunks[c].second;
+    const int64_t r0 = g0 * rows, r1 = std::min(t.n_rows(), r0 + kGroupsPerChunk * rows);
+    std::byte* out = dst + e.offset + g0 * e.ik->group_bytes(t.ne[0]);
+    e.ik->pack(t.ne[0], t.row(r0), t.row_stride_bytes(), r1 - r0, out);
+    if (release.source) release_pages(t.row(r0), (r1 - r0) * t.row_stride_bytes());
+    if (release.dest) release_pages(out, ((r1 - r0 + rows - 1) / rows) * e.ik->group_bytes(t.ne[0]));
+  });
+}
+
+void bind_interleaved(const InterleavePlan& plan, const std::byte* base) {
+  for (const InterleavePlan::Entry& e : plan.entries) {
+    e.t->interleaved = base + e.offset;
+    e.t->interleaved_layout = e.ik->layout;
+    e.t->interleaved_n_bytes = e.n_bytes;
+  }
+}
+
 uint64_t weight_bytes_per_token(const ModelWeights& w, const HParams& hp) {
   uint64_t n = 0;
   for (const LayerWeights& l : w.layers)
-    n += l.wq.n_bytes + l.wk.n_bytes + l.wv.n_bytes + l.wo.n_bytes + l.w_gate.n_bytes +
-         l.w_up.n_bytes + l.w_down.n_bytes;
-  n += w.output.n_bytes + w.tok_embd.row_stride_bytes();
+    n += read_bytes(l.wq) + read_bytes(l.wk) + read_bytes(l.wv) + read_bytes(l.wo) + read_bytes(l.w_gate) +
+         read_bytes(l.w_up) + read_bytes(l.w_down);
+  n += read_bytes(w.output) + w.tok_embd.row_stride_bytes();
   return n;
 }
 

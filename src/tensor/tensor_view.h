@@ -17,6 +17,12 @@ struct TensorView {
   int64_t ne[4] = {1, 1, 1, 1};  // elements per dimension, innermost first
   const std::byte* data = nullptr;  // points into an mmap or an owned buffer
   size_t n_bytes = 0;
+  // Optional copy of a matrix in a kernel's row-interleaved layout (kernel_table.h,
+  // InterleavedKernels), made by the model at load; `data` stays valid beside it. The
+  // layout name says which kernels may read it; null when there is no copy.
+  const std::byte* interleaved = nullptr;
+  const char* interleaved_layout = nullptr;
+  size_t interleaved_n_bytes = 0;
 
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
   int64_t n_rows() const { return ne[1] * ne[2] * ne[3]; }

@@ -1,0 +1,406 @@
+// AVX-512 VNNI kernels for matrices repacked into row-interleaved groups (the
+// InterleavedKernels of kernel_table.h): q8_0, q4_0, q4_K, q6_K.
+//
+// Why: decode reads every weight once per token, so its speed is the speed at which the
+// weights stream from memory. In the GGUF layout the 16 rows a vector kernel works on are
+// 16 streams side by side; the hardware prefetchers follow them poorly and every block
+// needs gathers of the 16 rows' scales and a cross-lane reduction (matmul_avx512.cc).
+// Here the 16 rows of a group are interleaved once, at load, so that
+//
+//   * a group is one contiguous run of bytes, and a thread's share of a matrix is one
+//     contiguous run of groups: a single forward stream that the prefetchers follow at full
+//     bandwidth, with no software prefetch;
+//   * every 64-byte load holds the same 4 consecutive elements (or nibble pairs) of the 16
+//     rows, so one vpdpbusd with a broadcast activation dword advances all 16 rows and lane
+//     r of every accumulator is row r: no reduction, no gather;
+//   * each block's 16 scales are one contiguous vector (f16, widened by vcvtph2ps).
+//
+// Quants keep their width (q4 nibbles stay packed; the nibble split costs two logic ops per
+// 64 bytes), so the copy is the size of the GGUF tensor (q4_K: +2.8%, its 6-bit scales are
+// stored as bytes). The same kernels serve prefill (many activation columns) with no
+// per-call packing.
+//
+// Arithmetic is the scalar reference's, block by block, with exact int32 block sums (see
+// matmul_avx512.cc), so results equal vec_dot bit for bit.
+#include "kernels/matmul_avx512_common.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/kernel_table.h"
+#include "kernels/kernels_isa_common.h"
+#include "kernels/quant_blocks.h"
+
+namespace lumen::kernels {
+namespace {
+
+// ---- layouts ------------------------------------------------------------------------------
+//
+// A group is 16 rows; per block index ib the group holds one "group block" of the 16 rows'
+// blocks ib. Below, [a][b] u32 means a-major arrays of little-endian dwords, r = row 0..15.
+//
+// q8_0 "q8_0x16", 544 bytes per 32 elements:
+//   [g = 0..7][r] u32   qs[4g .. 4g+3] of row r, each byte + 128 (unsigned)       512
+//   [r] f16             d                                                          32
+// q4_0 "q4_0x16", 288 bytes per 32 elements:
+//   [k = 0..3][r] u32   qs[4k .. 4k+3] of row r: low nibbles elements 4k .. 4k+3,
+//                       high nibbles elements 16 + 4k ..                           256
+//   [r] f16             d                                                          32
+// q4_K "q4_Kx16", 2368 bytes per 256 elements:
+//   [c = 0..3][k = 0..7][r] u32  qs[32c + 4k ..] of row r: low nibbles elements
+//                       64c + 4k .. (sub-block 2c), high nibbles 64c + 32 + 4k ..   2048
+//   [s = 0..7][r] u8    sc[s]                                                      128
+//   [s = 0..7][r] u8    m[s]                                                       128
+//   [r] f16 d, [r] f16 dmin                                                         64
+// q6_K "q6_Kx16", 3360 bytes per 256 elements:
+//   [h = 0..1][k = 0..7] { [r] u32 ql[64h + 4k ..], [r] u32 ql[64h + 32 + 4k ..],
+//                          [r] u32 qh[32h + 4k ..] }                               3072
+//   [s = 0..15][r] i8   scales[s]                                                  256
+//   [r] f16             d                                                           32
+//   (quarter qi of half h: element 128h + 32qi + 4k .. from ql dword A (qi 0, 2: low,
+//    high nibbles) or B (qi 1, 3), and bits 2qi, 2qi + 1 of the qh dword.)
+constexpr size_t kQ8_0GroupBlock = 544;
+constexpr size_t kQ4_0GroupBlock = 288;
+constexpr size_t kQ4_KGroupBlock = 2368;
+constexpr size_t kQ6_KGroupBlock = 3360;
+
+template <size_t kGroupBlock, int kBlock>
+size_t group_bytes(int64_t n) {
+  return static_cast<size_t>(n / kBlock) * kGroupBlock;
+}
+
+void put_u32(std::byte* dst, const void* src) { std::memcpy(dst, src, 4); }
+uint32_t get_u32(const void* src) {
+  uint32_t v;
+  std::memcpy(&v, src, 4);
+  return v;
+}
+
+// Packs n_rows rows into groups: Fill(rows, ib, group_block) writes one group block from
+// the 16 rows' blocks ib (rows past n_rows repeat the last row).
+template <typename Block, size_t kGroupBlock, int kBlock, typename Fill>
+void pack_groups(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* dst, Fill fill) {
+  const int64_t nb = n / kBlock;
+  for (int64_t r0 = 0; r0 < n_rows; r0 += kRows) {
+    const Block* rows[kRows];
+    for (int r = 0; r < kRows; ++r)
+      rows[r] = reinterpret_cast<const Block*>(w + std::min<int64_t>(r0 + r, n_rows - 1) * w_stride);
+    std::byte* g = dst + (r0 / kRows) * nb * kGroupBlock;
+    for (int64_t ib = 0; ib < nb; ++ib) fill(rows, ib, g + ib * kGroupBlock);
+  }
+}
+
+void pack_q8_0(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* dst) {
+  pack_groups<BlockQ8_0, kQ8_0GroupBlock, kQk>(
+      n, w, w_stride, n_rows, dst, [](const BlockQ8_0* const* rows, int64_t ib, std::byte* gb) {
+        for (int r = 0; r < kRows; ++r) {
+          const BlockQ8_0& b = rows[r][ib];
+          for (int g = 0; g < 8; ++g) {
+            const uint32_t u = get_u32(b.qs + 4 * g) ^ 0x80808080u;
+            put_u32(gb + 64 * g + 4 * r, &u);
+          }
+          std::memcpy(gb + 512 + 2 * r, &b.d_f16, 2);
+        }
+      });
+}
+
+void pack_q4_0(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* dst) {
+  pack_groups<BlockQ4_0, kQ4_0GroupBlock, kQk>(
+      n, w, w_stride, n_rows, dst, [](const BlockQ4_0* const* rows, int64_t ib, std::byte* gb) {
+        for (int r = 0; r < kRows; ++r) {
+          const BlockQ4_0& b = rows[r][ib];
+          for (int k = 0; k < 4; ++k) put_u32(gb + 64 * k + 4 * r, b.qs + 4 * k);
+          std::memcpy(gb + 256 + 2 * r, &b.d_f16, 2);
+        }
+      });
+}
+
+void pack_q4_k(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* dst) {
+  pack_groups<BlockQ4_K, kQ4_KGroupBlock, kQkK>(
+      n, w, w_stride, n_rows, dst, [](const BlockQ4_K* const* rows, int64_t ib, std::byte* gb) {
+        for (int r = 0; r < kRows; ++r) {
+          const BlockQ4_K& b = rows[r][ib];
+          for (int c = 0; c < 4; ++c)
+            for (int k = 0; k < 8; ++k) put_u32(gb + (8 * c + k) * 64 + 4 * r, b.qs + 32 * c + 4 * k);
+          uint8_t sc[8], mn[8];
+          unpack_q4_k_scales(b.scales, sc, mn);
+          for (int s = 0; s < 8; ++s) {
+            gb[2048 + 16 * s + r] = static_cast<std::byte>(sc[s]);
+            gb[2176 + 16 * s + r] = static_cast<std::byte>(mn[s]);
+          }
+          std::memcpy(gb + 2304 + 2 * r, &b.d_f16, 2);
+          std::memcpy(gb + 2336 + 2 * r, &b.dmin_f16, 2);
+        }
+      });
+}
+
+void pack_q6_k(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* dst) {
+  pack_groups<BlockQ6_K, kQ6_KGroupBlock, kQkK>(
+      n, w, w_stride, n_rows, dst, [](const BlockQ6_K* const* rows, int64_t ib, std::byte* gb) {
+        for (int r = 0; r < kRows; ++r) {
+          const BlockQ6_K& b = rows[r][ib];
+          for (int h = 0; h < 2; ++h) {
+            for (int k = 0; k < 8; ++k) {
+              std::byte* q = gb + (8 * h + k) * 192 + 4 * r;
+              put_u32(q, b.ql + 64 * h + 4 * k);
+              put_u32(q + 64, b.ql + 64 * h + 32 + 4 * k);
+              put_u32(q + 128, b.qh + 32 * h + 4 * k);
+            }
+          }
+          for (int s = 0; s < 16; ++s) gb[3072 + 16 * s + r] = static_cast<std::byte>(b.scales[s]);
+          std::memcpy(gb + 3328 + 2 * r, &b.d_f16, 2);
+        }
+      });
+}
+
+// ---- side data of q8_K activation rows -----------------------------------------------------
+
+// q4_K, per block (32 bytes): [s = 0..7] int32 sum of the 32 quants of sub-block s.
+size_t q4_k_side_bytes(int64_t n) { return static_cast<size_t>(n / kQkK) * 32; }
+void prepare_side_q4_k(const std::byte* xq, int64_t n, std::byte* side) {
+  const auto* bx = reinterpret_cast<const BlockQ8_K*>(xq);
+  for (int64_t ib = 0; ib < n / kQkK; ++ib) {
+    for (int s = 0; s < 8; ++s) {
+      const int32_t v = int32_t{bx[ib].bsums[2 * s]} + bx[ib].bsums[2 * s + 1];
+      std::memcpy(side + ib * 32 + 4 * s, &v, 4);
+    }
+  }
+}
+
+// q6_K, per block (64 bytes): [s = 0..15] int32 -32 * (sum of the 16 quants of sub-block s),
+// the q6 offset's share of the sub-block's sum (the start value of its integer dot).
+size_t q6_k_side_bytes(int64_t n) { return static_cast<size_t>(n / kQkK) * 64; }
+void prepare_side_q6_k(const std::byte* xq, int64_t n, std::byte* side) {
+  const auto* bx = reinterpret_cast<const BlockQ8_K*>(xq);
+  for (int64_t ib = 0; ib < n / kQkK; ++ib) {
+    for (int s = 0; s < 16; ++s) {
+      const int32_t v = -32 * int32_t{bx[ib].bsums[s]};
+      std::memcpy(side + ib * 64 + 4 * s, &v, 4);
+    }
+  }
+}
+
+// ---- group tiles: one group of 16 rows against C activation rows -------------------------
+
+// q8_0 / q4_0: sumf += (float)sumi * (d_w * d_x) per block; the side data holds d_x and the
+// unsigned weights' offset correction.
+template <bool kNibbles, int C>
+void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side,
+             size_t ss, __mmask16 mask, float* y, int64_t ys) {
+  constexpr size_t kGroupBlock = kNibbles ? kQ4_0GroupBlock : kQ8_0GroupBlock;
+  constexpr size_t kScales = kNibbles ? 256 : 512;
+  const __m512i m4 = _mm512_set1_epi8(15);
+  __m512 acc[C];
+  #pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    const std::byte* gb = group + ib * kGroupBlock;
+    const std::byte* xb = x + ib * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, qs);
+    __m512i s[C];
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) s[c] = bcast_i32(side + c * ss + ib * 8 + 4);
+    if constexpr (kNibbles) {
+      // Two chains per column (low, high nibbles) so that one block's 8 dot steps are not
+      // one serial dependency.
+      __m512i s_hi[C];
+      #pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) s_hi[c] = _mm512_setzero_si512();
+      #pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const __m512i q = load512(gb + 64 * k);
+        const __m512i lo = _mm512_and_si512(q, m4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        #pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) {
+          s[c] = _mm512_dpbusd_epi32(s[c], lo, bcast_i32(xb + c * xs + 4 * k));
+          s_hi[c] = _mm512_dpbusd_epi32(s_hi[c], hi, bcast_i32(xb + c * xs + 16 + 4 * k));
+        }
+      }
+      #pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) s[c] = _mm512_add_epi32(s[c], s_hi[c]);
+    } else {
+      #pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) {
+        const __m512i q = load512(gb + 64 * g);
+        #pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) s[c] = _mm512_dpbusd_epi32(s[c], q, bcast_i32(xb + c * xs + 4 * g));
+      }
+    }
+    const __m512 dw = _mm512_cvtph_ps(load256(gb + kScales));
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      const __m512 d = _mm512_mul_ps(dw, bcast_f32(side + c * ss + ib * 8));
+      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(s[c]), d));
+    }
+  }
+  #pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ys, mask, acc[c]);
+}
+
+// q4_K: acc += (d_x * d_w) * (float)sumi, acc_m += (-d_x * dmin_w) * (float)summ per block,
+// result acc + acc_m; sumi = sum_s sc[s] * (q4 . q8 over s), summ = sum_s m[s] * bsum[s].
+template <int C>
+void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side,
+               size_t ss, __mmask16 mask, float* y, int64_t ys) {
+  const __m512i m4 = _mm512_set1_epi8(15);
+  __m512 acc[C], acc_m[C];
+  #pragma GCC unroll 4
+  for (int c = 0; c < C; ++c) acc[c] = acc_m[c] = _mm512_setzero_ps();
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    const std::byte* gb = group + ib * kQ4_KGroupBlock;
+    const std::byte* xb = x + ib * sizeof(BlockQ8_K);
+    __m512i sumi[C], summ[C];
+    #pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) sumi[c] = summ[c] = _mm512_setzero_si512();
+    #pragma GCC unroll 1
+    for (int cc = 0; cc < 4; ++cc) {
+      __m512i tl[C], th[C];
+      #pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) tl[c] = th[c] = _mm512_setzero_si512();
+      const std::byte* xq = xb + offsetof(BlockQ8_K, qs) + 64 * cc;
+      #pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        const __m512i q = load512(gb + (8 * cc + k) * 64);
+        const __m512i lo = _mm512_and_si512(q, m4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        #pragma GCC unroll 4
+        for (int c = 0; c < C; ++c) {
+          tl[c] = _mm512_dpbusd_epi32(tl[c], lo, bcast_i32(xq + c * xs + 4 * k));
+          th[c] = _mm512_dpbusd_epi32(th[c], hi, bcast_i32(xq + c * xs + 32 + 4 * k));
+        }
+      }
+      const __m512i scl = _mm512_cvtepu8_epi32(load128(gb + 2048 + 16 * (2 * cc)));
+      const __m512i sch = _mm512_cvtepu8_epi32(load128(gb + 2048 + 16 * (2 * cc + 1)));
+      #pragma GCC unroll 4
+      for (int c = 0; c < C; ++c)
+        sumi[c] = _mm512_add_epi32(sumi[c], _mm512_add_epi32(_mm512_mullo_epi32(tl[c], scl), _mm512_mullo_epi32(th[c], sch)));
+    }
+    #pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+      const __m512i mv = _mm512_cvtepu8_epi32(load128(gb + 2176 + 16 * s));
+      #pragma GCC unroll 4
+      for (int c = 0; c < C; ++c)
+        summ[c] = _mm512_add_epi32(summ[c], _mm512_mullo_epi32(mv, bcast_i32(side + c * ss + ib * 32 + 4 * s)));
+    }
+    const __m512 dw = _mm512_cvtph_ps(load256(gb + 2304));
+    const __m512 dminw = _mm512_cvtph_ps(load256(gb + 2336));
+    #pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) {
+      float dx;
+      std::memcpy(&dx, xb + c * xs + offsetof(BlockQ8_K, d), 4);
+      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(dx), dw), _mm512_cvtepi32_ps(sumi[c])));
+      acc_m[c] = _mm512_add_ps(acc_m[c], _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(-dx), dminw), _mm512_cvtepi32_ps(summ[c])));
+    }
+  }
+  #pragma GCC unroll 4
+  for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ys, mask, _mm512_add_ps(acc[c], acc_m[c]));
+}
+
+// q6_K: acc += (d_x * d_w) * (float)sumi per block, sumi = sum_s scales[s] * ((q6 - 32) . q8
+// over s); each sub-block's dot starts at the side data's -32 * bsum[s].
+template <int C>
+void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side,
+               size_t ss, __mmask16 mask, float* y, int64_t ys) {
+  const __m512i m4 = _mm512_set1_epi8(15);
+  const __m512i m2lo = _mm512_set1_epi8(0x03);
+  const __m512i m2mid = _mm512_set1_epi8(0x0c);
+  const __m512i m2hi = _mm512_set1_epi8(0x30);
+  __m512 acc[C];
+  #pragma GCC unroll 4
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    const std::byte* gb = group + ib * kQ6_KGroupBlock;
+    const std::byte* xb = x + ib * sizeof(BlockQ8_K);
+    const std::byte* sb = side + ib * 64;
+    __m512i sumi[C];
+    #pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) sumi[c] = _mm512_setzero_si512();
+    #pragma GCC unroll 1
+    for (int hk = 0; hk < 4; ++hk) {  // half h = hk / 2; dwords k of 4 * (hk % 2) .. + 3
+      const int h = hk >> 1, kk = hk & 1;
+      // Sub-block of quarter qi: 8h + 2qi + kk.
+      __m512i t[4][C];
+      #pragma GCC unroll 4
+      for (int qi = 0; qi < 4; ++qi) {
+        #pragma GCC unroll 4
+        for (int c = 0; c < C; ++c) t[qi][c] = bcast_i32(sb + c * ss + 4 * (8 * h + 2 * qi + kk));
+      }
+      #pragma GCC unroll 4
+      for (int k = 4 * kk; k < 4 * kk + 4; ++k) {
+        const std::byte* q = gb + (8 * h + k) * 192;
+        const __m512i la = load512(q), lb = load512(q + 64), hb = load512(q + 128);
+        __m512i v[4];
+        v[0] = _mm512_or_si512(_mm512_and_si512(la, m4), _mm512_slli_epi16(_mm512_and_si512(hb, m2lo), 4));
+        v[1] = _mm512_or_si512(_mm512_and_si512(lb, m4), _mm512_slli_epi16(_mm512_and_si512(hb, m2mid), 2));
+        v[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(la, 4), m4), _mm512_and_si512(hb, m2hi));
+        v[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lb, 4), m4),
+                               _mm512_and_si512(_mm512_srli_epi16(hb, 2), m2hi));
+        const std::byte* xq = xb + offsetof(BlockQ8_K, qs) + 128 * h + 4 * k;
+        #pragma GCC unroll 4
+        for (int qi = 0; qi < 4; ++qi) {
+          #pragma GCC unroll 4
+          for (int c = 0; c < C; ++c) t[qi][c] = _mm512_dpbusd_epi32(t[qi][c], v[qi], bcast_i32(xq + c * xs + 32 * qi));
+        }
+      }
+      #pragma GCC unroll 4
+      for (int qi = 0; qi < 4; ++qi) {
+        const __m512i sc = _mm512_cvtepi8_epi32(load128(gb + 3072 + 16 * (8 * h + 2 * qi + kk)));
+        #pragma GCC unroll 4
+        for (int c = 0; c < C; ++c) sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(t[qi][c], sc));
+      }
+    }
+    const __m512 dw = _mm512_cvtph_ps(load256(gb + 3328));
+    #pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) {
+      float dx;
+      std::memcpy(&dx, xb + c * xs + offsetof(BlockQ8_K, d), 4);
+      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(dx), dw), _mm512_cvtepi32_ps(sumi[c])));
+    }
+  }
+  #pragma GCC unroll 4
+  for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ys, mask, acc[c]);
+}
+
+template <int C> struct TileQ8_0 {
+  static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
+                  __mmask16 m, float* y, int64_t ys) { tile_q8<false, C>(nb, g, x, xs, s, ss, m, y, ys); }
+};
+template <int C> struct TileQ4_0 {
+  static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
+                  __mmask16 m, float* y, int64_t ys) { tile_q8<true, C>(nb, g, x, xs, s, ss, m, y, ys); }
+};
+template <int C> struct TileQ4_K {
+  static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
+                  __mmask16 m, float* y, int64_t ys) { tile_q4_k<C>(nb, g, x, xs, s, ss, m, y, ys); }
+};
+template <int C> struct TileQ6_K {
+  static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
+                  __mmask16 m, float* y, int64_t ys) { tile_q6_k<C>(nb, g, x, xs, s, ss, m, y, ys); }
+};
+
+// n_rows rows = consecutive groups from `groups`, each against every activation row.
+template <int kBlock, size_t kGroupBlock, int kCols, template <int> class Tile>
+void gemm_groups(int64_t n, const std::byte* groups, int64_t n_rows, const std::byte* x, size_t xs,
+                 const std::byte* side, size_t ss, int64_t n_cols, float* y, int64_t ys) {
+  const int64_t nb = n / kBlock;
+  const size_t stride = static_cast<size_t>(nb) * kGroupBlock;
+  for (int64_t r0 = 0; r0 < n_rows; r0 += kRows)
+    TileSet<kCols, Tile>::run(nb, groups + (r0 / kRows) * stride, n_rows - r0, x, xs, side, ss, n_cols, y + r0, ys);
+}
+
+}  // namespace
+
+void override_matmul_interleaved_avx512(KernelTable& t) {
+  t.mm_q8_0.interleaved = {"q8_0x16", kRows, &group_bytes<kQ8_0GroupBlock, kQk>, &q8_side_bytes,
+                           &prepare_side_q8<7>, &pack_q8_0, &gemm_groups<kQk, kQ8_0GroupBlock, 8, TileQ8_0>};
+  t.mm_q4_0.interleaved = {"q4_0x16", kRows, &group_bytes<kQ4_0GroupBlock, kQk>, &q8_side_bytes,
+                           &prepare_side_q8<3>, &pack_q4_0, &gemm_groups<kQk, kQ4_0GroupBlock, 8, TileQ4_0>};
+  t.mm_q4_k.interleaved = {"q4_Kx16", kRows, &group_bytes<kQ4_KGroupBlock, kQkK>, &q4_k_side_bytes,
+                           &prepare_side_q4_k, &pack_q4_k, &gemm_groups<kQkK, kQ4_KGroupBlock, 4, TileQ4_K>};
+  t.mm_q6_k.interleaved = {"q6_Kx16", kRows, &group_bytes<kQ6_KGroupBlock, kQkK>, &q6_k_side_bytes,
+                           &prepare_side_q6_k, &pack_q6_k, &gemm_groups<kQkK, kQ6_KGroupBlock, 2, TileQ6_K>};
+}
+
+}  // namespace lumen::kernels

@@ -1,0 +1,134 @@
+#include "model/interleaved_cache.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+namespace lumen::model {
+namespace {
+
+constexpr char kMagic[8] = {'L', 'U', 'M', 'E', 'N', 'I', 'L', '1'};
+constexpr uint64_t kDataOffset = uint64_t{2} << 20;
+constexpr size_t kFixedHeader = 8 + 8 + 8 + 4;
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+Result<std::string> cache_key(const InterleavePlan& plan, const std::string& model_path) {
+  std::error_code ec;
+  const std::filesystem::path canon = std::filesystem::canonical(model_path, ec);
+  if (ec) return error("interleaved cache: cannot resolve '" + model_path + "': " + ec.message());
+  struct stat st {};
+  if (::stat(canon.c_str(), &st) != 0) return error("interleaved cache: cannot stat '" + canon.string() + "': " + std::strerror(errno));
+  std::string key = "lumen interleaved weights, format 1|" + canon.string() + "|" + std::to_string(st.st_size) + "|" +
+                    std::to_string(int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec) + "|" +
+                    std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + "|";
+  for (const InterleavePlan::Entry& e : plan.entries)
+    key += std::string(e.ik->layout) + ":" + std::to_string(e.t->ne[0]) + "x" + std::to_string(e.t->n_rows()) + "@" +
+           std::to_string(e.offset) + "+" + std::to_string(e.n_bytes) + ";";
+  return key;
+}
+
+std::string header_bytes(const std::string& key, uint64_t data_bytes) {
+  std::string h(kMagic, sizeof(kMagic));
+  auto put = [&](const void* p, size_t n) { h.append(static_cast<const char*>(p), n); };
+  put(&kDataOffset, 8);
+  put(&data_bytes, 8);
+  const uint32_t key_bytes = static_cast<uint32_t>(key.size());
+  put(&key_bytes, 4);
+  h += key;
+  return h;
+}
+
+// The mapped file if it is a complete cache for `key`, else a reason why not.
+Result<MappedFile> open_valid(const std::string& path, const std::string& key, uint64_t data_bytes) {
+  LUMEN_ASSIGN_OR_RETURN(MappedFile f, MappedFile::open(path));
+  const std::string want = header_bytes(key, data_bytes);
+  if (f.size() != kDataOffset + data_bytes) return error("interleaved cache '" + path + "' has the wrong size");
+  if (std::memcmp(f.data(), want.data(), want.size()) != 0)
+    return error("interleaved cache '" + path + "' was made from another file or version");
+  return f;
+}
+
+Status build(const InterleavePlan& plan, const std::string& key, const std::string& path, ThreadPool& pool,
+             bool release_source) {
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  const std::string header = header_bytes(key, plan.n_bytes);
+  if (header.size() > kDataOffset) return error("interleaved cache: header too large");
+  const size_t size = kDataOffset + plan.n_bytes;
+  const int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return error("interleaved cache: cannot create '" + tmp + "': " + std::strerror(errno));
+  auto fail = [&](const std::string& what) {
+    const std::string msg = "interleaved cache: " + what + " '" + tmp + "': " + std::strerror(errno);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return error(msg);
+  };
+  // Reserve the blocks now: a full disk must be an error here, not a SIGBUS while packing.
+  if (int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(size)); rc != 0) {
+    errno = rc;
+    return fail("cannot reserve " + std::to_string(size) + " bytes for");
+  }
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return fail("cannot map");
+  auto* base = static_cast<std::byte*>(p);
+  std::memcpy(base, header.data(), header.size());
+  pack_interleaved(plan, base + kDataOffset, pool, PackRelease{release_source, true});
+  munmap(p, size);
+  if (::fdatasync(fd) != 0) return fail("cannot write");
+  // Drop the freshly written (small) pages from the page cache: the first reader, through a
+  // MADV_HUGEPAGE mapping, then fills it with 2 MiB folios (see MappedFile::advise_hugepages).
+  (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string msg = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return error("interleaved cache: cannot rename '" + tmp + "' to '" + path + "': " + msg);
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<std::string> interleaved_cache_path(const InterleavePlan& plan, const std::string& model_path,
+                                           const std::string& cache_dir) {
+  LUMEN_ASSIGN_OR_RETURN(const std::string key, cache_key(plan, model_path));
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016" PRIx64, fnv1a(key));
+  const std::string stem = std::filesystem::path(model_path).stem().string();
+  return (std::filesystem::path(cache_dir) / (stem + "-" + hex + ".lumen-il")).string();
+}
+
+Result<InterleavedCache> open_or_build_interleaved_cache(const InterleavePlan& plan, const std::string& model_path,
+                                                         const std::string& cache_dir, ThreadPool& pool,
+                                                         bool release_source) {
+  LUMEN_ASSIGN_OR_RETURN(const std::string key, cache_key(plan, model_path));
+  LUMEN_ASSIGN_OR_RETURN(const std::string path, interleaved_cache_path(plan, model_path, cache_dir));
+  InterleavedCache c;
+  if (Result<MappedFile> f = open_valid(path, key, plan.n_bytes); f.ok()) {
+    c.file = std::move(f).value();
+  } else {
+    std::error_code ec;
+    std::filesystem::create_directories(cache_dir, ec);
+    if (ec) return error("interleaved cache: cannot create directory '" + cache_dir + "': " + ec.message());
+    LUMEN_TRY(build(plan, key, path, pool, release_source));
+    LUMEN_ASSIGN_OR_RETURN(c.file, open_valid(path, key, plan.n_bytes));
+    c.built = true;
+  }
+  c.file.advise_hugepages();
+  c.data = c.file.data() + kDataOffset;
+  return c;
+}
+
+}  // namespace lumen::model

@@ -1,0 +1,48 @@
+// The interleaved-weights cache: a model's interleaved matrices (weights.h, InterleavePlan)
+// written once to a file beside nothing else, then mmapped on every later load. Loading stays
+// an mmap (no repacking, no fresh anonymous memory to fault in: on this VM class, touching
+// fresh memory costs ~2 ms per MiB the first time), the copy lives in the page cache shared
+// by every process that serves the model, and the GGUF itself is left untouched, so
+// llama.cpp and lumen keep reading the same file.
+//
+// File layout:
+//
+//   [0, data_offset)              header: "LUMENIL1" | u64 data_offset | u64 data_bytes |
+//                                 u32 key_bytes | key (text)
+//   [data_offset, + data_bytes)   the plan's buffer (data_offset = 2 MiB, so the data can
+//                                 sit on 2 MiB page-cache folios)
+//
+// The key names the source exactly: format version, the GGUF's canonical path, size, mtime
+// (ns), device and inode, and every entry's layout, shape, offset and size. A file whose
+// header, key or size differs is not used; it is rebuilt. The file is written under a
+// temporary name, space reserved with fallocate (a full disk is an error, not a SIGBUS),
+// synced, then renamed into place, so a reader never sees a partial file.
+#pragma once
+
+#include <string>
+
+#include "base/mapped_file.h"
+#include "base/status.h"
+#include "base/thread_pool.h"
+#include "model/weights.h"
+
+namespace lumen::model {
+
+struct InterleavedCache {
+  MappedFile file;
+  const std::byte* data = nullptr;  // the plan's buffer inside `file`
+  bool built = false;               // written by this call (else found valid)
+};
+
+// The cache file's path for this model and plan under cache_dir.
+Result<std::string> interleaved_cache_path(const InterleavePlan& plan, const std::string& model_path,
+                                           const std::string& cache_dir);
+
+// Maps the valid cache file for (model, plan) under cache_dir, building it first (packing
+// on the pool from the model's views) when it is missing or stale. Errors name the file.
+// release_source: the views are a read-only file mapping whose pages packing may unmap.
+Result<InterleavedCache> open_or_build_interleaved_cache(const InterleavePlan& plan, const std::string& model_path,
+                                                         const std::string& cache_dir, ThreadPool& pool,
+                                                         bool release_source);
+
+}  // namespace lumen::model

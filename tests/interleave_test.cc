@@ -1,0 +1,159 @@
+// Interleaved weights (kernel_table.h, InterleavedKernels): the copies change no output, and
+// their cache file (model/interleaved_cache.h) is built once, reused, rebuilt when stale or
+// damaged, and replaced by an in-memory copy when it cannot be written.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "base/shared_dir.h"
+#include "engine/engine.h"
+#include "gguf/model_file.h"
+#include "kernels/kernel_table.h"
+#include "kernels/ops.h"
+#include "model/model.h"
+
+namespace lumen {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string model_path() { return shared_dir() + "/models/TinyStories-656K/TinyStories-656K-Q8_0.gguf"; }
+
+// A fresh directory under the test temp dir.
+fs::path temp_dir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  fs::path p = fs::path(base ? base : fs::temp_directory_path().string()) /
+               ("lumen-interleave-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+std::vector<int32_t> greedy(const engine::EngineConfig& cfg, int n) {
+  engine::EngineConfig c = cfg;
+  c.n_threads = 2;
+  c.n_ctx = 256;
+  c.max_batch_tokens = 64;
+  auto e = engine::Engine::create(model_path(), c);
+  EXPECT_TRUE(e.ok()) << e.message();
+  if (!e.ok()) return {};
+  engine::Request r;
+  r.prompt_ids = (*e)->tokenizer().encode("Once upon a time, there was a little girl who loved to play in the park", true, false);
+  r.params.max_tokens = n;
+  r.params.ignore_eos = true;
+  r.params.sampling.temperature = 0;
+  EXPECT_TRUE((*e)->add_request(r).ok());
+  std::vector<int32_t> out;
+  while ((*e)->has_work())
+    for (engine::RequestEvent& ev : (*e)->step()) out.insert(out.end(), ev.new_token_ids.begin(), ev.new_token_ids.end());
+  return out;
+}
+
+model::Model::InterleaveReport interleave(const std::string& path, const std::string& cache_dir,
+                                          const kernels::KernelTable& k = kernels::best_kernel_table()) {
+  auto file = gguf::open_model(path);
+  EXPECT_TRUE(file.ok()) << file.message();
+  model::ModelLimits limits;
+  limits.max_batch_tokens = 16;
+  limits.max_logit_rows = 1;
+  limits.max_ctx = 64;
+  limits.n_threads = 2;
+  auto m = model::Model::load(std::move(file).value(), limits);
+  EXPECT_TRUE(m.ok()) << m.message();
+  ThreadPool pool(2);
+  return m.value().interleave_weights(k, pool, cache_dir);
+}
+
+bool has_interleaved_kernels() {
+  return kernels::best_kernel_table().mm_q8_0.interleaved.layout != nullptr;
+}
+
+// Prefill (many activation rows) and decode (one) through the copies give the tokens the
+// file's layout gives, whether the copies are in memory or in the cache file.
+TEST(Interleave, OutputsEqualTheFileLayout) {
+  engine::EngineConfig off;
+  off.interleave_weights = false;
+  const std::vector<int32_t> want = greedy(off, 40);
+  ASSERT_EQ(want.size(), 40u);
+  engine::EngineConfig mem;
+  EXPECT_EQ(greedy(mem, 40), want) << "interleaved in memory";
+  engine::EngineConfig cached;
+  cached.interleave_cache_dir = temp_dir("outputs").string();
+  EXPECT_EQ(greedy(cached, 40), want) << "interleaved cache, built";
+  EXPECT_EQ(greedy(cached, 40), want) << "interleaved cache, reused";
+}
+
+TEST(Interleave, CacheIsBuiltOnceReusedAndRebuiltWhenStale) {
+  if (!has_interleaved_kernels()) GTEST_SKIP() << "no interleaved kernels on this CPU";
+  const fs::path dir = temp_dir("cache");
+  const fs::path model = dir / "model.gguf";  // a copy whose mtime the test may change
+  fs::copy_file(model_path(), model);
+  const std::string cache = (dir / "cache").string();
+
+  const model::Model::InterleaveReport first = interleave(model.string(), cache);
+  EXPECT_TRUE(first.cache_error.empty()) << first.cache_error;
+  EXPECT_GT(first.n_bytes, 0u);
+  EXPECT_TRUE(first.cache_built);
+  ASSERT_FALSE(first.cache_path.empty());
+  EXPECT_EQ(fs::path(first.cache_path).parent_path(), fs::path(cache));
+  const auto size = fs::file_size(first.cache_path);
+  EXPECT_GT(size, first.n_bytes);
+
+  const model::Model::InterleaveReport second = interleave(model.string(), cache);
+  EXPECT_FALSE(second.cache_built) << "a valid cache must be reused";
+  EXPECT_EQ(second.cache_path, first.cache_path);
+
+  // Damaged header: rebuilt in place.
+  {
+    std::fstream f(first.cache_path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(40);
+    f.put('#');
+  }
+  const model::Model::InterleaveReport damaged = interleave(model.string(), cache);
+  EXPECT_TRUE(damaged.cache_built) << "a damaged cache must be rebuilt";
+  EXPECT_EQ(fs::file_size(first.cache_path), size);
+
+  // Truncated: rebuilt.
+  fs::resize_file(first.cache_path, size / 2);
+  const model::Model::InterleaveReport truncated = interleave(model.string(), cache);
+  EXPECT_TRUE(truncated.cache_built) << "a truncated cache must be rebuilt";
+  EXPECT_EQ(fs::file_size(first.cache_path), size);
+
+  // The model file changed (new mtime): a new cache file, not the old one.
+  const struct timespec times[2] = {{0, UTIME_OMIT}, {1234567890, 0}};
+  ASSERT_EQ(utimensat(AT_FDCWD, model.c_str(), times, 0), 0);
+  const model::Model::InterleaveReport changed = interleave(model.string(), cache);
+  EXPECT_TRUE(changed.cache_built);
+  EXPECT_NE(changed.cache_path, first.cache_path);
+
+  // No temporary files left behind.
+  for (const auto& entry : fs::directory_iterator(cache))
+    EXPECT_EQ(entry.path().extension(), ".lumen-il") << entry.path();
+  fs::remove_all(dir);
+}
+
+TEST(Interleave, UnwritableCacheFallsBackToMemoryWithAReason) {
+  if (!has_interleaved_kernels()) GTEST_SKIP() << "no interleaved kernels on this CPU";
+  const fs::path dir = temp_dir("unwritable");
+  const fs::path blocker = dir / "not-a-dir";
+  std::ofstream(blocker) << "x";
+  const model::Model::InterleaveReport r = interleave(model_path(), (blocker / "cache").string());
+  EXPECT_GT(r.n_bytes, 0u) << "the copies must still be made, in memory";
+  EXPECT_TRUE(r.cache_path.empty());
+  EXPECT_NE(r.cache_error.find("not-a-dir"), std::string::npos) << r.cache_error;
+  fs::remove_all(dir);
+}
+
+TEST(Interleave, TablesWithoutInterleavedKernelsCopyNothing) {
+  const model::Model::InterleaveReport r = interleave(model_path(), "", kernels::reference_kernel_table());
+  EXPECT_EQ(r.n_bytes, 0u);
+  EXPECT_TRUE(r.cache_path.empty());
+  EXPECT_TRUE(r.cache_error.empty());
+}
+
+}  // namespace
+}  // namespace lumen
