@@ -250,6 +250,24 @@ TEST(KernelsParity, VecDotAndGemm) {
   log.report();
 }
 
+// n_cols activation rows quantized by table `mr` (cycling through acts), row_bytes apart.
+std::vector<std::byte> quantized_columns(const MatmulKernels& mr, const std::vector<Activation>& acts, int64_t n,
+                                         int64_t n_cols) {
+  const size_t xs = row_bytes(mr.act_dtype, n);
+  std::vector<std::byte> xq(xs * n_cols);
+  for (int64_t c = 0; c < n_cols; ++c) mr.quantize_act(acts[c % acts.size()].x.data(), xq.data() + c * xs, n);
+  return xq;
+}
+
+// The side data of every activation row (ss bytes each; none when prepare is null).
+std::vector<std::byte> side_data(PrepareSideFn prepare, const std::vector<std::byte>& xq, size_t xs, int64_t n,
+                                 size_t ss, int64_t n_cols) {
+  std::vector<std::byte> side(ss * n_cols + 1);
+  if (prepare)
+    for (int64_t c = 0; c < n_cols; ++c) prepare(xq.data() + c * xs, n, side.data() + c * ss);
+  return side;
+}
+
 // The panel (prefill) path: pack + prepare_side + panel gemm equal the same table's vec_dot
 // bit for bit, for every panel height and column count (tile tails included). Tables whose
 // integer block dots follow the reference's block order ("avx512") also equal the
@@ -268,12 +286,9 @@ TEST(KernelsParity, PanelGemm) {
       for (int64_t n : {block, 3 * block, 19 * block}) {
         const int64_t n_rows_max = pk.rows > 0 ? pk.rows : 16;
         for (const Weights& wt : adversarial_weights(rng, dt, n_rows_max, n)) {
-          const std::vector<Activation> acts = adversarial_activations(rng, n);
           const int64_t n_cols = 19;  // > every tile width, odd tail
           const size_t xs = row_bytes(mr->act_dtype, n);
-          std::vector<std::byte> xq(xs * n_cols);
-          for (int64_t c = 0; c < n_cols; ++c)
-            mr->quantize_act(acts[c % acts.size()].x.data(), xq.data() + c * xs, n);
+          const std::vector<std::byte> xq = quantized_columns(*mr, adversarial_activations(rng, n), n, n_cols);
           const size_t ws = row_bytes(dt, n);
           const std::string where = std::string(t->name) + " " + std::string(dtype_name(dt)) +
                                     " n=" + std::to_string(n) + " w=" + wt.name;
@@ -290,9 +305,7 @@ TEST(KernelsParity, PanelGemm) {
           }
           if (pk.rows == 0) continue;
           const size_t ss = pk.side_bytes(n);
-          std::vector<std::byte> side(ss * n_cols + 1);
-          if (pk.prepare_side)
-            for (int64_t c = 0; c < n_cols; ++c) pk.prepare_side(xq.data() + c * xs, n, side.data() + c * ss);
+          const std::vector<std::byte> side = side_data(pk.prepare_side, xq, xs, n, ss, n_cols);
           std::vector<std::byte> panel(pk.panel_bytes(n));
           for (int64_t n_rows : {int64_t{1}, int64_t{5}, n_rows_max}) {
             for (int64_t cols : {int64_t{1}, int64_t{4}, int64_t{7}, n_cols}) {
@@ -337,16 +350,11 @@ TEST(KernelsParity, InterleavedGemm) {
       for (int64_t n : {block, 3 * block, 19 * block}) {
         const int64_t n_rows_max = 2 * ik.rows + 5;
         for (const Weights& wt : adversarial_weights(rng, dt, n_rows_max, n)) {
-          const std::vector<Activation> acts = adversarial_activations(rng, n);
           const int64_t n_cols = 19;  // > every tile width, odd tail
           const size_t xs = row_bytes(mr->act_dtype, n);
-          std::vector<std::byte> xq(xs * n_cols);
-          for (int64_t c = 0; c < n_cols; ++c)
-            mr->quantize_act(acts[c % acts.size()].x.data(), xq.data() + c * xs, n);
+          const std::vector<std::byte> xq = quantized_columns(*mr, adversarial_activations(rng, n), n, n_cols);
           const size_t ss = ik.side_bytes(n);
-          std::vector<std::byte> side(ss * n_cols + 1);
-          if (ik.prepare_side)
-            for (int64_t c = 0; c < n_cols; ++c) ik.prepare_side(xq.data() + c * xs, n, side.data() + c * ss);
+          const std::vector<std::byte> side = side_data(ik.prepare_side, xq, xs, n, ss, n_cols);
           const size_t ws = row_bytes(dt, n);
           const std::string where = std::string(t->name) + " " + std::string(dtype_name(dt)) +
                                     " n=" + std::to_string(n) + " w=" + wt.name;

@@ -578,15 +578,9 @@ void panel_tile_q8(int64_t nb, const std::byte* panel, const std::byte* x, size_
       #pragma GCC unroll 16
       for (int c = 0; c < C; ++c) s[c] = _mm512_dpbusd_epi32(s[c], wv, bcast_i32(xb + c * xs + 4 * gi));
     }
-    const __m512 dw = _mm512_loadu_ps(reinterpret_cast<const float*>(pb + 512));
-    #pragma GCC unroll 16
-    for (int c = 0; c < C; ++c) {
-      const __m512 d = _mm512_mul_ps(dw, bcast_f32(side + c * ss + ib * 8));
-      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(s[c]), d));
-    }
+    add_q8_block<C>(acc, side + ib * 8, ss, _mm512_loadu_ps(reinterpret_cast<const float*>(pb + 512)), s);
   }
-  #pragma GCC unroll 16
-  for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ys, mask, acc[c]);
+  store_cols<C>(acc, nullptr, mask, y, ys);
 }
 
 // ---- q4_K panels -------------------------------------------------------------------------
@@ -673,18 +667,10 @@ void panel_tile_q4_k(int64_t nb, const std::byte* panel, const std::byte* x, siz
       for (int c = 0; c < C; ++c)
         summ[c] = _mm512_dpwssd_epi32(summ[c], mv, bcast_i32(xb + c * xs + offsetof(BlockQ8_K, bsums) + 4 * s));
     }
-    const __m512 dw = _mm512_loadu_ps(reinterpret_cast<const float*>(pb + 5120));
-    const __m512 dminw = _mm512_loadu_ps(reinterpret_cast<const float*>(pb + 5184));
-    #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) {
-      float dx;
-      std::memcpy(&dx, xb + c * xs + offsetof(BlockQ8_K, d), 4);
-      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(dx), dw), _mm512_cvtepi32_ps(sumi[c])));
-      acc_m[c] = _mm512_add_ps(acc_m[c], _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(-dx), dminw), _mm512_cvtepi32_ps(summ[c])));
-    }
+    add_k_block<C>(acc, xb, xs, _mm512_loadu_ps(reinterpret_cast<const float*>(pb + 5120)), sumi);
+    add_k_block_mins<C>(acc_m, xb, xs, _mm512_loadu_ps(reinterpret_cast<const float*>(pb + 5184)), summ);
   }
-  #pragma GCC unroll 8
-  for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ys, mask, _mm512_add_ps(acc[c], acc_m[c]));
+  store_cols<C>(acc, acc_m, mask, y, ys);
 }
 
 // ---- q6_K panels -------------------------------------------------------------------------
@@ -781,17 +767,11 @@ void panel_tile_q6_k(int64_t nb, const std::byte* panel, const std::byte* x, siz
       for (int c = 0; c < C; ++c)
         bs[c] = _mm512_dpwssd_epi32(bs[c], sv, bcast_i32(xb + c * xs + offsetof(BlockQ8_K, bsums) + 4 * k));
     }
-    const __m512 dw = _mm512_loadu_ps(reinterpret_cast<const float*>(pb + 5632));
     #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) {
-      float dx;
-      std::memcpy(&dx, xb + c * xs + offsetof(BlockQ8_K, d), 4);
-      const __m512i s = _mm512_sub_epi32(sumi[c], _mm512_slli_epi32(bs[c], 5));
-      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(dx), dw), _mm512_cvtepi32_ps(s)));
-    }
+    for (int c = 0; c < C; ++c) sumi[c] = _mm512_sub_epi32(sumi[c], _mm512_slli_epi32(bs[c], 5));
+    add_k_block<C>(acc, xb, xs, _mm512_loadu_ps(reinterpret_cast<const float*>(pb + 5632)), sumi);
   }
-  #pragma GCC unroll 8
-  for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ys, mask, acc[c]);
+  store_cols<C>(acc, nullptr, mask, y, ys);
 }
 
 // ---- panel gemm drivers ----------------------------------------------------------------

@@ -65,6 +65,48 @@ void prepare_side_q8(const std::byte* xq, int64_t n, std::byte* side) {
   }
 }
 
+// The reference's float steps of a K-format block for C activation rows (lane r = row r;
+// xb: the block's q8_K activation, row c at xb + c * xs):
+//   acc   += (d_x * d_w) * (float)sumi
+//   acc_m += (-d_x * dmin_w) * (float)summ      (q4_K only)
+template <int C>
+[[gnu::always_inline]] inline void add_k_block(__m512* acc, const std::byte* xb, size_t xs, __m512 dw,
+                                               const __m512i* sumi) {
+  #pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) {
+    float dx;
+    std::memcpy(&dx, xb + c * xs + offsetof(BlockQ8_K, d), 4);
+    acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(dx), dw), _mm512_cvtepi32_ps(sumi[c])));
+  }
+}
+template <int C>
+[[gnu::always_inline]] inline void add_k_block_mins(__m512* acc_m, const std::byte* xb, size_t xs, __m512 dminw,
+                                                    const __m512i* summ) {
+  #pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) {
+    float dx;
+    std::memcpy(&dx, xb + c * xs + offsetof(BlockQ8_K, d), 4);
+    acc_m[c] = _mm512_add_ps(acc_m[c], _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(-dx), dminw), _mm512_cvtepi32_ps(summ[c])));
+  }
+}
+// The reference's float step of a q8_0 / q4_0 block for C activation rows (side: the block's
+// prepare_side_q8 data, row c at side + c * ss): acc += (float)sumi * (d_w * d_x).
+template <int C>
+[[gnu::always_inline]] inline void add_q8_block(__m512* acc, const std::byte* side, size_t ss, __m512 dw,
+                                                const __m512i* sumi) {
+  #pragma GCC unroll 8
+  for (int c = 0; c < C; ++c)
+    acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(sumi[c]), _mm512_mul_ps(dw, bcast_f32(side + c * ss))));
+}
+// y[c * ys + r] = acc[c] lane r (+ acc_m[c] lane r when given), for the rows in mask.
+template <int C>
+[[gnu::always_inline]] inline void store_cols(const __m512* acc, const __m512* acc_m, __mmask16 mask, float* y,
+                                              int64_t ys) {
+  #pragma GCC unroll 8
+  for (int c = 0; c < C; ++c)
+    _mm512_mask_storeu_ps(y + c * ys, mask, acc_m ? _mm512_add_ps(acc[c], acc_m[c]) : acc[c]);
+}
+
 // A panel of up to 16 rows against n_cols activation rows, kCols at a time, the tail by the
 // narrower tiles: Tile<C>::run(nb, panel, x, xs, side, ss, mask, y, ys) handles C columns.
 template <int kCols, template <int> class Tile>

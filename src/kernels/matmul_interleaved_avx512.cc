@@ -228,15 +228,9 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
         for (int c = 0; c < C; ++c) s[c] = _mm512_dpbusd_epi32(s[c], q, bcast_i32(xb + c * xs + 4 * g));
       }
     }
-    const __m512 dw = _mm512_cvtph_ps(load256(gb + kScales));
-    #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) {
-      const __m512 d = _mm512_mul_ps(dw, bcast_f32(side + c * ss + ib * 8));
-      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(s[c]), d));
-    }
+    add_q8_block<C>(acc, side + ib * 8, ss, _mm512_cvtph_ps(load256(gb + kScales)), s);
   }
-  #pragma GCC unroll 8
-  for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ys, mask, acc[c]);
+  store_cols<C>(acc, nullptr, mask, y, ys);
 }
 
 // q4_K: acc += (d_x * d_w) * (float)sumi, acc_m += (-d_x * dmin_w) * (float)summ per block,
@@ -284,18 +278,10 @@ void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
       for (int c = 0; c < C; ++c)
         summ[c] = _mm512_add_epi32(summ[c], _mm512_mullo_epi32(mv, bcast_i32(side + c * ss + ib * 32 + 4 * s)));
     }
-    const __m512 dw = _mm512_cvtph_ps(load256(gb + 2304));
-    const __m512 dminw = _mm512_cvtph_ps(load256(gb + 2336));
-    #pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) {
-      float dx;
-      std::memcpy(&dx, xb + c * xs + offsetof(BlockQ8_K, d), 4);
-      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(dx), dw), _mm512_cvtepi32_ps(sumi[c])));
-      acc_m[c] = _mm512_add_ps(acc_m[c], _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(-dx), dminw), _mm512_cvtepi32_ps(summ[c])));
-    }
+    add_k_block<C>(acc, xb, xs, _mm512_cvtph_ps(load256(gb + 2304)), sumi);
+    add_k_block_mins<C>(acc_m, xb, xs, _mm512_cvtph_ps(load256(gb + 2336)), summ);
   }
-  #pragma GCC unroll 4
-  for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ys, mask, _mm512_add_ps(acc[c], acc_m[c]));
+  store_cols<C>(acc, acc_m, mask, y, ys);
 }
 
 // q6_K: acc += (d_x * d_w) * (float)sumi per block, sumi = sum_s scales[s] * ((q6 - 32) . q8
@@ -351,16 +337,9 @@ void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
         for (int c = 0; c < C; ++c) sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(t[qi][c], sc));
       }
     }
-    const __m512 dw = _mm512_cvtph_ps(load256(gb + 3328));
-    #pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) {
-      float dx;
-      std::memcpy(&dx, xb + c * xs + offsetof(BlockQ8_K, d), 4);
-      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(dx), dw), _mm512_cvtepi32_ps(sumi[c])));
-    }
+    add_k_block<C>(acc, xb, xs, _mm512_cvtph_ps(load256(gb + 3328)), sumi);
   }
-  #pragma GCC unroll 4
-  for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ys, mask, acc[c]);
+  store_cols<C>(acc, nullptr, mask, y, ys);
 }
 
 template <int C> struct TileQ8_0 {
