@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -123,6 +124,13 @@ TEST(Interleave, CacheIsBuiltOnceReusedAndRebuiltWhenStale) {
   EXPECT_TRUE(truncated.cache_built) << "a truncated cache must be rebuilt";
   EXPECT_EQ(fs::file_size(first.cache_path), size);
 
+  // Another model's cache in the same directory (here: the same bytes at another path).
+  const fs::path other = dir / "other.gguf";
+  fs::copy_file(model, other);
+  const model::Model::InterleaveReport other_report = interleave(other.string(), cache);
+  EXPECT_TRUE(other_report.cache_built);
+  EXPECT_NE(other_report.cache_path, first.cache_path);
+
   // The model file changed (new mtime): a new cache file, not the old one.
   const struct timespec times[2] = {{0, UTIME_OMIT}, {1234567890, 0}};
   ASSERT_EQ(utimensat(AT_FDCWD, model.c_str(), times, 0), 0);
@@ -130,9 +138,14 @@ TEST(Interleave, CacheIsBuiltOnceReusedAndRebuiltWhenStale) {
   EXPECT_TRUE(changed.cache_built);
   EXPECT_NE(changed.cache_path, first.cache_path);
 
-  // No temporary files left behind.
-  for (const auto& entry : fs::directory_iterator(cache))
-    EXPECT_EQ(entry.path().extension(), ".lumen-il") << entry.path();
+  // The old version's file is gone (it can never be valid again), the other model's stays,
+  // and no temporary files are left behind.
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(cache)) files.push_back(entry.path().string());
+  std::sort(files.begin(), files.end());
+  std::vector<std::string> want = {changed.cache_path, other_report.cache_path};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(files, want);
   fs::remove_all(dir);
 }
 

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <system_error>
 
 namespace lumen::model {
@@ -25,13 +26,16 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
+// The start of every key made from the model file at `canon`.
+std::string key_prefix(const std::filesystem::path& canon) { return "lumen interleaved weights, format 1|" + canon.string() + "|"; }
+
 Result<std::string> cache_key(const InterleavePlan& plan, const std::string& model_path) {
   std::error_code ec;
   const std::filesystem::path canon = std::filesystem::canonical(model_path, ec);
   if (ec) return error("interleaved cache: cannot resolve '" + model_path + "': " + ec.message());
   struct stat st {};
   if (::stat(canon.c_str(), &st) != 0) return error("interleaved cache: cannot stat '" + canon.string() + "': " + std::strerror(errno));
-  std::string key = "lumen interleaved weights, format 1|" + canon.string() + "|" + std::to_string(st.st_size) + "|" +
+  std::string key = key_prefix(canon) + std::to_string(st.st_size) + "|" +
                     std::to_string(int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec) + "|" +
                     std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + "|";
   for (const InterleavePlan::Entry& e : plan.entries)
@@ -99,6 +103,21 @@ Status build(const InterleavePlan& plan, const std::string& key, const std::stri
   return {};
 }
 
+// Removes the other cache files in `dir` made from the same model file (older versions of
+// it): they can never be valid again. A process still using one keeps its mapping.
+void remove_stale(const std::string& dir, const std::string& keep, const std::string& prefix) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::filesystem::path& p = entry.path();
+    if (p.extension() != ".lumen-il" || p == std::filesystem::path(keep)) continue;
+    std::ifstream in(p, std::ios::binary);
+    std::string head(kFixedHeader + prefix.size(), '\0');
+    if (!in.read(head.data(), static_cast<std::streamsize>(head.size()))) continue;
+    if (head.compare(0, sizeof(kMagic), kMagic, sizeof(kMagic)) != 0) continue;
+    if (head.compare(kFixedHeader, prefix.size(), prefix) == 0) std::filesystem::remove(p, ec);
+  }
+}
+
 }  // namespace
 
 Result<std::string> interleaved_cache_path(const InterleavePlan& plan, const std::string& model_path,
@@ -125,6 +144,7 @@ Result<InterleavedCache> open_or_build_interleaved_cache(const InterleavePlan& p
     LUMEN_TRY(build(plan, key, path, pool, release_source));
     LUMEN_ASSIGN_OR_RETURN(c.file, open_valid(path, key, plan.n_bytes));
     c.built = true;
+    remove_stale(cache_dir, path, key_prefix(std::filesystem::canonical(model_path, ec)));
   }
   c.file.advise_hugepages();
   c.data = c.file.data() + kDataOffset;

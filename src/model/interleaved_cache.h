@@ -16,7 +16,8 @@
 // (ns), device and inode, and every entry's layout, shape, offset and size. A file whose
 // header, key or size differs is not used; it is rebuilt. The file is written under a
 // temporary name, space reserved with fallocate (a full disk is an error, not a SIGBUS),
-// synced, then renamed into place, so a reader never sees a partial file.
+// synced, then renamed into place, so a reader never sees a partial file. Building a cache
+// removes the cache files of older versions of the same model file.
 #pragma once
 
 #include <string>
