@@ -667,8 +667,8 @@ void panel_tile_q4_k(int64_t nb, const std::byte* panel, const std::byte* x, siz
       for (int c = 0; c < C; ++c)
         summ[c] = _mm512_dpwssd_epi32(summ[c], mv, bcast_i32(xb + c * xs + offsetof(BlockQ8_K, bsums) + 4 * s));
     }
-    add_k_block<C>(acc, xb, xs, _mm512_loadu_ps(reinterpret_cast<const float*>(pb + 5120)), sumi);
-    add_k_block_mins<C>(acc_m, xb, xs, _mm512_loadu_ps(reinterpret_cast<const float*>(pb + 5184)), summ);
+    add_k_block<C>(acc, xb, xs, 1.0f, _mm512_loadu_ps(reinterpret_cast<const float*>(pb + 5120)), sumi);
+    add_k_block<C>(acc_m, xb, xs, -1.0f, _mm512_loadu_ps(reinterpret_cast<const float*>(pb + 5184)), summ);
   }
   store_cols<C>(acc, acc_m, mask, y, ys);
 }
@@ -769,7 +769,7 @@ void panel_tile_q6_k(int64_t nb, const std::byte* panel, const std::byte* x, siz
     }
     #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) sumi[c] = _mm512_sub_epi32(sumi[c], _mm512_slli_epi32(bs[c], 5));
-    add_k_block<C>(acc, xb, xs, _mm512_loadu_ps(reinterpret_cast<const float*>(pb + 5632)), sumi);
+    add_k_block<C>(acc, xb, xs, 1.0f, _mm512_loadu_ps(reinterpret_cast<const float*>(pb + 5632)), sumi);
   }
   store_cols<C>(acc, nullptr, mask, y, ys);
 }

@@ -66,27 +66,17 @@ void prepare_side_q8(const std::byte* xq, int64_t n, std::byte* side) {
 }
 
 // The reference's float steps of a K-format block for C activation rows (lane r = row r;
-// xb: the block's q8_K activation, row c at xb + c * xs):
-//   acc   += (d_x * d_w) * (float)sumi
-//   acc_m += (-d_x * dmin_w) * (float)summ      (q4_K only)
+// xb: the block's q8_K activation, row c at xb + c * xs), with sign = +1 or -1 (exact):
+//   acc   += (d_x * d_w) * (float)sumi          add_k_block<C>(acc, xb, xs, +1, dw, sumi)
+//   acc_m += (-d_x * dmin_w) * (float)summ      add_k_block<C>(acc_m, xb, xs, -1, dminw, summ)
 template <int C>
-[[gnu::always_inline]] inline void add_k_block(__m512* acc, const std::byte* xb, size_t xs, __m512 dw,
-                                               const __m512i* sumi) {
+[[gnu::always_inline]] inline void add_k_block(__m512* acc, const std::byte* xb, size_t xs, float sign, __m512 d,
+                                               const __m512i* sum) {
   #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) {
     float dx;
     std::memcpy(&dx, xb + c * xs + offsetof(BlockQ8_K, d), 4);
-    acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(dx), dw), _mm512_cvtepi32_ps(sumi[c])));
-  }
-}
-template <int C>
-[[gnu::always_inline]] inline void add_k_block_mins(__m512* acc_m, const std::byte* xb, size_t xs, __m512 dminw,
-                                                    const __m512i* summ) {
-  #pragma GCC unroll 8
-  for (int c = 0; c < C; ++c) {
-    float dx;
-    std::memcpy(&dx, xb + c * xs + offsetof(BlockQ8_K, d), 4);
-    acc_m[c] = _mm512_add_ps(acc_m[c], _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(-dx), dminw), _mm512_cvtepi32_ps(summ[c])));
+    acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(sign * dx), d), _mm512_cvtepi32_ps(sum[c])));
   }
 }
 // The reference's float step of a q8_0 / q4_0 block for C activation rows (side: the block's

@@ -278,8 +278,8 @@ void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
       for (int c = 0; c < C; ++c)
         summ[c] = _mm512_add_epi32(summ[c], _mm512_mullo_epi32(mv, bcast_i32(side + c * ss + ib * 32 + 4 * s)));
     }
-    add_k_block<C>(acc, xb, xs, _mm512_cvtph_ps(load256(gb + 2304)), sumi);
-    add_k_block_mins<C>(acc_m, xb, xs, _mm512_cvtph_ps(load256(gb + 2336)), summ);
+    add_k_block<C>(acc, xb, xs, 1.0f, _mm512_cvtph_ps(load256(gb + 2304)), sumi);
+    add_k_block<C>(acc_m, xb, xs, -1.0f, _mm512_cvtph_ps(load256(gb + 2336)), summ);
   }
   store_cols<C>(acc, acc_m, mask, y, ys);
 }
@@ -337,7 +337,7 @@ void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
         for (int c = 0; c < C; ++c) sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(t[qi][c], sc));
       }
     }
-    add_k_block<C>(acc, xb, xs, _mm512_cvtph_ps(load256(gb + 3328)), sumi);
+    add_k_block<C>(acc, xb, xs, 1.0f, _mm512_cvtph_ps(load256(gb + 3328)), sumi);
   }
   store_cols<C>(acc, nullptr, mask, y, ys);
 }
