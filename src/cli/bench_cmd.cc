@@ -129,9 +129,7 @@ bool weights_on_huge_pages(const model::ModelWeights& w) {
     lo = std::min(lo, p);
     hi = std::max(hi, p + (t.interleaved ? t.interleaved_n_bytes : t.n_bytes));
   };
-  for (const model::LayerWeights& l : w.layers)
-    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) span_of(*t);
-  span_of(w.output);
+  for (const TensorView* t : model::matrices(w)) span_of(*t);
   if (hi <= lo) return false;
   std::ifstream in("/proc/self/smaps");
   std::string line;

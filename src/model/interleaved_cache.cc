@@ -118,22 +118,21 @@ void remove_stale(const std::string& dir, const std::string& keep, const std::st
   }
 }
 
-}  // namespace
-
-Result<std::string> interleaved_cache_path(const InterleavePlan& plan, const std::string& model_path,
-                                           const std::string& cache_dir) {
-  LUMEN_ASSIGN_OR_RETURN(const std::string key, cache_key(plan, model_path));
+// The cache file for `key` under cache_dir: <model stem>-<hash of key>.lumen-il.
+std::string path_for_key(const std::string& key, const std::string& model_path, const std::string& cache_dir) {
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016" PRIx64, fnv1a(key));
   const std::string stem = std::filesystem::path(model_path).stem().string();
   return (std::filesystem::path(cache_dir) / (stem + "-" + hex + ".lumen-il")).string();
 }
 
+}  // namespace
+
 Result<InterleavedCache> open_or_build_interleaved_cache(const InterleavePlan& plan, const std::string& model_path,
                                                          const std::string& cache_dir, ThreadPool& pool,
                                                          bool release_source) {
   LUMEN_ASSIGN_OR_RETURN(const std::string key, cache_key(plan, model_path));
-  LUMEN_ASSIGN_OR_RETURN(const std::string path, interleaved_cache_path(plan, model_path, cache_dir));
+  const std::string path = path_for_key(key, model_path, cache_dir);
   InterleavedCache c;
   if (Result<MappedFile> f = open_valid(path, key, plan.n_bytes); f.ok()) {
     c.file = std::move(f).value();

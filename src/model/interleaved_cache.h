@@ -35,10 +35,6 @@ struct InterleavedCache {
   bool built = false;               // written by this call (else found valid)
 };
 
-// The cache file's path for this model and plan under cache_dir.
-Result<std::string> interleaved_cache_path(const InterleavePlan& plan, const std::string& model_path,
-                                           const std::string& cache_dir);
-
 // Maps the valid cache file for (model, plan) under cache_dir, building it first (packing
 // on the pool from the model's views) when it is missing or stale. Errors name the file.
 // release_source: the views are a read-only file mapping whose pages packing may unmap.

@@ -162,25 +162,20 @@ Model::InterleaveReport Model::interleave_weights(const kernels::KernelTable& k,
   bind_interleaved(plan, copies);
   for (const InterleavePlan::Entry& e : plan.entries) report.n_bytes += e.n_bytes;
   if (views_are_file_mapping) {
-    // The file's matrices are no longer read; unmap what packing touched (a neighbour's
-    // bytes re-fault from the page cache if ever read: the mapping is read-only). The
-    // embedding is now read a few rows per step only: on 4 KiB pages, so that a row does
-    // not map 2 MiB of it into the resident set.
-    // When every matrix has its copy, nothing but embedding rows is read from the file
-    // any more (the small vectors are copies too): unmap all of it, and map it back on
-    // 4 KiB pages, so that a row does not bring 2 MiB of the file into the resident set.
-    bool all_copied = true;
-    for (const LayerWeights& l : weights_.layers)
-      for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-        all_copied = all_copied && t->interleaved != nullptr;
-    all_copied = all_copied && weights_.output.interleaved != nullptr;
-    const auto [lo, hi] = weight_range(*file_);
-    if (all_copied) {
+    // The copied matrices are no longer read from the file: unmap their pages (a
+    // neighbour's bytes re-fault from the page cache if ever read: the mapping is
+    // read-only). When every matrix has its copy, nothing but embedding rows is read from
+    // the file any more (the small vectors are copies too): unmap all of it and map it
+    // back on 4 KiB pages, so that a row does not bring 2 MiB of the file into the
+    // resident set.
+    if (plan.entries.size() == matrices(weights_).size()) {
+      const auto [lo, hi] = weight_range(*file_);
       const uintptr_t from = lo & ~(kHugePage - 1);
       madvise(reinterpret_cast<void*>(from), hi - from, MADV_NOHUGEPAGE);
+      release_pages(reinterpret_cast<const std::byte*>(lo), hi - lo);
+    } else {
+      for (const InterleavePlan::Entry& e : plan.entries) release_pages(e.t->data, e.t->n_bytes);
     }
-    if (all_copied) release_pages(reinterpret_cast<const std::byte*>(lo), hi - lo);
-    else for (const InterleavePlan::Entry& e : plan.entries) release_pages(e.t->data, e.t->n_bytes);
   }
   return report;
 }
@@ -217,11 +212,7 @@ Result<Model> Model::load(gguf::ModelFile file, const ModelLimits& limits) {
   auto need = [&](const TensorView& w, size_t rows) {
     scratch = std::max(scratch, kernels::matmul_scratch_bytes(w.dtype, w.ne[0], rows, limits.n_threads));
   };
-  for (const LayerWeights& l : m.weights_.layers) {
-    for (const TensorView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-      need(*w, T);
-  }
-  need(m.weights_.output, R);
+  for (const TensorView* w : matrices(m.weights_)) need(*w, w == &m.weights_.output ? R : T);
   kernels::AttentionParams ap{hp.n_head, hp.n_kv_head, hp.head_dim, 1.0f};
   scratch = std::max(scratch, kernels::attention_scratch_bytes(ap, T, limits.max_ctx, limits.n_threads));
   ws->scratch.resize(scratch + 64);

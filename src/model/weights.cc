@@ -127,13 +127,22 @@ Result<ModelWeights> bind_weights(const gguf::ModelFile& f, const HParams& hp) {
 
 namespace {
 
-std::vector<TensorView*> matrices(ModelWeights& w) {
-  std::vector<TensorView*> out;
-  for (LayerWeights& l : w.layers)
-    for (TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) out.push_back(t);
+// View is TensorView or const TensorView, Weights ModelWeights with the same constness.
+template <typename View, typename Weights>
+std::vector<View*> matrices_of(Weights& w) {
+  std::vector<View*> out;
+  for (auto& l : w.layers)
+    for (View* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) out.push_back(t);
   out.push_back(&w.output);
   return out;
 }
+
+}  // namespace
+
+std::vector<TensorView*> matrices(ModelWeights& w) { return matrices_of<TensorView>(w); }
+std::vector<const TensorView*> matrices(const ModelWeights& w) { return matrices_of<const TensorView>(w); }
+
+namespace {
 
 size_t read_bytes(const TensorView& t) { return t.interleaved ? t.interleaved_n_bytes : t.n_bytes; }
 
@@ -191,11 +200,8 @@ void bind_interleaved(const InterleavePlan& plan, const std::byte* base) {
 }
 
 uint64_t weight_bytes_per_token(const ModelWeights& w, const HParams& hp) {
-  uint64_t n = 0;
-  for (const LayerWeights& l : w.layers)
-    n += read_bytes(l.wq) + read_bytes(l.wk) + read_bytes(l.wv) + read_bytes(l.wo) + read_bytes(l.w_gate) +
-         read_bytes(l.w_up) + read_bytes(l.w_down);
-  n += read_bytes(w.output) + w.tok_embd.row_stride_bytes();
+  uint64_t n = w.tok_embd.row_stride_bytes();
+  for (const TensorView* t : matrices(w)) n += read_bytes(*t);
   return n;
 }
 

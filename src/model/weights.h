@@ -42,6 +42,11 @@ struct ModelWeights {
 
 Result<ModelWeights> bind_weights(const gguf::ModelFile& file, const HParams& hp);
 
+// Every matrix the forward pass multiplies with, in forward order: each layer's q, k, v, o,
+// gate, up, down, then the output.
+std::vector<TensorView*> matrices(ModelWeights& w);
+std::vector<const TensorView*> matrices(const ModelWeights& w);
+
 // Interleaved copies of the matrices (kernel_table.h, InterleavedKernels): every matrix
 // whose dtype has an interleaved path in a kernel table, laid out one after the other
 // (64-byte aligned) in one buffer. The token embedding keeps only its rows (get_rows);
