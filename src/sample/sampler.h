@@ -98,6 +98,9 @@ class Sampler {
 
 // argmax with ties to the lowest id. NaN entries never win. Precondition: non-empty.
 int32_t argmax(std::span<const float> logits);
+// The same with NaN entries read as -inf (what greedy sampling sees): when nothing is above
+// -inf, id 0.
+int32_t argmax_nan_as_neg_inf(std::span<const float> logits);
 
 // log-softmax helpers used for perplexity and logprobs (double accumulation as
 // llama-perplexity: float max, double sum of expf(l - max)).

@@ -122,6 +122,43 @@ TEST(SamplerGreedy, ArgmaxTiesGoToLowestId) {
   EXPECT_EQ(argmax(std::vector<float>{0.5f, NAN, 0.5f}), 0);
 }
 
+// The lane-parallel argmax against the one-pass definition, on vectors of every length
+// from 1 to 70 (lane tails) mixing ties, NaN, -inf and +inf, and the greedy sampler (which
+// reads NaN as -inf without copying) against argmax of the cleaned copy.
+TEST(SamplerGreedy, ArgmaxMatchesTheSerialDefinition) {
+  auto serial = [](const std::vector<float>& x) {
+    size_t best = 0;
+    while (best + 1 < x.size() && std::isnan(x[best])) ++best;
+    for (size_t i = best + 1; i < x.size(); ++i)
+      if (x[i] > x[best]) best = i;
+    return static_cast<int32_t>(best);
+  };
+  std::mt19937 gen(11);
+  const float specials[] = {NAN, -INFINITY, INFINITY, 2.0f, 2.0f, -1.0f};
+  int checked = 0;
+  for (size_t n = 1; n <= 70; ++n) {
+    for (int round = 0; round < 40; ++round) {
+      std::vector<float> x(n);
+      const int mode = round % 4;  // 0: plain, 1: some specials, 2: mostly NaN/-inf, 3: all one special
+      for (float& v : x) {
+        const float plain = static_cast<float>(static_cast<int>(gen() % 7)) - 3.0f;  // small ints: ties
+        if (mode == 0) v = plain;
+        if (mode == 1) v = gen() % 5 == 0 ? specials[gen() % 6] : plain;
+        if (mode == 2) v = gen() % 8 == 0 ? plain : specials[gen() % 2];
+        if (mode == 3) v = specials[round / 4 % 3];
+      }
+      ASSERT_EQ(argmax(x), serial(x)) << "n=" << n << " round=" << round;
+      std::vector<float> clean = x;
+      for (float& v : clean) v = std::isnan(v) ? -INFINITY : v;
+      ASSERT_EQ(argmax_nan_as_neg_inf(x), serial(clean)) << "n=" << n << " round=" << round;
+      Sampler greedy(SamplingParams{.temperature = 0.0f}, static_cast<int32_t>(n));
+      ASSERT_EQ(greedy.sample(x), serial(clean)) << "n=" << n << " round=" << round;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 70 * 40);
+}
+
 TEST(SamplerGreedy, ZeroOrNegativeTemperatureIsArgmax) {
   const std::vector<float> logits = {0.1f, 2.0f, 7.0f, 7.0f, -3.0f};
   for (float t : {0.0f, -1.0f}) {
