@@ -2,13 +2,18 @@
 // goes parallel). The calling thread takes part as thread 0, so ThreadPool(1) runs inline.
 // Workers spin briefly after each job (decode steps come back-to-back), then sleep.
 //
-// Two kinds of job:
+// Three kinds of job:
 //   run / run_on   strict: fn(thread_idx, n) runs exactly once on each of n threads, and the
 //                  caller waits for all of them (bandwidth and peak-rate probes need that).
 //   for_chunks     dynamic: chunks 0..n_chunks-1 go to whichever thread claims them first,
 //                  and the caller returns as soon as every chunk is done. It never waits for
 //                  a worker that has not claimed a chunk, so a worker that is asleep or
 //                  preempted (a busy machine) cannot stall a step: the caller does its share.
+//   for_ranges     ranged: units 0..n_units-1 start as one contiguous range per thread; a
+//                  thread takes `grain` units at a time from the front of its own range, and
+//                  when that is empty, from the back of the fullest other range. Each thread
+//                  streams one run of memory (what the prefetchers want), and the threads
+//                  still finish within one grain of each other, preempted or not.
 //
 // Job state lives in one 64-bit word, so claiming a chunk is one compare-and-swap that also
 // proves the job is still the one the worker thinks it is:
@@ -16,8 +21,13 @@
 //   bits 63..48  generation (wraps; a stale claim fails unless the whole word matches, and
 //                then the claim is valid for the current job anyway)
 //   bit  47      strict
-//   bits 46..24  n: chunks (dynamic) or threads (strict)
+//   bit  46      ranged
+//   bits 45..24  n: chunks (dynamic) or threads (strict, ranged)
 //   bits 23..0   next chunk to claim (dynamic)
+//
+// A ranged job's ranges are one word per thread, [generation 16 | begin 24 | end 24], each
+// on its own cache line: a claim is a compare-and-swap on it, which proves the generation
+// the same way.
 //
 // The job's function and context are read only after a successful claim (or, in strict
 // mode, after seeing the new generation): the caller cannot publish another job before every
@@ -29,6 +39,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -63,7 +74,7 @@ class ThreadPool {
     }
     if (n_active > n_threads_) n_active = n_threads_;
     using F = std::remove_reference_t<Fn>;
-    dispatch(&invoke_strict<F>, static_cast<void*>(&fn), n_active, /*strict=*/true);
+    dispatch(&invoke_strict<F>, static_cast<void*>(&fn), n_active, Mode::kStrict);
   }
 
   // Calls fn(chunk_idx, thread_idx) for every chunk_idx in [0, n_chunks), each exactly once,
@@ -77,7 +88,24 @@ class ThreadPool {
       return;
     }
     using F = std::remove_reference_t<Fn>;
-    dispatch(&invoke_chunk<F>, static_cast<void*>(&fn), n_chunks, /*strict=*/false);
+    dispatch(&invoke_chunk<F>, static_cast<void*>(&fn), n_chunks, Mode::kDynamic);
+  }
+
+  // Calls fn(begin, end, thread_idx) over disjoint [begin, end) covering [0, n_units), each
+  // at most `grain` long, on up to n_active threads (see the header comment). Returns when
+  // every unit is done. n_active <= 1 runs inline as one call.
+  template <typename Fn>
+  void for_ranges(int n_active, int64_t n_units, int64_t grain, Fn&& fn) {
+    if (n_units <= 0) return;
+    if (n_active <= 1 || n_threads_ == 1 || n_units <= grain) {
+      fn(int64_t{0}, n_units, 0);
+      return;
+    }
+    if (n_active > n_threads_) n_active = n_threads_;
+    using F = std::remove_reference_t<Fn>;
+    grain_.store(grain < 1 ? 1 : grain, std::memory_order_relaxed);
+    n_units_ = n_units;
+    dispatch(&invoke_range<F>, static_cast<void*>(&fn), n_active, Mode::kRanged);
   }
 
   // How many threads work of this size deserves: one per min_work_per_thread units, at
@@ -105,26 +133,42 @@ class ThreadPool {
   }
 
  private:
-  // (ctx, idx, thread_idx): idx is the chunk (dynamic) or the thread count (strict).
-  using RawFn = void (*)(void* ctx, int64_t idx, int thread_idx);
+  enum class Mode { kDynamic, kStrict, kRanged };
+  // (ctx, a, b, thread_idx): a is the chunk (dynamic), the thread count (strict) or the
+  // range's begin (ranged, b its end).
+  using RawFn = void (*)(void* ctx, int64_t a, int64_t b, int thread_idx);
   template <typename Fn>
-  static void invoke_strict(void* ctx, int64_t n_active, int thread_idx) {
+  static void invoke_strict(void* ctx, int64_t n_active, int64_t, int thread_idx) {
     (*static_cast<Fn*>(ctx))(thread_idx, static_cast<int>(n_active));
   }
   template <typename Fn>
-  static void invoke_chunk(void* ctx, int64_t chunk_idx, int thread_idx) {
+  static void invoke_chunk(void* ctx, int64_t chunk_idx, int64_t, int thread_idx) {
     (*static_cast<Fn*>(ctx))(chunk_idx, thread_idx);
   }
+  template <typename Fn>
+  static void invoke_range(void* ctx, int64_t begin, int64_t end, int thread_idx) {
+    (*static_cast<Fn*>(ctx))(begin, end, thread_idx);
+  }
 
-  void dispatch(RawFn fn, void* ctx, int64_t n, bool strict);
+  // n: chunks (dynamic) or active threads (strict, ranged; ranged reads n_units_).
+  void dispatch(RawFn fn, void* ctx, int64_t n, Mode mode);
   // Claims and runs chunks of the dynamic job whose word was last seen as `word`.
   void work_on_chunks(uint64_t word, int thread_idx);
+  // Claims and runs pieces of the ranged job of generation `gen`: its own range first.
+  void work_on_ranges(uint64_t gen, int thread_idx);
+
+  struct alignas(64) RangeSlot {
+    std::atomic<uint64_t> word{0};
+  };
   void worker_loop(int thread_idx);
 
   int n_threads_;
   std::vector<std::thread> workers_;
   std::atomic<uint64_t> job_{0};      // see the header comment
-  std::atomic<int64_t> n_done_{0};    // chunks (dynamic) or threads (strict) finished
+  std::atomic<int64_t> n_done_{0};    // chunks (dynamic), threads (strict) or units (ranged) finished
+  std::atomic<int64_t> grain_{1};     // ranged: units per claim
+  int64_t n_units_ = 0;               // ranged: written by the caller only, before publishing
+  std::unique_ptr<RangeSlot[]> ranges_;  // ranged: one per thread
   std::atomic<RawFn> fn_{nullptr};
   std::atomic<void*> ctx_{nullptr};
   std::atomic<int> n_sleeping_{0};

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -86,6 +87,79 @@ TEST(ThreadPool, ForChunksBalancesAroundASlowThread) {
   });
   EXPECT_EQ(done.load(), 100);
   EXPECT_GE(by_caller.load(), 90);  // the worker was asleep in its first chunk
+}
+
+TEST(ThreadPool, ForRangesCoversEveryUnitOnceInPiecesOfAtMostGrain) {
+  for (int n : {1, 2, 3}) {
+    ThreadPool pool(n);
+    for (int64_t n_units : {1, 2, 7, 64, 1000}) {
+      for (int64_t grain : {1, 3, 64}) {
+        for (int rep = 0; rep < 20; ++rep) {
+          std::vector<std::atomic<int>> hits(n_units);
+          std::atomic<int> bad{0};
+          pool.for_ranges(n, n_units, grain, [&](int64_t b, int64_t e, int thread_idx) {
+            if (b < 0 || e > n_units || b >= e || (n > 1 && n_units > grain && e - b > grain)) bad.fetch_add(1);
+            if (thread_idx < 0 || thread_idx >= n) bad.fetch_add(1);
+            for (int64_t u = std::max<int64_t>(b, 0); u < std::min(e, n_units); ++u) hits[u].fetch_add(1);
+          });
+          ASSERT_EQ(bad.load(), 0) << "n=" << n << " units=" << n_units << " grain=" << grain;
+          for (int64_t u = 0; u < n_units; ++u)
+            ASSERT_EQ(hits[u].load(), 1) << "n=" << n << " units=" << n_units << " grain=" << grain << " unit " << u;
+        }
+      }
+    }
+  }
+}
+
+// Each thread starts on its own contiguous range and walks it forwards: with no stealing
+// (a slow body on every thread keeps them level), thread t's pieces come in ascending order.
+TEST(ThreadPool, ForRangesWalksOwnRangeForwards) {
+  ThreadPool pool(2);
+  std::vector<int64_t> last(2, -1);
+  std::atomic<int> out_of_order{0}, pieces{0};
+  pool.for_ranges(2, 200, 10, [&](int64_t b, int64_t, int thread_idx) {
+    pieces.fetch_add(1);
+    if (b < 100 && thread_idx == 0) {  // the caller's own range is [0, 100)
+      if (b <= last[0]) out_of_order.fetch_add(1);
+      last[0] = b;
+    }
+  });
+  EXPECT_EQ(out_of_order.load(), 0);
+  EXPECT_GE(pieces.load(), 20);
+}
+
+TEST(ThreadPool, ForRangesMixedWithOtherJobs) {
+  ThreadPool pool(3);
+  for (int rep = 0; rep < 2000; ++rep) {
+    const int64_t n_units = 1 + rep % 53;
+    std::atomic<int64_t> sum{0};
+    pool.for_ranges(3, n_units, 1 + rep % 4, [&](int64_t b, int64_t e, int) {
+      for (int64_t u = b; u < e; ++u) sum.fetch_add(u + 1);
+    });
+    ASSERT_EQ(sum.load(), n_units * (n_units + 1) / 2) << "rep " << rep;
+    std::atomic<int64_t> chunks{0};
+    pool.for_chunks(3, 5, [&](int64_t c, int) { chunks.fetch_add(c + 1); });
+    ASSERT_EQ(chunks.load(), 15);
+    std::atomic<int> seen{0};
+    pool.run([&](int, int) { seen.fetch_add(1); });
+    ASSERT_EQ(seen.load(), 3);
+  }
+}
+
+// While the worker is stuck in its first piece, the caller finishes its own range and then
+// steals the rest of the worker's from the back.
+TEST(ThreadPool, ForRangesStealsAroundASlowThread) {
+  ThreadPool pool(2);
+  std::atomic<bool> stall_next_worker_piece{true};
+  std::atomic<int64_t> done{0}, by_caller{0};
+  pool.for_ranges(2, 1000, 5, [&](int64_t b, int64_t e, int thread_idx) {
+    if (thread_idx == 1 && stall_next_worker_piece.exchange(false))
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (thread_idx == 0) by_caller.fetch_add(e - b);
+    done.fetch_add(e - b);
+  });
+  EXPECT_EQ(done.load(), 1000);
+  EXPECT_GE(by_caller.load(), 900);  // all but the worker's first piece or two
 }
 
 }  // namespace

@@ -15,32 +15,29 @@ namespace lumen::kernels {
 namespace {
 
 // Matmul work split. The output rows of all the weights of one call (a fused matmul: q, k
-// and v, or gate and up, share their input) are cut into chunks that the pool's threads
-// claim dynamically, so both cores finish together even when one of them is preempted.
+// and v, or gate and up, share their input) are cut into units of 16 rows (or of one panel)
+// which the pool's threads share out.
 //
-//   decode (few activation rows): chunks of whole 16-row groups, about 4 per thread but
-//     at most ~256 KiB of weights each (the lm_head has ~150 MB); every weight byte is
-//     streamed once from memory by one thread.
+//   decode (few activation rows): each thread starts on its own contiguous range of units
+//     (ThreadPool::for_ranges) and claims kGrainBytes of weights at a time; a thread that
+//     finishes early steals from the back of the other's range. Every weight byte is
+//     streamed once from memory by one thread, each thread's stream is one run of memory
+//     (the prefetchers need a while to ramp up on a new one), and the threads end within
+//     one grain of each other, even when one of them is preempted.
 //   prefill (panel path): a chunk is one panel of rows: the thread packs it into its own
 //     scratch and sweeps every activation row of the batch against it.
-//   interleaved weights (a copy made at load, kernel_table.h): decode-sized chunks of
-//     whole groups for few activation rows (each a contiguous run of memory), one group
-//     per chunk for many (no packing: the copy is already in the kernels' layout).
-//   fallback tiles (tables without a panel path): kRowTile weight rows x kColTile
-//     activation rows, so a weight tile stays in L1/L2 while it meets the whole batch.
+//   interleaved weights (a copy made at load, kernel_table.h): decode as above for few
+//     activation rows, one group per chunk for many (no packing: the copy is already in
+//     the kernels' layout).
+//   fallback tiles (tables without a panel path): ranges as in decode; inside, kRowTile
+//     weight rows x kColTile activation rows, so a weight tile stays in L1/L2 while it meets
+//     the whole batch.
 constexpr int64_t kRowTile = 16;
 constexpr int64_t kColTile = 64;
 constexpr int64_t kRowGroup = 16;
-constexpr size_t kMaxChunkWeightBytes = 256 * 1024;
-constexpr int kChunksPerThread = 4;
-// Interleaved weights are one contiguous stream per chunk, which the prefetchers need a
-// while to ramp up on: fewer, larger chunks (measured, qwen2.5-0.5b q4_0 tg128, 3 runs
-// alternating: 2 per thread / 1 MiB 148, 142, 137 tok/s against 4 / 256 KiB 134, 125, 122;
-// 1 per thread, a static split, was erratic: a preempted thread holds up the matmul).
-constexpr size_t kMaxChunkWeightBytesInterleaved = 1024 * 1024;
-constexpr int kChunksPerThreadInterleaved = 2;
+constexpr size_t kGrainBytes = 128 * 1024;
 // Interleaved weights: from this many activation rows on, a chunk is one group (each
-// group meets the whole batch while it is in cache), below it decode-sized chunks.
+// group meets the whole batch while it is in cache), below it decode-sized ranges.
 constexpr int64_t kInterleavedGroupChunkCols = 8;
 
 constexpr int kMaxRopeDim = 1024;
@@ -168,43 +165,12 @@ void matmul_fused(const KernelTable& k, ThreadPool& pool, std::span<const Matmul
     }
   }
 
-  // 2. y = act * W^T over chunks of output rows of all targets.
-  //    Chunk boundaries: target i's rows get n_chunks_of[i] chunks of rows_per_chunk[i].
-  int64_t rows_per_chunk[kMaxFusedTargets];
-  int64_t chunk_begin[kMaxFusedTargets + 1];
-  chunk_begin[0] = 0;
-  const int64_t target_chunks =
-      static_cast<int64_t>(ik != nullptr ? kChunksPerThreadInterleaved : kChunksPerThread) * n_active;
-  const size_t max_chunk_bytes = ik != nullptr ? kMaxChunkWeightBytesInterleaved : kMaxChunkWeightBytes;
-  for (size_t i = 0; i < targets.size(); ++i) {
-    const TensorView& w = *targets[i].w;
-    const int64_t n_out = w.n_rows();
-    int64_t rows;
-    if (panels) {
-      rows = mk->panel.rows;
-    } else if (ik != nullptr && n_tokens >= kInterleavedGroupChunkCols) {
-      rows = ik->rows;
-    } else {
-      // Share of this target in the wanted chunk count, whole 16-row groups, byte-capped.
-      const int64_t want = std::max<int64_t>(1, target_chunks * n_out / n_out_total);
-      rows = (n_out + want - 1) / want;
-      const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(max_chunk_bytes / w.row_stride_bytes()));
-      rows = std::min(rows, cap);
-      rows = std::max(kRowGroup, (rows + kRowGroup - 1) / kRowGroup * kRowGroup);
-    }
-    rows_per_chunk[i] = rows;
-    chunk_begin[i + 1] = chunk_begin[i] + (n_out + rows - 1) / rows;
-  }
-  const int64_t n_chunks = chunk_begin[targets.size()];
-  pool.for_chunks(n_active, n_chunks, [&](int64_t chunk, int thread_idx) {
-    size_t ti = 0;
-    while (chunk >= chunk_begin[ti + 1]) ++ti;
+  // 2. y = act * W^T over output rows of all targets: rows [row_begin, row_end) of target ti.
+  auto run_rows = [&](size_t ti, int64_t row_begin, int64_t row_end, int thread_idx) {
     const TensorView& w = *targets[ti].w;
     float* y = targets[ti].y;
     const int64_t n_out = w.n_rows();
     const size_t w_stride = w.row_stride_bytes();
-    const int64_t row_begin = (chunk - chunk_begin[ti]) * rows_per_chunk[ti];
-    const int64_t row_end = std::min(n_out, row_begin + rows_per_chunk[ti]);
     if (ik != nullptr) {
       const size_t group_bytes = ik->group_bytes(n_in);
       LUMEN_DCHECK(row_begin % ik->rows == 0);
@@ -227,7 +193,35 @@ void matmul_fused(const KernelTable& k, ThreadPool& pool, std::span<const Matmul
                  y + t0 * n_out + r0, n_out);
       }
     }
-  });
+  };
+
+  // Units of kRowGroup rows, the targets' back to back: target ti has units
+  // [unit_begin[ti], unit_begin[ti + 1]).
+  const int64_t unit_rows = panels ? mk->panel.rows : ik != nullptr ? ik->rows : kRowGroup;
+  int64_t unit_begin[kMaxFusedTargets + 1];
+  unit_begin[0] = 0;
+  for (size_t i = 0; i < targets.size(); ++i)
+    unit_begin[i + 1] = unit_begin[i] + (targets[i].w->n_rows() + unit_rows - 1) / unit_rows;
+  const int64_t n_units = unit_begin[targets.size()];
+  auto run_units = [&](int64_t u0, int64_t u1, int thread_idx) {
+    for (size_t ti = 0; ti < targets.size(); ++ti) {
+      const int64_t b = std::max(u0, unit_begin[ti]), e = std::min(u1, unit_begin[ti + 1]);
+      if (b >= e) continue;
+      const int64_t n_out = targets[ti].w->n_rows();
+      run_rows(ti, (b - unit_begin[ti]) * unit_rows, std::min(n_out, (e - unit_begin[ti]) * unit_rows), thread_idx);
+    }
+  };
+  if (panels || (ik != nullptr && n_tokens >= kInterleavedGroupChunkCols)) {
+    // Many activation rows: one unit (a panel, or an interleaved group) per chunk, each
+    // meeting the whole batch while it is in cache.
+    pool.for_chunks(n_active, n_units, [&](int64_t u, int thread_idx) { run_units(u, u + 1, thread_idx); });
+    return;
+  }
+  // Few activation rows: a contiguous range of units per thread, claimed kGrainBytes at a
+  // time, the ends stolen by whichever thread finishes first.
+  const size_t unit_bytes = static_cast<size_t>(unit_rows) * w0.row_stride_bytes();
+  const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(kGrainBytes / unit_bytes));
+  pool.for_ranges(n_active, n_units, grain, run_units);
 }
 
 void get_rows(const TensorView& w, const int32_t* ids, int64_t n_ids, float* out) {
