@@ -125,6 +125,9 @@ using AttnAccumF32Fn = void (*)(const float* p, const float* v, int64_t n, int32
 using ExpSumFn = double (*)(float* s, int64_t n, float max);
 // y[i] = x[i] widened from fp16 (exact).
 using F16ToF32Fn = void (*)(const uint16_t* x, float* y, int64_t n);
+// y[i] = x[i] rounded to fp16 as f32_to_fp16 (base/fp16.h) does it: nearest even,
+// subnormals, overflow to inf, NaN to the quiet NaN 0x7e00 with x's sign.
+using F32ToF16Fn = void (*)(const float* x, uint16_t* y, int64_t n);
 // max_j s[j] (-inf for n == 0; rows hold no NaN).
 using RowMaxFn = float (*)(const float* s, int64_t n);
 // s[j] = s[j] * scale, then, if round_f16, rounded to the nearest fp16 value (ties to even):
@@ -160,6 +163,7 @@ struct KernelTable {
   AttnAccumF32Fn attn_accum_f32 = nullptr;
   ExpSumFn exp_sum = nullptr;
   F16ToF32Fn f16_to_f32 = nullptr;
+  F32ToF16Fn f32_to_f16 = nullptr;
   RowMaxFn row_max = nullptr;
   ScaleRoundFn scale_round = nullptr;
   AttnScoresGroupFn attn_scores_group_f32 = nullptr;

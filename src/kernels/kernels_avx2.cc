@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "base/fp16.h"
 #include "kernels/kernel_table.h"
 #include "kernels/kernels_isa_common.h"
 #include "kernels/quant_blocks.h"
@@ -527,6 +528,21 @@ void f16_to_f32(const uint16_t* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] = f16(x[i]);
 }
 
+// F16C rounds to nearest even like f32_to_fp16, subnormals and overflow included; only a
+// NaN's payload differs, so a vector holding a NaN takes the scalar path.
+void f32_to_f16(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0) {
+      for (int j = 0; j < 8; ++j) y[i + j] = f32_to_fp16(x[i + j]);
+    } else {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    }
+  }
+  for (; i < n; ++i) y[i] = f32_to_fp16(x[i]);
+}
+
 float row_max(const float* s, int64_t n) {
   __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
   int64_t j = 0;
@@ -592,6 +608,7 @@ void override_kernels_avx2(KernelTable& t) {
   t.attn_accum_f32 = &attn_accum_f32;
   t.exp_sum = &exp_sum;
   t.f16_to_f32 = &f16_to_f32;
+  t.f32_to_f16 = &f32_to_f16;
   t.row_max = &row_max;
   t.scale_round = &scale_round;
   t.attn_scores_group_f32 = &attn_scores_group_loop<&attn_scores_f32>;

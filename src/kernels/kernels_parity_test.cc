@@ -553,6 +553,21 @@ TEST(KernelsParity, AttentionGroupAndSoftmaxSteps) {
       bool same = true;
       for (int64_t i = 0; i < n; ++i) same &= std::memcmp(&f1[i], &f2[i], 4) == 0 || (std::isnan(f1[i]) && std::isnan(f2[i]));
       log.check(same, std::string(t->name) + " f16_to_f32 n=" + std::to_string(n), 1, 0);
+      // f32 -> f16: normals, values that round to fp16 subnormals, zero, to overflow and
+      // at the tie points, infinities, NaN with payloads; bit for bit.
+      std::vector<float> x(n);
+      const float specials[] = {0.0f, -0.0f, 65504.0f, 65520.0f, -65519.99f, 1e-8f, 2.98e-8f, 6.1e-5f,
+                                -3.0e-6f, INFINITY, -INFINITY, NAN, -NAN, 1.00048828125f, 1.000732421875f};
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t bits = static_cast<uint32_t>(rng());
+        std::memcpy(&x[i], &bits, 4);  // every bit pattern: NaN payloads, huge, tiny
+        if (i % 3 == 0) x[i] = specials[rng() % std::size(specials)];
+        if (i % 3 == 1) x[i] = std::ldexp(static_cast<float>(rng() % 4096) - 2048.0f, static_cast<int>(rng() % 40) - 36);
+      }
+      std::vector<uint16_t> h1(n, 0xdead), h2(n, 0xdead);
+      t->f32_to_f16(x.data(), h1.data(), n);
+      ref.f32_to_f16(x.data(), h2.data(), n);
+      log.check(h1 == h2, std::string(t->name) + " f32_to_f16 n=" + std::to_string(n), 1, 0);
     }
   }
   log.report();

@@ -408,6 +408,10 @@ void f16_to_f32(const uint16_t* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_f32(x[i]);
 }
 
+void f32_to_f16(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_fp16(x[i]);
+}
+
 float row_max(const float* s, int64_t n) {
   float m = -INFINITY;
   for (int64_t j = 0; j < n; ++j) m = std::max(m, s[j]);
@@ -454,6 +458,7 @@ KernelTable make_reference_kernel_table() {
   t.attn_accum_f32 = &ref::attn_accum_f32;
   t.exp_sum = &ref::exp_sum;
   t.f16_to_f32 = &ref::f16_to_f32;
+  t.f32_to_f16 = &ref::f32_to_f16;
   t.row_max = &ref::row_max;
   t.scale_round = &ref::scale_round;
   t.attn_scores_group_f32 = &attn_scores_group_loop<&ref::attn_scores_f32>;

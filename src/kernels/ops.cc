@@ -251,35 +251,52 @@ void rms_norm(const KernelTable& k, const float* x, const float* weight, int64_t
 // The angles follow ggml's rope cache exactly: theta_i is built by repeated f32
 // multiplication (theta_0 = pos, theta_{i+1} = theta_i * powf(base, -2/d)), divided by
 // the frequency factor, times freq_scale, then cosf / sinf in f32.
-void rope(const KernelTable& k, const RopeParams& p, float* x, int64_t n_tokens,
-          int32_t n_heads, const int32_t* pos) {
+void rope_angles(const RopeParams& p, const int32_t* pos, int64_t n_tokens, float* cos_out, float* sin_out) {
   const int32_t d = p.head_dim;
   LUMEN_CHECK(d > 0 && d % 2 == 0 && d <= kMaxRopeDim);
   const int32_t half = d / 2;
   const float theta_scale = std::pow(p.theta, -2.0f / static_cast<float>(d));
-  float cos_t[kMaxRopeDim / 2];
-  float sin_t[kMaxRopeDim / 2];
   for (int64_t t = 0; t < n_tokens; ++t) {
     float theta = static_cast<float>(pos[t]);
     for (int32_t i = 0; i < half; ++i) {
       const float ff = p.freq_factors ? p.freq_factors[i] : 1.0f;
       const float angle = p.freq_scale * (theta / ff);
-      cos_t[i] = std::cos(angle);
-      sin_t[i] = std::sin(angle);
+      cos_out[t * half + i] = std::cos(angle);
+      sin_out[t * half + i] = std::sin(angle);
       theta *= theta_scale;
     }
+  }
+}
+
+void rope_rotate(const RopeParams& p, const float* cos_t, const float* sin_t, float* x, int64_t n_tokens,
+                 int32_t n_heads) {
+  const int32_t d = p.head_dim;
+  const int32_t half = d / 2;
+  const int32_t stride = p.layout == RopeLayout::kInterleaved ? 2 : 1;
+  const int32_t offset = p.layout == RopeLayout::kInterleaved ? 1 : half;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* c = cos_t + t * half;
+    const float* s = sin_t + t * half;
     for (int32_t h = 0; h < n_heads; ++h) {
       float* v = x + (t * n_heads + h) * d;
-      const int32_t stride = p.layout == RopeLayout::kInterleaved ? 2 : 1;
-      const int32_t offset = p.layout == RopeLayout::kInterleaved ? 1 : half;
       for (int32_t i = 0; i < half; ++i) {
         float* a = v + i * stride;
         float* b = a + offset;
         const float x0 = *a, x1 = *b;
-        *a = x0 * cos_t[i] - x1 * sin_t[i];
-        *b = x0 * sin_t[i] + x1 * cos_t[i];
+        *a = x0 * c[i] - x1 * s[i];
+        *b = x0 * s[i] + x1 * c[i];
       }
     }
+  }
+}
+
+void rope(const KernelTable& k, const RopeParams& p, float* x, int64_t n_tokens,
+          int32_t n_heads, const int32_t* pos) {
+  float cos_t[kMaxRopeDim / 2];
+  float sin_t[kMaxRopeDim / 2];
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    rope_angles(p, pos + t, 1, cos_t, sin_t);
+    rope_rotate(p, cos_t, sin_t, x + t * n_heads * p.head_dim, 1, n_heads);
   }
 }
 
@@ -296,7 +313,7 @@ void add_bias(float* x, const float* bias, int64_t n_rows, int64_t n) {
 
 // The cache holds what ggml's cache holds: K (after RoPE) and V rounded to nearest-even
 // f16 (or exact f32).
-void kv_store(const PagedKvView& kv, int64_t pos0, int64_t n_tokens, const float* k,
+void kv_store(const KernelTable& kt, const PagedKvView& kv, int64_t pos0, int64_t n_tokens, const float* k,
               const float* v) {
   LUMEN_CHECK(kv.dtype == DType::kF16 || kv.dtype == DType::kF32);
   const int32_t hd = kv.head_dim;
@@ -310,12 +327,8 @@ void kv_store(const PagedKvView& kv, int64_t pos0, int64_t n_tokens, const float
         std::memcpy(kv.k_addr(pos, h), ks, hd * sizeof(float));
         std::memcpy(kv.v_addr(pos, h), vs, hd * sizeof(float));
       } else {
-        auto* kd = reinterpret_cast<uint16_t*>(kv.k_addr(pos, h));
-        auto* vd = reinterpret_cast<uint16_t*>(kv.v_addr(pos, h));
-        for (int32_t i = 0; i < hd; ++i) {
-          kd[i] = f32_to_fp16(ks[i]);
-          vd[i] = f32_to_fp16(vs[i]);
-        }
+        kt.f32_to_f16(ks, reinterpret_cast<uint16_t*>(kv.k_addr(pos, h)), hd);
+        kt.f32_to_f16(vs, reinterpret_cast<uint16_t*>(kv.v_addr(pos, h)), hd);
       }
     }
   }

@@ -79,6 +79,12 @@ struct RopeParams {
 // Rotates x [n_tokens][n_heads][head_dim] in place; token t is at position pos[t].
 void rope(const KernelTable& k, const RopeParams& p, float* x, int64_t n_tokens,
           int32_t n_heads, const int32_t* pos);
+// rope() in two steps, for a forward pass that rotates q and k of every layer at the same
+// positions: the angles once (cos and sin, [n_tokens][head_dim / 2] each), then the
+// rotations. rope() is exactly rope_angles() followed by rope_rotate().
+void rope_angles(const RopeParams& p, const int32_t* pos, int64_t n_tokens, float* cos_out, float* sin_out);
+void rope_rotate(const RopeParams& p, const float* cos_t, const float* sin_t, float* x, int64_t n_tokens,
+                 int32_t n_heads);
 
 // gate[i] = silu(gate[i]) * up[i]
 void silu_mul(const KernelTable& k, float* gate, const float* up, int64_t n);
@@ -89,7 +95,7 @@ void add_bias(float* x, const float* bias, int64_t n_rows, int64_t n);
 
 // Writes K and V rows of n_tokens tokens at positions pos0.. into the cache (converting to
 // the cache dtype; F16 rounds to nearest even). k, v: [n_tokens][n_kv_head][head_dim].
-void kv_store(const PagedKvView& kv, int64_t pos0, int64_t n_tokens, const float* k,
+void kv_store(const KernelTable& kt, const PagedKvView& kv, int64_t pos0, int64_t n_tokens, const float* k,
               const float* v);
 
 struct AttentionParams {

@@ -324,9 +324,9 @@ void check_attention_cases(std::span<const AttentionCase> cases, std::mt19937& r
         const std::vector<float> v = testing::random_floats(rng, n_ctx * c.n_kv_head * c.head_dim);
         const std::vector<float> q = testing::random_floats(rng, c.n_tokens * c.n_head * c.head_dim, 1.5f);
         // Earlier positions as one store, the new tokens as another (as the model does).
-        kv_store(kv.view, 0, c.pos0, k.data(), v.data());
+        kv_store(best_kernel_table(), kv.view, 0, c.pos0, k.data(), v.data());
         const size_t off = size_t(c.pos0) * c.n_kv_head * c.head_dim;
-        kv_store(kv.view, c.pos0, c.n_tokens, k.data() + off, v.data() + off);
+        kv_store(best_kernel_table(), kv.view, c.pos0, c.n_tokens, k.data() + off, v.data() + off);
 
         std::vector<std::byte> scratch(attention_scratch_bytes(p, c.n_tokens, n_ctx, pool.n_threads()));
         std::vector<float> out(c.n_tokens * c.n_head * c.head_dim);
@@ -388,7 +388,7 @@ TEST(KernelsAttention, KvStoreRoundsToNearestEven) {
   KvFixture kv(DType::kF16, 2, 8, 4, 3, rng);
   const std::vector<float> k = testing::random_floats(rng, 10 * 2 * 8);
   const std::vector<float> v = testing::random_floats(rng, 10 * 2 * 8);
-  kv_store(kv.view, 0, 10, k.data(), v.data());
+  kv_store(best_kernel_table(), kv.view, 0, 10, k.data(), v.data());
   for (int64_t pos = 0; pos < 10; ++pos)
     for (int32_t h = 0; h < 2; ++h)
       for (int32_t i = 0; i < 8; ++i) {

@@ -50,6 +50,8 @@ struct Model::Workspace {
   std::vector<float> logits;   // [R][n_vocab]
   std::vector<std::byte> scratch;  // max(matmul scratch, attention scratch)
   std::vector<int32_t> pos;        // [T] position of each token
+  std::vector<float> rope_cos;     // [T][head_dim / 2] RoPE angles of each token's position,
+  std::vector<float> rope_sin;     //   computed once per pass for all layers' q and k
 };
 
 namespace {
@@ -207,6 +209,8 @@ Result<Model> Model::load(gguf::ModelFile file, const ModelLimits& limits) {
   ws->up.resize(T * hp.n_ff);
   ws->sel.resize(R * hp.n_embd);
   ws->pos.resize(T);
+  ws->rope_cos.resize(T * (hp.head_dim / 2));
+  ws->rope_sin.resize(T * (hp.head_dim / 2));
   ws->logits.resize(R * hp.n_vocab);
   size_t scratch = 0;
   auto need = [&](const TensorView& w, size_t rows) {
@@ -253,6 +257,7 @@ std::span<const float> Model::forward(const kernels::KernelTable& k, ThreadPool&
   kernels::AttentionParams ap{hp.n_head, hp.n_kv_head, hp.head_dim,
                               1.0f / std::sqrt(static_cast<float>(hp.head_dim))};
 
+  kernels::rope_angles(rope, pos.data(), T, ws.rope_cos.data(), ws.rope_sin.data());
   kernels::get_rows(weights_.tok_embd, batch.token_ids.data(), T, ws.x.data());
   tap("embd", -1, ws.x, T * E);
 
@@ -266,14 +271,14 @@ std::span<const float> Model::forward(const kernels::KernelTable& k, ThreadPool&
     if (l.bq) kernels::add_bias(ws.q.data(), l.bq, T, Q);
     if (l.bk) kernels::add_bias(ws.k.data(), l.bk, T, KV);
     if (l.bv) kernels::add_bias(ws.v.data(), l.bv, T, KV);
-    kernels::rope(k, rope, ws.q.data(), T, hp.n_head, pos.data());
-    kernels::rope(k, rope, ws.k.data(), T, hp.n_kv_head, pos.data());
+    kernels::rope_rotate(rope, ws.rope_cos.data(), ws.rope_sin.data(), ws.q.data(), T, hp.n_head);
+    kernels::rope_rotate(rope, ws.rope_cos.data(), ws.rope_sin.data(), ws.k.data(), T, hp.n_kv_head);
     tap("q_rope", il, ws.q, T * Q);
     tap("k_rope", il, ws.k, T * KV);
     for (const ForwardSeq& s : batch.seqs) {
       const PagedKvView view = kv.layer_view(il, s.block_table);
       const int64_t t0 = s.token_begin;
-      kernels::kv_store(view, s.pos0, s.n_tokens, ws.k.data() + t0 * KV, ws.v.data() + t0 * KV);
+      kernels::kv_store(k, view, s.pos0, s.n_tokens, ws.k.data() + t0 * KV, ws.v.data() + t0 * KV);
       kernels::attention(k, pool, ap, view, ws.q.data() + t0 * Q, s.pos0, s.n_tokens,
                          ws.attn.data() + t0 * Q, scratch);
     }

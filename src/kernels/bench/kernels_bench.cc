@@ -126,7 +126,7 @@ void BM_Attention(benchmark::State& state) {
   std::vector<float> kvals(n_ctx * 2 * 64), q(n_tokens * 14 * 64), out(n_tokens * 14 * 64);
   for (size_t i = 0; i < kvals.size(); ++i) kvals[i] = 0.01f * (i % 97);
   for (size_t i = 0; i < q.size(); ++i) q[i] = 0.02f * (i % 13);
-  kv_store(kv, 0, n_ctx, kvals.data(), kvals.data());
+  kv_store(k, kv, 0, n_ctx, kvals.data(), kvals.data());
   std::vector<std::byte> scratch(attention_scratch_bytes(p, n_tokens, n_ctx, pool.n_threads()));
   for (auto _ : state) {
     attention(k, pool, p, kv, q.data(), n_ctx - n_tokens, n_tokens, out.data(), scratch.data());
