@@ -42,7 +42,9 @@ std::vector<std::byte> random_weight_bytes(DType dt, int64_t n_rows, int64_t n) 
   return w;
 }
 
-// args: table index, dtype, n_in, n_out, n_tokens, n_threads
+// args: table index, dtype, n_in, n_out, n_tokens, n_threads, interleaved (0/1: the weights
+// copied into the table's interleaved layout as the model does at load; skipped when the
+// table has none for the dtype)
 void BM_Matmul(benchmark::State& state) {
   const auto tables = available_kernel_tables();
   if (state.range(0) >= static_cast<int64_t>(tables.size())) {
@@ -61,6 +63,22 @@ void BM_Matmul(benchmark::State& state) {
   w.ne[1] = n_out;
   w.data = wdata.data();
   w.n_bytes = wdata.size();
+  std::vector<std::byte> il;
+  if (state.range(6) != 0) {
+    const InterleavedKernels& ik = find_matmul_kernels(k, dt)->interleaved;
+    if (ik.layout == nullptr) {
+      state.SkipWithError("no interleaved layout");
+      return;
+    }
+    const size_t group_bytes = ik.group_bytes(n_in);
+    il.resize((n_out + ik.rows - 1) / ik.rows * group_bytes);
+    for (int64_t r0 = 0; r0 < n_out; r0 += ik.rows)
+      ik.pack(n_in, w.data + r0 * w.row_stride_bytes(), w.row_stride_bytes(), std::min<int64_t>(ik.rows, n_out - r0),
+              il.data() + r0 / ik.rows * group_bytes);
+    w.interleaved = il.data();
+    w.interleaved_layout = ik.layout;
+    w.interleaved_n_bytes = il.size();
+  }
   std::vector<float> x(n_in * n_tokens, 0.5f), y(n_out * n_tokens);
   for (size_t i = 0; i < x.size(); ++i) x[i] = 0.001f * (i % 1000) - 0.5f;
   std::vector<std::byte> scratch(matmul_scratch_bytes(dt, n_in, n_tokens, pool.n_threads()));
@@ -68,7 +86,7 @@ void BM_Matmul(benchmark::State& state) {
     matmul(k, pool, w, x.data(), n_tokens, y.data(), scratch.data());
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetLabel(std::string(k.name) + " " + std::string(dtype_name(dt)));
+  state.SetLabel(std::string(k.name) + " " + std::string(dtype_name(dt)) + (il.empty() ? "" : " interleaved"));
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(wdata.size()) * state.iterations(),
                                               benchmark::Counter::kIsRate);
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n_in * n_out * n_tokens * state.iterations() * 1e-9,
@@ -76,17 +94,26 @@ void BM_Matmul(benchmark::State& state) {
 }
 
 void MatmulArgs(benchmark::internal::Benchmark* b) {
+  // The AVX-512 table's interleaved kernels, decode and prefill, every dtype they cover.
+  for (int threads : {1, 2})
+    for (int64_t n_tokens : {1, 64})
+      for (DType dt : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K})
+        b->Args({2, static_cast<int>(dt), 4864, 896, n_tokens, threads, 1});
+  // Decode out of cache (~75 MB of q4_0 weights, more than the L3): the memory-bound case.
+  for (int threads : {1, 2})
+    for (DType dt : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K})
+      b->Args({2, static_cast<int>(dt), 8192, 16384, 1, threads, 1});
   for (int table = 0; table < 3; ++table) {
     for (int threads : {1, 2}) {
       // qwen2-0.5B-ish: ffn_up/gate 896 -> 4864 (q4_0, q8_0, f16), ffn_down 4864 -> 896 (K types)
       for (DType dt : {DType::kQ4_0, DType::kQ8_0, DType::kF16, DType::kF32})
-        b->Args({table, static_cast<int>(dt), 896, 4864, 1, threads});
+        b->Args({table, static_cast<int>(dt), 896, 4864, 1, threads, 0});
       for (DType dt : {DType::kQ4_K, DType::kQ6_K})
-        b->Args({table, static_cast<int>(dt), 4864, 896, 1, threads});
+        b->Args({table, static_cast<int>(dt), 4864, 896, 1, threads, 0});
       for (DType dt : {DType::kQ4_0, DType::kQ8_0})
-        b->Args({table, static_cast<int>(dt), 896, 4864, 64, threads});
+        b->Args({table, static_cast<int>(dt), 896, 4864, 64, threads, 0});
       for (DType dt : {DType::kQ4_K, DType::kQ6_K})
-        b->Args({table, static_cast<int>(dt), 4864, 896, 64, threads});
+        b->Args({table, static_cast<int>(dt), 4864, 896, 64, threads, 0});
     }
   }
 }
@@ -140,7 +167,7 @@ void BM_Attention(benchmark::State& state) {
                                                  benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_Attention)
-    ->ArgsProduct({{0, 1, 2}, {static_cast<int>(DType::kF16)}, {512, 4096}, {1, 2}, {1}})
+    ->ArgsProduct({{0, 1, 2}, {static_cast<int>(DType::kF16)}, {64, 128, 512, 4096}, {1, 2}, {1}})
     ->Args({0, static_cast<int>(DType::kF16), 512, 1, 512})
     ->Args({1, static_cast<int>(DType::kF16), 512, 1, 512})
     ->Args({2, static_cast<int>(DType::kF16), 512, 1, 512})
