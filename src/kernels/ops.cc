@@ -195,7 +195,8 @@ void matmul_fused(const KernelTable& k, ThreadPool& pool, std::span<const Matmul
     }
   };
 
-  // Units of kRowGroup rows, the targets' back to back: target ti has units
+  // Units of unit_rows rows (a panel, an interleaved group, or kRowGroup rows), the targets'
+  // back to back: target ti has units
   // [unit_begin[ti], unit_begin[ti + 1]).
   const int64_t unit_rows = panels ? mk->panel.rows : ik != nullptr ? ik->rows : kRowGroup;
   int64_t unit_begin[kMaxFusedTargets + 1];
