@@ -167,11 +167,10 @@ void load_queries(const KernelTable& k, const PagedKvView& kv, const Heads& hs, 
   if (kv.dtype == DType::kF16) k.scale_round(qf, n * hs.n_tok, 1.0f, true);  // x * 1 is exact
 }
 
-// Calls fn(j, n, rows) for keys [j0, j1) of kv head h, at most kConvKeys and one block at a
-// time, with rows = those n keys (or values, when `values`) as contiguous f32 rows.
+// Calls fn(j, n, src) for keys [j0, j1) of kv head h, at most kConvKeys and one block at a
+// time, with src = those n keys (or values, when `values`) as the cache stores them.
 template <typename Fn>
-void for_rows(const KernelTable& k, const PagedKvView& kv, int32_t h, int64_t j0, int64_t j1, bool values,
-              float* conv, Fn&& fn) {
+void for_blocks(const PagedKvView& kv, int32_t h, int64_t j0, int64_t j1, bool values, Fn&& fn) {
   const int32_t hd = kv.head_dim;
   const int32_t bs = kv.block_size;
   const size_t block_bytes = static_cast<size_t>(bs) * hd * kv.elem_bytes();
@@ -185,14 +184,23 @@ void for_rows(const KernelTable& k, const PagedKvView& kv, int32_t h, int64_t j0
       const std::byte* pf = values ? kv.v_addr(j_ahead, h) : kv.k_addr(j_ahead, h);
       for (size_t off = 0; off < block_bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + off), _MM_HINT_T0);
     }
+    fn(j, n, src);
+    j += n;
+  }
+}
+
+// for_blocks with the rows as contiguous f32 (widened into conv for an f16 cache).
+template <typename Fn>
+void for_rows(const KernelTable& k, const PagedKvView& kv, int32_t h, int64_t j0, int64_t j1, bool values,
+              float* conv, Fn&& fn) {
+  for_blocks(kv, h, j0, j1, values, [&](int64_t j, int64_t n, const std::byte* src) {
     if (kv.dtype == DType::kF16) {
-      k.f16_to_f32(reinterpret_cast<const uint16_t*>(src), conv, n * hd);
+      k.f16_to_f32(reinterpret_cast<const uint16_t*>(src), conv, n * kv.head_dim);
       fn(j, n, static_cast<const float*>(conv));
     } else {
       fn(j, n, reinterpret_cast<const float*>(src));
     }
-    j += n;
-  }
+  });
 }
 
 // scores[i][j] for the heads and keys [j0, j1), i.e. rows qf[i] . K_j * scale.
@@ -200,6 +208,13 @@ void chunk_scores(const KernelTable& k, const PagedKvView& kv, const Heads& hs, 
                   int64_t j0, int64_t j1, float scale, float* scores, size_t scores_stride, float* kf) {
   const int32_t hd = kv.head_dim;
   const bool group = hd % kGroupDimMultiple == 0;
+  if (group && kv.dtype == DType::kF16 && k.attn_scores_group_f16 != nullptr) {
+    for_blocks(kv, hs.kv_head, j0, j1, false, [&](int64_t j, int64_t n, const std::byte* src) {
+      k.attn_scores_group_f16(reinterpret_cast<const uint16_t*>(src), n, qf, hs.n_rows(), hd, scale, scores + j,
+                              scores_stride);
+    });
+    return;
+  }
   for_rows(k, kv, hs.kv_head, j0, j1, false, kf, [&](int64_t j, int64_t n, const float* rows) {
     if (group) {
       k.attn_scores_group_f32(rows, n, qf, hs.n_rows(), hd, scale, scores + j, scores_stride);
@@ -215,6 +230,13 @@ void chunk_pv(const KernelTable& k, const PagedKvView& kv, const Heads& hs, cons
               int64_t j0, int64_t j1, float* acc, size_t acc_stride, float* vf) {
   const int32_t hd = kv.head_dim;
   const bool group = hd % kGroupDimMultiple == 0;
+  if (group && kv.dtype == DType::kF16 && k.attn_accum_group_f16 != nullptr) {
+    for_blocks(kv, hs.kv_head, j0, j1, true, [&](int64_t j, int64_t n, const std::byte* src) {
+      k.attn_accum_group_f16(p + j, p_stride, reinterpret_cast<const uint16_t*>(src), n, hs.n_rows(), hd, acc,
+                             acc_stride);
+    });
+    return;
+  }
   for_rows(k, kv, hs.kv_head, j0, j1, true, vf, [&](int64_t j, int64_t n, const float* rows) {
     if (group) {
       k.attn_accum_group_f32(p + j, p_stride, rows, n, hs.n_rows(), hd, acc, acc_stride);

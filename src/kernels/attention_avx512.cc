@@ -13,6 +13,9 @@
 //
 // Compiled with the AVX-512 flags; only reached when cpu_features().has_avx512_vnni().
 #pragma GCC optimize("fp-contract=off")  // only the explicit FMAs below are fused
+// GCC 12 bug 105593 (see matmul_avx512_common.h): _mm512_cvtph_ps reads as uninitialised use.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <cstddef>
@@ -23,6 +26,13 @@
 namespace lumen::kernels {
 namespace {
 
+// K / V rows as stored: f32, or f16 widened in registers (exactly, so both give the same
+// bits; the f16 forms spare the caller a conversion pass over the cache).
+__m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+__m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+__m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+__m512 load16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+
 // The AVX2 kernels' horizontal tree: four keys' 8-lane sums side by side.
 __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
   const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
@@ -30,10 +40,10 @@ __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
 }
 
 // NH heads x 4 keys starting at key s (keys past n repeat key 0; their results are dropped).
-template <int NH>
-void scores_tile(const float* k, int64_t s, int64_t n, const float* q, int32_t hd, float scale, float* scores,
+template <int NH, typename T>
+void scores_tile(const T* k, int64_t s, int64_t n, const float* q, int32_t hd, float scale, float* scores,
                  size_t s_stride) {
-  const float* kr[4];
+  const T* kr[4];
   for (int j = 0; j < 4; ++j) kr[j] = k + (s + j < n ? s + j : 0) * hd;
   __m256 acc[NH][4];
   #pragma GCC unroll 8
@@ -43,7 +53,7 @@ void scores_tile(const float* k, int64_t s, int64_t n, const float* q, int32_t h
   for (int32_t i = 0; i < hd; i += 8) {
     __m256 kv[4];
     #pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) kv[j] = _mm256_loadu_ps(kr[j] + i);
+    for (int j = 0; j < 4; ++j) kv[j] = load8(kr[j] + i);
     #pragma GCC unroll 8
     for (int h = 0; h < NH; ++h) {
       const __m256 qv = _mm256_loadu_ps(q + static_cast<int64_t>(h) * hd + i);
@@ -60,8 +70,8 @@ void scores_tile(const float* k, int64_t s, int64_t n, const float* q, int32_t h
   }
 }
 
-template <int NH>
-void scores_heads(const float* k, int64_t n, const float* q, int32_t hd, float scale, float* scores,
+template <int NH, typename T>
+void scores_heads(const T* k, int64_t n, const float* q, int32_t hd, float scale, float* scores,
                   size_t s_stride) {
   for (int64_t s = 0; s < n; s += 4) scores_tile<NH>(k, s, n, q, hd, scale, scores, s_stride);
 }
@@ -69,7 +79,8 @@ void scores_heads(const float* k, int64_t n, const float* q, int32_t hd, float s
 constexpr int kScoreHeads = 4;
 
 // Precondition (kernel_table.h): hd % 32 == 0.
-void attn_scores_group(const float* k, int64_t n, const float* q, int32_t n_heads, int32_t hd, float scale,
+template <typename T>
+void attn_scores_group(const T* k, int64_t n, const float* q, int32_t n_heads, int32_t hd, float scale,
                        float* scores, size_t s_stride) {
   int32_t h = 0;
   for (; h + kScoreHeads <= n_heads; h += kScoreHeads)
@@ -85,8 +96,8 @@ void attn_scores_group(const float* k, int64_t n, const float* q, int32_t n_head
 }
 
 // acc[h][i0 .. i0+31] += sum_s p[h][s] v[s][i0 ..] for NH heads.
-template <int NH>
-void accum_tile(const float* p, size_t p_stride, const float* v, int64_t n, int32_t hd, int32_t i0, float* acc,
+template <int NH, typename T>
+void accum_tile(const float* p, size_t p_stride, const T* v, int64_t n, int32_t hd, int32_t i0, float* acc,
                 size_t a_stride) {
   __m512 a[NH][2];
   #pragma GCC unroll 8
@@ -94,9 +105,9 @@ void accum_tile(const float* p, size_t p_stride, const float* v, int64_t n, int3
     a[h][0] = _mm512_loadu_ps(acc + h * a_stride + i0);
     a[h][1] = _mm512_loadu_ps(acc + h * a_stride + i0 + 16);
   }
-  const float* vs = v + i0;
+  const T* vs = v + i0;
   for (int64_t s = 0; s < n; ++s, vs += hd) {
-    const __m512 v0 = _mm512_loadu_ps(vs), v1 = _mm512_loadu_ps(vs + 16);
+    const __m512 v0 = load16(vs), v1 = load16(vs + 16);
     #pragma GCC unroll 8
     for (int h = 0; h < NH; ++h) {
       const __m512 ps = _mm512_set1_ps(p[h * p_stride + s]);
@@ -114,7 +125,8 @@ void accum_tile(const float* p, size_t p_stride, const float* v, int64_t n, int3
 constexpr int kAccumHeads = 8;
 
 // Precondition (kernel_table.h): hd % 32 == 0.
-void attn_accum_group(const float* p, size_t p_stride, const float* v, int64_t n, int32_t n_heads, int32_t hd,
+template <typename T>
+void attn_accum_group(const float* p, size_t p_stride, const T* v, int64_t n, int32_t n_heads, int32_t hd,
                       float* acc, size_t a_stride) {
   for (int32_t i0 = 0; i0 < hd; i0 += 32) {
     for (int32_t h = 0; h < n_heads; h += kAccumHeads) {
@@ -137,8 +149,10 @@ void attn_accum_group(const float* p, size_t p_stride, const float* v, int64_t n
 }  // namespace
 
 void override_attention_avx512(KernelTable& t) {
-  t.attn_scores_group_f32 = &attn_scores_group;
-  t.attn_accum_group_f32 = &attn_accum_group;
+  t.attn_scores_group_f32 = &attn_scores_group<float>;
+  t.attn_accum_group_f32 = &attn_accum_group<float>;
+  t.attn_scores_group_f16 = &attn_scores_group<uint16_t>;
+  t.attn_accum_group_f16 = &attn_accum_group<uint16_t>;
 }
 
 }  // namespace lumen::kernels

@@ -142,6 +142,12 @@ using AttnScoresGroupFn = void (*)(const float* k, int64_t n, const float* q, in
                                    int32_t head_dim, float scale, float* scores, size_t s_stride);
 using AttnAccumGroupFn = void (*)(const float* p, size_t p_stride, const float* v, int64_t n,
                                   int32_t n_heads, int32_t head_dim, float* acc, size_t a_stride);
+// The group entries over f16 rows as the cache stores them: bit for bit the f32 entries over
+// the rows widened (f16_to_f32). Optional: null where a table has none (the caller widens).
+using AttnScoresGroupF16Fn = void (*)(const uint16_t* k, int64_t n, const float* q, int32_t n_heads,
+                                      int32_t head_dim, float scale, float* scores, size_t s_stride);
+using AttnAccumGroupF16Fn = void (*)(const float* p, size_t p_stride, const uint16_t* v, int64_t n,
+                                     int32_t n_heads, int32_t head_dim, float* acc, size_t a_stride);
 
 struct KernelTable {
   const char* name = "scalar";  // "scalar", "avx2", "avx512"
@@ -168,6 +174,8 @@ struct KernelTable {
   ScaleRoundFn scale_round = nullptr;
   AttnScoresGroupFn attn_scores_group_f32 = nullptr;
   AttnAccumGroupFn attn_accum_group_f32 = nullptr;
+  AttnScoresGroupF16Fn attn_scores_group_f16 = nullptr;  // optional
+  AttnAccumGroupF16Fn attn_accum_group_f16 = nullptr;    // optional
 };
 
 // The matmul kernels for weights of dtype w_dtype, or null if W can't be a matmul weight.

@@ -530,6 +530,25 @@ TEST(KernelsParity, AttentionGroupAndSoftmaxSteps) {
           for (int32_t h = 0; h < n_heads; ++h)
             t->attn_accum_f32(p.data() + h * s_stride, k.data(), n, hd, a2.data() + h * a_stride);
           log.check(a1 == a2, where + " accum group != per head", 1, 0);
+          // The f16 group entries, where a table has them: the same bits as the f32 entries
+          // over the rows widened.
+          if (t->attn_scores_group_f16 != nullptr || t->attn_accum_group_f16 != nullptr) {
+            std::vector<uint16_t> kh(k.size());
+            ref.f32_to_f16(k.data(), kh.data(), static_cast<int64_t>(k.size()));
+            std::vector<float> kw(k.size());
+            ref.f16_to_f32(kh.data(), kw.data(), static_cast<int64_t>(k.size()));
+            std::vector<float> g16(n_heads * s_stride, -7.0f), g32(n_heads * s_stride, -7.0f);
+            log.check(t->attn_scores_group_f16 != nullptr && t->attn_accum_group_f16 != nullptr,
+                      where + " f16 group entries come in pairs", 1, 0);
+            if (t->attn_scores_group_f16 == nullptr || t->attn_accum_group_f16 == nullptr) continue;
+            t->attn_scores_group_f16(kh.data(), n, q.data(), n_heads, hd, 0.125f, g16.data(), s_stride);
+            t->attn_scores_group_f32(kw.data(), n, q.data(), n_heads, hd, 0.125f, g32.data(), s_stride);
+            log.check(g16 == g32, where + " scores group f16 != f32 of the widened rows", 1, 0);
+            std::vector<float> b1 = acc0, b2 = acc0;
+            t->attn_accum_group_f16(p.data(), s_stride, kh.data(), n, n_heads, hd, b1.data(), a_stride);
+            t->attn_accum_group_f32(p.data(), s_stride, kw.data(), n, n_heads, hd, b2.data(), a_stride);
+            log.check(b1 == b2, where + " accum group f16 != f32 of the widened rows", 1, 0);
+          }
         }
       }
     }
