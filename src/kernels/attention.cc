@@ -28,10 +28,11 @@
 // the path, or the thread count.
 //
 // GQA: all query heads that read one kv head go through a task together, so each K/V row
-// is fetched and (F16 cache) widened to f32 once for the whole group: keys are widened
-// kConvKeys at a time into a small per-thread buffer, which the f32 score / accumulate
-// kernels then read from L1 for every head of the group. Widening is exact, and the f32
-// kernels do the same arithmetic on widened values as the F16 ones.
+// is fetched and (F16 cache) widened to f32 once for the whole group. Tables with f16
+// group kernels (AVX-512) widen the rows in registers as they load them; the others widen
+// kConvKeys keys at a time into a small per-thread buffer, which the f32 score / accumulate
+// kernels then read from L1 for every head of the group. Widening is exact, so both give
+// the f32 kernels' arithmetic on widened values, the same as the F16 ones.
 //
 // Keys and values of one (block, kv head) are contiguous (head-major blocks, see
 // paged_kv_view.h).
