@@ -307,8 +307,16 @@ void attend_split(const KernelTable& k, ThreadPool& pool, int n_active, const At
     const ThreadScratch ts = carve_thread(base + thread_idx * per_thread, group, hd, n_kv, false);
     step(hs, c, c * kChunkKeys, std::min(n_kv, (c + 1) * kChunkKeys), ts);
   };
+  // The three steps split the tasks the same way (a contiguous range per thread, one task
+  // claimed at a time, the ends stolen): unless a thread falls behind, each thread's
+  // steps B and C find the scores its step A wrote in its own cache.
+  auto for_tasks = [&](auto&& fn) {
+    pool.for_ranges(n_active, n_tasks, 1, [&](int64_t b, int64_t e, int thread_idx) {
+      for (int64_t t = b; t < e; ++t) fn(t, thread_idx);
+    });
+  };
   // A: scores of the chunk, and the chunk's max per head.
-  pool.for_chunks(n_active, n_tasks, [&](int64_t t, int thread_idx) {
+  for_tasks([&](int64_t t, int thread_idx) {
     task(t, thread_idx, [&](const Heads& hs, int64_t c, int64_t j0, int64_t j1, const ThreadScratch& ts) {
       load_queries(k, kv, hs, ts.qf);
       float* sc = ss.scores + hs.h_begin * ss.scores_stride;
@@ -318,7 +326,7 @@ void attend_split(const KernelTable& k, ThreadPool& pool, int n_active, const At
     });
   });
   // B: exponentials with the global max, and the chunk's sum per head.
-  pool.for_chunks(n_active, n_tasks, [&](int64_t t, int thread_idx) {
+  for_tasks([&](int64_t t, int thread_idx) {
     task(t, thread_idx, [&](const Heads& hs, int64_t c, int64_t j0, int64_t j1, const ThreadScratch&) {
       for (int32_t i = 0; i < hs.n_heads; ++i) {
         const int32_t h = hs.h_begin + i;
@@ -328,7 +336,7 @@ void attend_split(const KernelTable& k, ThreadPool& pool, int n_active, const At
     });
   });
   // C: normalised P (global sum, chunks in order) and the chunk's P.V per head.
-  pool.for_chunks(n_active, n_tasks, [&](int64_t t, int thread_idx) {
+  for_tasks([&](int64_t t, int thread_idx) {
     task(t, thread_idx, [&](const Heads& hs, int64_t c, int64_t j0, int64_t j1, const ThreadScratch& ts) {
       for (int32_t i = 0; i < hs.n_heads; ++i) {
         const int32_t h = hs.h_begin + i;
