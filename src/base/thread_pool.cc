@@ -56,7 +56,7 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::dispatch(RawFn fn, void* ctx, int64_t n, Mode mode) {
+void ThreadPool::dispatch(RawFn fn, void* ctx, int64_t n, Mode mode, int64_t n_units, int64_t grain) {
   LUMEN_CHECK(n > 0 && static_cast<uint64_t>(n) <= kCountMask && static_cast<uint64_t>(n) <= kNextMask);
   const bool strict = mode == Mode::kStrict, ranged = mode == Mode::kRanged;
   fn_.store(fn, std::memory_order_relaxed);
@@ -65,12 +65,13 @@ void ThreadPool::dispatch(RawFn fn, void* ctx, int64_t n, Mode mode) {
   const uint64_t gen = (gen_of(job_.load(std::memory_order_relaxed)) + 1) & 0xFFFF;
   const uint64_t word = (gen << kGenShift) | (uint64_t{strict} << kStrictShift) |
                         (uint64_t{ranged} << kRangedShift) | (static_cast<uint64_t>(n) << kNextBits);
-  const int64_t n_wait = ranged ? n_units_ : n;
+  const int64_t n_wait = ranged ? n_units : n;
   if (ranged) {
-    LUMEN_CHECK(static_cast<uint64_t>(n_units_) <= kUnitMask);
+    LUMEN_CHECK(n_units > 0 && static_cast<uint64_t>(n_units) <= kUnitMask);
+    grain_.store(grain < 1 ? 1 : grain, std::memory_order_relaxed);
     // Near-equal contiguous ranges for the n active threads; the others start empty.
     for (int t = 0; t < n_threads_; ++t) {
-      const int64_t b = t < n ? n_units_ * t / n : n_units_, e = t < n ? n_units_ * (t + 1) / n : n_units_;
+      const int64_t b = t < n ? n_units * t / n : n_units, e = t < n ? n_units * (t + 1) / n : n_units;
       ranges_[t].word.store(range_word(gen, b, e), std::memory_order_relaxed);
     }
   }

@@ -103,9 +103,7 @@ class ThreadPool {
     }
     if (n_active > n_threads_) n_active = n_threads_;
     using F = std::remove_reference_t<Fn>;
-    grain_.store(grain < 1 ? 1 : grain, std::memory_order_relaxed);
-    n_units_ = n_units;
-    dispatch(&invoke_range<F>, static_cast<void*>(&fn), n_active, Mode::kRanged);
+    dispatch(&invoke_range<F>, static_cast<void*>(&fn), n_active, Mode::kRanged, n_units, grain);
   }
 
   // How many threads work of this size deserves: one per min_work_per_thread units, at
@@ -150,8 +148,9 @@ class ThreadPool {
     (*static_cast<Fn*>(ctx))(begin, end, thread_idx);
   }
 
-  // n: chunks (dynamic) or active threads (strict, ranged; ranged reads n_units_).
-  void dispatch(RawFn fn, void* ctx, int64_t n, Mode mode);
+  // n: chunks (dynamic) or active threads (strict, ranged); ranged: n_units units shared
+  // out `grain` at a time.
+  void dispatch(RawFn fn, void* ctx, int64_t n, Mode mode, int64_t n_units = 0, int64_t grain = 1);
   // Claims and runs chunks of the dynamic job whose word was last seen as `word`.
   void work_on_chunks(uint64_t word, int thread_idx);
   // Claims and runs pieces of the ranged job of generation `gen`: its own range first.
@@ -167,7 +166,6 @@ class ThreadPool {
   std::atomic<uint64_t> job_{0};      // see the header comment
   std::atomic<int64_t> n_done_{0};    // chunks (dynamic), threads (strict) or units (ranged) finished
   std::atomic<int64_t> grain_{1};     // ranged: units per claim
-  int64_t n_units_ = 0;               // ranged: written by the caller only, before publishing
   std::unique_ptr<RangeSlot[]> ranges_;  // ranged: one per thread
   std::atomic<RawFn> fn_{nullptr};
   std::atomic<void*> ctx_{nullptr};
