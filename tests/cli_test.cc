@@ -274,5 +274,48 @@ TEST(CliInfo, DescribesEveryContainer) {
   }
 }
 
+// `lumen bench --json`: one object per test with the fields, % of bandwidth against
+// the higher of the readings before and after the tests, and a peak RSS that does not count
+// the 512 MiB bandwidth buffer (a tiny model's run stays far below it).
+TEST(CliBench, JsonReportsEachTestAndTheBandwidthAroundThem) {
+  CmdResult r = run_lumen({"bench", "-m", shared(kTiny), "-t", "1", "-p", "8", "-n", "4", "-d", "16", "-r", "2",
+                           "--membw", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json a = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(a.is_array());
+  ASSERT_EQ(a.size(), 3u) << r.out;
+  const char* names[] = {"pp8", "tg4", "tg4@d16"};
+  for (size_t i = 0; i < a.size(); ++i) {
+    const nlohmann::json& j = a[i];
+    SCOPED_TRACE(j.dump());
+    EXPECT_EQ(j["test"], names[i]);
+    EXPECT_EQ(j["threads"], 1);
+    EXPECT_EQ(j["model"], "TinyStories-656K-Q8_0.gguf");
+    EXPECT_EQ(j["type"], "q8_0");
+    const double tok_s = j["tok_s"].get<double>();
+    EXPECT_GT(tok_s, 0);
+    EXPECT_LE(j["tok_s_min"].get<double>(), tok_s);
+    EXPECT_GE(j["tok_s_max"].get<double>(), tok_s);
+    EXPECT_EQ(j["logits_hash"].get<std::string>().size(), 16u);
+    EXPECT_LT(j["peak_rss_mib"].get<double>(), 256.0);
+    const double after = j["membw_after_gb_s"].get<double>();
+    const double best = j["membw_gb_s"].get<double>();
+    EXPECT_GT(after, 0);
+    if (j["membw_before_gb_s"].is_null()) {
+      EXPECT_EQ(best, after);
+    } else {
+      EXPECT_EQ(best, std::max(after, j["membw_before_gb_s"].get<double>()));
+    }
+    if (i == 0) {
+      EXPECT_TRUE(j["gb_s"].is_null());
+      EXPECT_TRUE(j["pct_bandwidth"].is_null());
+    } else {
+      const double gb_s = j["gb_s"].get<double>();
+      EXPECT_NEAR(gb_s, tok_s * j["weight_bytes_per_token"].get<double>() / 1e9, gb_s * 0.5);  // + KV bytes
+      EXPECT_NEAR(j["pct_bandwidth"].get<double>(), 100 * gb_s / best, 1e-9 * gb_s / best);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lumen::testing

@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -146,6 +147,15 @@ bool weights_on_huge_pages(const model::ModelWeights& w) {
   return huge_kib * 1024 * 2 >= static_cast<int64_t>(hi - lo);
 }
 
+// Resets the process's peak resident set (VmHWM) to its current size; false where the
+// kernel does not allow it (Linux >= 4.0 does, for the process itself).
+bool reset_peak_rss() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+  out.flush();
+  return static_cast<bool>(out);
+}
+
 std::string model_label(const std::string& path) {
   const size_t slash = path.find_last_of('/', path.size() > 1 ? path.size() - 2 : 0);
   return slash == std::string::npos ? path : path.substr(slash + 1);
@@ -227,6 +237,27 @@ int cmd_bench(int argc, char** argv, int first) {
   // Warm-up: touch every weight page once (and let the CPU clock settle).
   RunOutcome warm = run_request(*eng, random_tokens(std::min<int64_t>(*n_prompt > 0 ? *n_prompt : 8, 32), hp.n_vocab, 1), 2);
   if (!warm.ok) error = warm.error;
+  const bool weights_huge = weights_on_huge_pages(eng->model().weights());
+
+  // --- memory bandwidth, same process, same threads: before the model tests and after ---
+  // The machine's bandwidth drifts with what else runs on it (passes minutes apart gave
+  // 50 and 77 GB/s), so one reading taken after the tests can fall below what the tests
+  // themselves moved. The higher of a reading before and one after is the denominator:
+  // the bandwidth the machine showed it had while the tests ran. The buffer of the first
+  // reading would count in the peak RSS; the peak is reset after it (where the kernel
+  // allows it; otherwise there is only the reading after).
+  const bool want_membw = args.has("--membw") || args.has("--vs-roofline");
+  std::optional<ThreadPool> membw_pool;
+  if (want_membw) membw_pool.emplace(n_threads);
+  auto read_bandwidth = [&] {
+    return roofline::measure_read_bandwidth_detailed(*membw_pool, roofline::kDefaultMembwBytes, weights_huge);
+  };
+  const double peak_rss_load_kib = static_cast<double>(proc_status_kib("VmHWM"));
+  std::optional<roofline::MembwResult> membw_before;
+  if (want_membw && error.empty() && reset_peak_rss()) {
+    membw_before = read_bandwidth();
+    reset_peak_rss();
+  }
   if (*n_prompt > 0 && error.empty()) {
     TestResult t{"pp" + std::to_string(*n_prompt), {}, weight_bytes};
     for (int64_t r = 0; r < *reps && error.empty(); ++r) {
@@ -258,21 +289,20 @@ int cmd_bench(int argc, char** argv, int first) {
     std::fprintf(stderr, "error: %s\n", error.c_str());
     return 1;
   }
-  // Peak RSS of the model run, before the bandwidth test allocates its buffer.
-  const double peak_rss_mib = static_cast<double>(proc_status_kib("VmHWM")) / 1024.0;
-  const bool weights_huge = weights_on_huge_pages(eng->model().weights());
+  // Peak RSS of loading and of the model tests, without the bandwidth test's buffer.
+  const double peak_rss_mib =
+      std::max(peak_rss_load_kib, static_cast<double>(proc_status_kib("VmHWM"))) / 1024.0;
 
-  // --- memory bandwidth, same process, same threads, after the model tests ---
-  double membw_gb_s = 0;
+  double membw_gb_s = 0, membw_before_gb_s = 0, membw_after_gb_s = 0;
   std::optional<roofline::MachineRates> rates;
-  if (args.has("--membw") || args.has("--vs-roofline")) {
-    ThreadPool pool(n_threads);
-    const roofline::MembwResult r =
-        roofline::measure_read_bandwidth_detailed(pool, roofline::kDefaultMembwBytes, weights_huge);
-    membw_gb_s = r.best_bytes_per_s / 1e9;
+  if (want_membw) {
+    const roofline::MembwResult after = read_bandwidth();
+    membw_after_gb_s = after.best_bytes_per_s / 1e9;
+    if (membw_before) membw_before_gb_s = membw_before->best_bytes_per_s / 1e9;
+    membw_gb_s = std::max(membw_before_gb_s, membw_after_gb_s);
     if (args.has("--vs-roofline")) {
-      const roofline::PeakRates peak = roofline::measure_peak_rates(pool);
-      rates = roofline::MachineRates{r.best_bytes_per_s, peak.flops_f32, peak.ops_int8};
+      const roofline::PeakRates peak = roofline::measure_peak_rates(*membw_pool);
+      rates = roofline::MachineRates{membw_gb_s * 1e9, peak.flops_f32, peak.ops_int8};
     }
   }
 
@@ -308,7 +338,11 @@ int cmd_bench(int argc, char** argv, int first) {
                         {"logits_hash", hash_hex}, {"kernels", std::string(eng->kernel_name())}};
     j["gb_s"] = is_tg ? nlohmann::json(gb_s) : nlohmann::json(nullptr);
     j["pct_bandwidth"] = pct > 0 ? nlohmann::json(pct) : nlohmann::json(nullptr);
-    if (membw_gb_s > 0) j["membw_gb_s"] = membw_gb_s;
+    if (membw_gb_s > 0) {
+      j["membw_gb_s"] = membw_gb_s;
+      j["membw_after_gb_s"] = membw_after_gb_s;
+      j["membw_before_gb_s"] = membw_before ? nlohmann::json(membw_before_gb_s) : nlohmann::json(nullptr);
+    }
     const std::optional<roofline::Prediction>& pr = !is_tg ? pred_pp : (t.name.find('@') != std::string::npos ? pred_tgd : pred_tg);
     if (pr) {
       const double predicted = is_tg ? pr->tg_tok_s : pr->pp_tok_s;
@@ -348,9 +382,18 @@ int cmd_bench(int argc, char** argv, int first) {
                 is_tg ? std::to_string(t.median() * t.bytes_per_token / 1e9).substr(0, 6).c_str() : "-");
   }
   std::printf("%s | logits %s\n", summary.c_str(), hash_hex);
-  std::printf("weights %.1f MiB read per token%s | load %.0f ms | peak RSS %.1f MiB (before --membw) | kernels %s\n",
+  std::printf("weights %.1f MiB read per token%s | load %.0f ms | peak RSS %.1f MiB (without --membw's buffer) | kernels %s\n",
               weight_bytes / 1048576.0, weights_huge ? " (2 MiB pages)" : "", load_ms, peak_rss_mib,
               std::string(eng->kernel_name()).c_str());
+  if (membw_gb_s > 0) {
+    if (membw_before) {
+      std::printf("read bandwidth (--membw, best pass): %.1f GB/s before the tests, %.1f after\n",
+                  membw_before_gb_s, membw_after_gb_s);
+    } else {
+      std::printf("read bandwidth (--membw, best pass): %.1f GB/s after the tests (none before: this kernel "
+                  "does not let the peak RSS be reset)\n", membw_after_gb_s);
+    }
+  }
   return 0;
 }
 
