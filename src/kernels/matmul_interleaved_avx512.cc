@@ -186,24 +186,27 @@ void prepare_side_q6_k(const std::byte* xq, int64_t n, std::byte* side) {
 
 // Decode tiles (one or two activation rows) are memory-bound: each group block is read once
 // and used for a few dot products. The hardware prefetchers alone do not run far enough
-// ahead of such a stream: out of cache, one thread read q4_K groups at 25-28 GB/s and q4_0 at
-// 39-40 (kernel bench, 8192 x 16384), against 47-51 and 48-54 with each block's bytes
-// prefetched kPrefetchAhead bytes in advance; end to end at 2 threads, llama-3.2-1b q4_K
-// decode went from 55-62 to 78-81 tok/s and qwen2.5-0.5b q4_0 from 230-245 to 271-285. A
-// distance of 6-10 KiB was best (smaller ones hide less latency, 28 KiB slowed in-cache
-// matrices); prefetching into L2 only (T1) was 10-20% slower than into L1 (T0). Prefill
-// tiles (more rows) are compute-bound and re-read each group from cache once per tile of
-// columns, so they do not prefetch. Prefetches past the end of the matrix are harmless
-// (they never fault) and are at most kPrefetchAhead bytes per thread and call.
+// ahead of such a stream, so these tiles prefetch in software the lines kPrefetchAhead bytes
+// further on: q8_0 / q4_0 all of a block's 9 or 5 lines at its start, q4_K / q6_K (37 and
+// 53 lines a block) one next to each 64-byte load of quants and the scales' lines in the
+// block's later steps. Every line of a thread's run of groups is prefetched (consecutive
+// prefetched addresses are never more than 64 bytes apart).
+//
+// Measured (docs/perf.md, "Software prefetch in the decode tiles"): out of cache, one
+// thread read q4_K groups at 25-28 GB/s without, 47-51 with a whole block prefetched at its
+// start; end to end at 2 threads llama-3.2-1b q4_K decode went from 58 to 80 tok/s and
+// qwen2.5-0.5b q4_0 from 237 to 274. Spreading the K-quants' prefetches among the loads
+// (a burst of 37 per q4_K block outruns the L1's miss buffers) gained another 9% on
+// llama-3.2-1b; for q4_0 and q8_0 the spread form was 5-7% slower than the burst. 6-10 KiB ahead was best (less hides less latency, 28 KiB slowed matrices in cache);
+// into L2 only (T1) was 10-20% slower than into L1 (T0). Prefill tiles (more rows) are
+// compute-bound and re-read each group from cache once per tile of columns, so they do not
+// prefetch. Prefetches past the end of a matrix never fault and are at most
+// kPrefetchAhead bytes per thread and call.
 constexpr size_t kPrefetchAhead = 8192;
 
-template <size_t kGroupBlock, int C>
-[[gnu::always_inline]] inline void prefetch_ahead(const std::byte* gb) {
-  if constexpr (C <= 2) {
-    #pragma GCC unroll 64
-    for (size_t off = 0; off < kGroupBlock; off += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(gb + kPrefetchAhead + off), _MM_HINT_T0);
-  }
+template <int C>
+[[gnu::always_inline]] inline void prefetch_ahead(const std::byte* p) {
+  if constexpr (C <= 2) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead), _MM_HINT_T0);
 }
 
 // q8_0 / q4_0: sumf += (float)sumi * (d_w * d_x) per block; the side data holds d_x and the
@@ -219,7 +222,8 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
   for (int64_t ib = 0; ib < nb; ++ib) {
     const std::byte* gb = group + ib * kGroupBlock;
-    prefetch_ahead<kGroupBlock, C>(gb);
+    #pragma GCC unroll 16
+    for (size_t off = 0; off < kGroupBlock; off += 64) prefetch_ahead<C>(gb + off);  // 5 or 9 lines
     const std::byte* xb = x + ib * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, qs);
     __m512i s[C];
     #pragma GCC unroll 8
@@ -267,7 +271,6 @@ void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
   for (int c = 0; c < C; ++c) acc[c] = acc_m[c] = _mm512_setzero_ps();
   for (int64_t ib = 0; ib < nb; ++ib) {
     const std::byte* gb = group + ib * kQ4_KGroupBlock;
-    prefetch_ahead<kQ4_KGroupBlock, C>(gb);
     const std::byte* xb = x + ib * sizeof(BlockQ8_K);
     __m512i sumi[C], summ[C];
     #pragma GCC unroll 4
@@ -281,6 +284,7 @@ void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
       #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) {
         const __m512i q = load512(gb + (8 * cc + k) * 64);
+        prefetch_ahead<C>(gb + (8 * cc + k) * 64);
         const __m512i lo = _mm512_and_si512(q, m4);
         const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
         #pragma GCC unroll 4
@@ -297,6 +301,7 @@ void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
     }
     #pragma GCC unroll 8
     for (int s = 0; s < 8; ++s) {
+      if (s < 5) prefetch_ahead<C>(gb + 2048 + 64 * s);  // scales, mins, d, dmin: 320 bytes
       const __m512i mv = _mm512_cvtepu8_epi32(load128(gb + 2176 + 16 * s));
       #pragma GCC unroll 4
       for (int c = 0; c < C; ++c)
@@ -322,7 +327,6 @@ void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
   for (int64_t ib = 0; ib < nb; ++ib) {
     const std::byte* gb = group + ib * kQ6_KGroupBlock;
-    prefetch_ahead<kQ6_KGroupBlock, C>(gb);
     const std::byte* xb = x + ib * sizeof(BlockQ8_K);
     const std::byte* sb = side + ib * 64;
     __m512i sumi[C];
@@ -342,6 +346,9 @@ void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
       for (int k = 4 * kk; k < 4 * kk + 4; ++k) {
         const std::byte* q = gb + (8 * h + k) * 192;
         const __m512i la = load512(q), lb = load512(q + 64), hb = load512(q + 128);
+        prefetch_ahead<C>(q);
+        prefetch_ahead<C>(q + 64);
+        prefetch_ahead<C>(q + 128);
         __m512i v[4];
         v[0] = _mm512_or_si512(_mm512_and_si512(la, m4), _mm512_slli_epi16(_mm512_and_si512(hb, m2lo), 4));
         v[1] = _mm512_or_si512(_mm512_and_si512(lb, m4), _mm512_slli_epi16(_mm512_and_si512(hb, m2mid), 2));
@@ -357,6 +364,7 @@ void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
       }
       #pragma GCC unroll 4
       for (int qi = 0; qi < 4; ++qi) {
+        if (qi < 2 && 2 * hk + qi < 5) prefetch_ahead<C>(gb + 3072 + 64 * (2 * hk + qi));  // scales, d: 288 bytes
         const __m512i sc = _mm512_cvtepi8_epi32(load128(gb + 3072 + 16 * (8 * h + 2 * qi + kk)));
         #pragma GCC unroll 4
         for (int c = 0; c < C; ++c) sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(t[qi][c], sc));
