@@ -32,11 +32,19 @@ double thread_cpu_ms() {
 // adds, must be what limits the loop.
 typedef uint64_t U64x2 __attribute__((vector_size(16), may_alias));
 
+// Each line is prefetched kPrefetchAhead bytes before it is read, as the decode kernels
+// do (matmul_interleaved_avx512.cc): on this machine the hardware prefetchers alone left
+// 5-15% of the bandwidth unused, and decode with software prefetch streamed faster (53.0
+// GB/s) than this test read without it (49.2). The roof must be what memory can deliver,
+// not what one way of reading it gets.
+constexpr size_t kPrefetchAhead = 8192;
+
 // Precondition: p is 64-byte aligned, n_u64 is a multiple of 8.
 uint64_t sum_u64(const uint64_t* p, size_t n_u64) {
   const U64x2* v = reinterpret_cast<const U64x2*>(p);
   U64x2 a0 = {0, 0}, a1 = {0, 0}, a2 = {0, 0}, a3 = {0, 0};
-  for (size_t i = 0; i < n_u64 / 2; i += 4) {
+  for (size_t i = 0; i < n_u64 / 2; i += 4) {  // one 64-byte line per iteration
+    __builtin_prefetch(reinterpret_cast<const char*>(v + i) + kPrefetchAhead);
     a0 += v[i];
     a1 += v[i + 1];
     a2 += v[i + 2];
