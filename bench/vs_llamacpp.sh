@@ -19,8 +19,8 @@
 #        for exactly how llama.cpp is timed)
 #    and prints per model x type: pp512, tg128 (and tg128@dD) for both, the ratio
 #    lumen / llama.cpp, and lumen's tg128 GB/s as % of the bandwidth `lumen bench --membw`
-#    measured in the same process. Each figure is the median over rounds of each run's
-#    median of -r repetitions. Raw JSON lines go to --models-dir/results-<time>.jsonl.
+#    read in the same process around each repetition ("of X": the highest reading). Each
+#    figure is the median over rounds of each run's median of -r repetitions. Raw JSON lines go to --models-dir/results-<time>.jsonl.
 #
 # The machine should be otherwise idle: the script prints `uptime` before and after. On a
 # busy machine both engines lose time to preemption, llama.cpp's barrier-synchronised

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -274,10 +275,11 @@ TEST(CliInfo, DescribesEveryContainer) {
   }
 }
 
-// `lumen bench --json`: one object per test with the fields, % of bandwidth against
-// the higher of the readings before and after the tests, and a peak RSS that does not count
-// the 512 MiB bandwidth buffer (a tiny model's run stays far below it).
-TEST(CliBench, JsonReportsEachTestAndTheBandwidthAroundThem) {
+// `lumen bench --json`: one object per test with the fields; each tg run's % of
+// bandwidth against the readings around it (consecutive runs share one), the test's % their
+// median; a peak RSS that does not count the 512 MiB bandwidth buffers (a tiny model's run
+// stays far below one).
+TEST(CliBench, JsonReportsEachTestAndTheBandwidthAroundItsRuns) {
   CmdResult r = run_lumen({"bench", "-m", shared(kTiny), "-t", "1", "-p", "8", "-n", "4", "-d", "16", "-r", "2",
                            "--membw", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -285,6 +287,8 @@ TEST(CliBench, JsonReportsEachTestAndTheBandwidthAroundThem) {
   ASSERT_TRUE(a.is_array());
   ASSERT_EQ(a.size(), 3u) << r.out;
   const char* names[] = {"pp8", "tg4", "tg4@d16"};
+  double highest = 0;
+  std::vector<double> last_readings;
   for (size_t i = 0; i < a.size(); ++i) {
     const nlohmann::json& j = a[i];
     SCOPED_TRACE(j.dump());
@@ -298,22 +302,35 @@ TEST(CliBench, JsonReportsEachTestAndTheBandwidthAroundThem) {
     EXPECT_GE(j["tok_s_max"].get<double>(), tok_s);
     EXPECT_EQ(j["logits_hash"].get<std::string>().size(), 16u);
     EXPECT_LT(j["peak_rss_mib"].get<double>(), 256.0);
-    const double after = j["membw_after_gb_s"].get<double>();
     const double best = j["membw_gb_s"].get<double>();
-    EXPECT_GT(after, 0);
-    if (j["membw_before_gb_s"].is_null()) {
-      EXPECT_EQ(best, after);
-    } else {
-      EXPECT_EQ(best, std::max(after, j["membw_before_gb_s"].get<double>()));
-    }
+    EXPECT_GT(best, 0);
     if (i == 0) {
+      highest = best;
       EXPECT_TRUE(j["gb_s"].is_null());
       EXPECT_TRUE(j["pct_bandwidth"].is_null());
-    } else {
-      const double gb_s = j["gb_s"].get<double>();
-      EXPECT_NEAR(gb_s, tok_s * j["weight_bytes_per_token"].get<double>() / 1e9, gb_s * 0.5);  // + KV bytes
-      EXPECT_NEAR(j["pct_bandwidth"].get<double>(), 100 * gb_s / best, 1e-9 * gb_s / best);
+      continue;
     }
+    EXPECT_EQ(best, highest);  // the same run-wide figure on every test
+    const double gb_s = j["gb_s"].get<double>();
+    EXPECT_NEAR(gb_s, tok_s * j["weight_bytes_per_token"].get<double>() / 1e9, gb_s * 0.5);  // + KV bytes
+    const std::vector<double> readings = j["membw_readings_gb_s"].get<std::vector<double>>();
+    const std::vector<double> runs = j["pct_bandwidth_runs"].get<std::vector<double>>();
+    ASSERT_EQ(runs.size(), 2u);
+    ASSERT_EQ(readings.size(), 3u);  // before run 1, between, after run 2
+    for (double x : readings) EXPECT_LE(x, best);
+    if (i == 2) {
+      EXPECT_EQ(readings.front(), last_readings.back());  // shared with the test before
+    }
+    last_readings = readings;
+    // Each run's % is against the higher of its two readings, so it lies between the test's
+    // GB/s range over the higher reading and over the lower one.
+    const double gb_min = j["tok_s_min"].get<double>() * gb_s / tok_s, gb_max = j["tok_s_max"].get<double>() * gb_s / tok_s;
+    for (size_t k = 0; k < runs.size(); ++k) {
+      const double hi = std::max(readings[k], readings[k + 1]);
+      EXPECT_GE(runs[k], 100 * gb_min / hi * (1 - 1e-9));
+      EXPECT_LE(runs[k], 100 * gb_max / hi * (1 + 1e-9));
+    }
+    EXPECT_NEAR(j["pct_bandwidth"].get<double>(), (runs[0] + runs[1]) / 2, 1e-9 * runs[0]);
   }
 }
 

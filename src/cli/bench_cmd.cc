@@ -44,15 +44,21 @@ struct TestResult {
   std::string name;     // "pp512", "tg128", "tg128@d4096"
   std::vector<double> tok_s;
   double bytes_per_token = 0;  // tg: weights + average KV read per token
-  double median() const {
-    std::vector<double> v = tok_s;
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n == 0 ? 0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
-  }
+  std::vector<double> pct_bandwidth;  // tg with --membw: each run's GB/s as % of its readings
+  std::vector<double> membw_gb_s;     // tg with --membw: the readings around its runs
+  double median() const;
   double min() const { return *std::min_element(tok_s.begin(), tok_s.end()); }
   double max() const { return *std::max_element(tok_s.begin(), tok_s.end()); }
 };
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double TestResult::median() const { return median_of(tok_s); }
 
 std::vector<int32_t> random_tokens(int64_t n, int32_t n_vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -239,27 +245,32 @@ int cmd_bench(int argc, char** argv, int first) {
   if (!warm.ok) error = warm.error;
   const bool weights_huge = weights_on_huge_pages(eng->model().weights());
 
-  // --- memory bandwidth, same process, same threads: before the model tests and after ---
-  // The machine's bandwidth drifts with what else runs on it (passes minutes apart gave
-  // 50 and 77 GB/s), so one reading taken after the tests can fall below what the tests
-  // themselves moved. The higher of a reading before and one after is the denominator:
-  // the bandwidth the machine showed it had while the tests ran. The buffer of the first
-  // reading would count in the peak RSS; the peak is reset after it (where the kernel
-  // allows it; otherwise there is only the reading after).
+  // --- memory bandwidth, same process, same threads, around every tg run ---
+  // The machine's bandwidth moves between levels (about 50 and 80 GB/s here) for minutes at
+  // a time, whatever runs, so a reading taken once, before or after the tests, can describe
+  // another level than the one a run streamed at. Each tg run is bracketed by readings
+  // (consecutive runs share the one between them) and its GB/s is divided by the higher of
+  // its two; a test's % is the median over its runs. Each reading's 512 MiB buffer would
+  // count in the peak RSS, so the peak is reset after every reading and the highest peak
+  // between readings is kept; where the kernel does not allow the reset, there is one
+  // reading, after all the tests.
   const bool want_membw = args.has("--membw") || args.has("--vs-roofline");
   std::optional<ThreadPool> membw_pool;
   if (want_membw) membw_pool.emplace(n_threads);
-  auto read_bandwidth = [&] {
-    return roofline::measure_read_bandwidth_detailed(*membw_pool, roofline::kDefaultMembwBytes, weights_huge);
+  double peak_rss_kib = static_cast<double>(proc_status_kib("VmHWM"));
+  const bool bracket = want_membw && reset_peak_rss();
+  std::vector<double> readings;     // GB/s, in the order taken
+  bool reading_is_fresh = false;    // nothing has run since the last reading
+  auto take_reading = [&] {
+    peak_rss_kib = std::max(peak_rss_kib, static_cast<double>(proc_status_kib("VmHWM")));
+    const roofline::MembwResult r =
+        roofline::measure_read_bandwidth_detailed(*membw_pool, roofline::kDefaultMembwBytes, weights_huge);
+    if (bracket) reset_peak_rss();
+    readings.push_back(r.best_bytes_per_s / 1e9);
+    reading_is_fresh = true;
   };
-  const double peak_rss_load_kib = static_cast<double>(proc_status_kib("VmHWM"));
-  std::optional<roofline::MembwResult> membw_before;
-  if (want_membw && error.empty() && reset_peak_rss()) {
-    membw_before = read_bandwidth();
-    reset_peak_rss();
-  }
   if (*n_prompt > 0 && error.empty()) {
-    TestResult t{"pp" + std::to_string(*n_prompt), {}, weight_bytes};
+    TestResult t{"pp" + std::to_string(*n_prompt), {}, weight_bytes, {}, {}};
     for (int64_t r = 0; r < *reps && error.empty(); ++r) {
       const double t0 = now_ms();
       RunOutcome o = run_request(*eng, random_tokens(*n_prompt, hp.n_vocab, 42 + r), 1);
@@ -271,15 +282,25 @@ int cmd_bench(int argc, char** argv, int first) {
     results.push_back(t);
   }
   auto run_tg = [&](int64_t d) {
-    TestResult t{"tg" + std::to_string(*n_gen) + (d > 0 ? "@d" + std::to_string(d) : ""), {}, 0};
+    TestResult t{"tg" + std::to_string(*n_gen) + (d > 0 ? "@d" + std::to_string(d) : ""), {}, 0, {}, {}};
     // Average KV bytes read per generated token: the context grows from d+1 to d+n.
     t.bytes_per_token = weight_bytes + kv_bytes_per_ctx_token * (d + 1 + (*n_gen + 1) / 2.0);
     for (int64_t r = 0; r < *reps && error.empty(); ++r) {
+      if (bracket && !reading_is_fresh) take_reading();
+      const size_t before = readings.size();  // index + 1 of the reading before this run
+      if (bracket && r == 0) t.membw_gb_s.push_back(readings.back());
+      reading_is_fresh = false;
       RunOutcome o = run_request(*eng, random_tokens(std::max<int64_t>(d, 1), hp.n_vocab, 7 + r), static_cast<int32_t>(*n_gen + 1));
       if (!o.ok) error = o.error;
       const double ms = o.timings.finish_ms - o.timings.first_token_ms;  // n_gen decode steps
       t.tok_s.push_back(*n_gen / (ms / 1000.0));
       if (*n_prompt == 0) logits_hash = o.logits_hash;
+      if (bracket && o.ok) {
+        take_reading();
+        t.membw_gb_s.push_back(readings.back());
+        const double gb_s = t.tok_s.back() * t.bytes_per_token / 1e9;
+        t.pct_bandwidth.push_back(100.0 * gb_s / std::max(readings[before - 1], readings.back()));
+      }
     }
     results.push_back(t);
   };
@@ -289,21 +310,25 @@ int cmd_bench(int argc, char** argv, int first) {
     std::fprintf(stderr, "error: %s\n", error.c_str());
     return 1;
   }
-  // Peak RSS of loading and of the model tests, without the bandwidth test's buffer.
-  const double peak_rss_mib =
-      std::max(peak_rss_load_kib, static_cast<double>(proc_status_kib("VmHWM"))) / 1024.0;
+  // Peak RSS of loading and of the model tests, without the bandwidth test's buffers.
+  peak_rss_kib = std::max(peak_rss_kib, static_cast<double>(proc_status_kib("VmHWM")));
+  const double peak_rss_mib = peak_rss_kib / 1024.0;
 
-  double membw_gb_s = 0, membw_before_gb_s = 0, membw_after_gb_s = 0;
   std::optional<roofline::MachineRates> rates;
-  if (want_membw) {
-    const roofline::MembwResult after = read_bandwidth();
-    membw_after_gb_s = after.best_bytes_per_s / 1e9;
-    if (membw_before) membw_before_gb_s = membw_before->best_bytes_per_s / 1e9;
-    membw_gb_s = std::max(membw_before_gb_s, membw_after_gb_s);
-    if (args.has("--vs-roofline")) {
-      const roofline::PeakRates peak = roofline::measure_peak_rates(*membw_pool);
-      rates = roofline::MachineRates{membw_gb_s * 1e9, peak.flops_f32, peak.ops_int8};
+  if (want_membw && !bracket) {  // one reading, after everything
+    take_reading();
+    for (TestResult& t : results) {
+      if (t.name.rfind("tg", 0) != 0) continue;
+      t.membw_gb_s = {readings.back()};
+      for (double tok_s : t.tok_s) t.pct_bandwidth.push_back(100.0 * tok_s * t.bytes_per_token / 1e9 / readings.back());
     }
+  }
+  if (want_membw && readings.empty()) take_reading();  // --membw without a tg test
+  // The roof for predictions and pp: the highest reading of the run.
+  const double membw_gb_s = readings.empty() ? 0.0 : *std::max_element(readings.begin(), readings.end());
+  if (args.has("--vs-roofline")) {
+    const roofline::PeakRates peak = roofline::measure_peak_rates(*membw_pool);
+    rates = roofline::MachineRates{membw_gb_s * 1e9, peak.flops_f32, peak.ops_int8};
   }
 
   std::optional<roofline::Prediction> pred_pp, pred_tg, pred_tgd;
@@ -330,7 +355,7 @@ int cmd_bench(int argc, char** argv, int first) {
     const bool is_tg = t.name.rfind("tg", 0) == 0;
     const double med = t.median();
     const double gb_s = is_tg ? med * t.bytes_per_token / 1e9 : 0.0;
-    const double pct = membw_gb_s > 0 && is_tg ? 100.0 * gb_s / membw_gb_s : 0.0;
+    const double pct = is_tg ? median_of(t.pct_bandwidth) : 0.0;
     nlohmann::json j = {{"test", t.name}, {"tok_s", med}, {"tok_s_min", t.min()}, {"tok_s_max", t.max()},
                         {"threads", n_threads}, {"model", label}, {"type", type},
                         {"weight_bytes_per_token", weight_bytes}, {"peak_rss_mib", peak_rss_mib},
@@ -339,9 +364,11 @@ int cmd_bench(int argc, char** argv, int first) {
     j["gb_s"] = is_tg ? nlohmann::json(gb_s) : nlohmann::json(nullptr);
     j["pct_bandwidth"] = pct > 0 ? nlohmann::json(pct) : nlohmann::json(nullptr);
     if (membw_gb_s > 0) {
-      j["membw_gb_s"] = membw_gb_s;
-      j["membw_after_gb_s"] = membw_after_gb_s;
-      j["membw_before_gb_s"] = membw_before ? nlohmann::json(membw_before_gb_s) : nlohmann::json(nullptr);
+      j["membw_gb_s"] = membw_gb_s;  // the highest reading of the whole run
+      if (is_tg) {
+        j["membw_readings_gb_s"] = t.membw_gb_s;
+        j["pct_bandwidth_runs"] = t.pct_bandwidth;
+      }
     }
     const std::optional<roofline::Prediction>& pr = !is_tg ? pred_pp : (t.name.find('@') != std::string::npos ? pred_tgd : pred_tg);
     if (pr) {
@@ -356,7 +383,9 @@ int cmd_bench(int argc, char** argv, int first) {
       std::snprintf(line, sizeof line, " | %s %.1f tok/s, %.1f GB/s", t.name.c_str(), med, gb_s);
       summary += line;
       if (pct > 0) {
-        std::snprintf(line, sizeof line, " (%.0f%% of %.1f GB/s measured)", pct, membw_gb_s);
+        const auto [lo, hi] = std::minmax_element(t.membw_gb_s.begin(), t.membw_gb_s.end());
+        std::snprintf(line, sizeof line, " (%.0f%% of the bandwidth read around its runs, %.1f-%.1f GB/s)", pct, *lo,
+                      *hi);
         summary += line;
       }
     } else {
@@ -382,17 +411,13 @@ int cmd_bench(int argc, char** argv, int first) {
                 is_tg ? std::to_string(t.median() * t.bytes_per_token / 1e9).substr(0, 6).c_str() : "-");
   }
   std::printf("%s | logits %s\n", summary.c_str(), hash_hex);
-  std::printf("weights %.1f MiB read per token%s | load %.0f ms | peak RSS %.1f MiB (without --membw's buffer) | kernels %s\n",
+  std::printf("weights %.1f MiB read per token%s | load %.0f ms | peak RSS %.1f MiB (without --membw's buffers) | kernels %s\n",
               weight_bytes / 1048576.0, weights_huge ? " (2 MiB pages)" : "", load_ms, peak_rss_mib,
               std::string(eng->kernel_name()).c_str());
   if (membw_gb_s > 0) {
-    if (membw_before) {
-      std::printf("read bandwidth (--membw, best pass): %.1f GB/s before the tests, %.1f after\n",
-                  membw_before_gb_s, membw_after_gb_s);
-    } else {
-      std::printf("read bandwidth (--membw, best pass): %.1f GB/s after the tests (none before: this kernel "
-                  "does not let the peak RSS be reset)\n", membw_after_gb_s);
-    }
+    std::printf("read bandwidth (--membw, best pass): %zu readings, %.1f-%.1f GB/s%s\n", readings.size(),
+                *std::min_element(readings.begin(), readings.end()), membw_gb_s,
+                bracket ? " (around every tg run)" : " (one, after the tests: this kernel does not let the peak RSS be reset)");
   }
   return 0;
 }
