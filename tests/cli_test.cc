@@ -334,5 +334,34 @@ TEST(CliBench, JsonReportsEachTestAndTheBandwidthAroundItsRuns) {
   }
 }
 
+// `--vs-roofline`: every test carries the prediction, its ratio and the binding roof; pp's
+// ratio is its tok/s over the prediction, tg's the median of its runs' (each against the
+// roof at its own bandwidth readings).
+TEST(CliBench, VsRooflineReportsPredictionAndRoof) {
+  CmdResult r = run_lumen({"bench", "-m", shared(kTiny), "-t", "1", "-p", "8", "-n", "4", "-r", "2",
+                           "--vs-roofline", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json a = nlohmann::json::parse(r.out);
+  ASSERT_EQ(a.size(), 2u) << r.out;
+  for (const nlohmann::json& j : a) {
+    SCOPED_TRACE(j.dump());
+    const double predicted = j["predicted_tok_s"].get<double>();
+    const double ratio = j["ratio_to_predicted"].get<double>();
+    EXPECT_GT(predicted, 0);
+    EXPECT_TRUE(j["binding_roof"] == "memory" || j["binding_roof"] == "compute");
+    if (j["test"] == "pp8") {
+      EXPECT_NEAR(ratio, j["tok_s"].get<double>() / predicted, 1e-9 * ratio);
+    } else {
+      // Two runs: the ratio is the mean of theirs, each within [min, max] tok/s over a
+      // prediction between the lowest and the highest reading's.
+      const std::vector<double> readings = j["membw_readings_gb_s"].get<std::vector<double>>();
+      const double lo = *std::min_element(readings.begin(), readings.end());
+      const double hi = *std::max_element(readings.begin(), readings.end());
+      EXPECT_GE(ratio, j["tok_s_min"].get<double>() / (predicted * hi / lo) * (1 - 1e-9));
+      EXPECT_LE(ratio, j["tok_s_max"].get<double>() / (predicted * lo / hi) * (1 + 1e-9));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lumen::testing

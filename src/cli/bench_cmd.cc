@@ -331,21 +331,47 @@ int cmd_bench(int argc, char** argv, int first) {
     rates = roofline::MachineRates{membw_gb_s * 1e9, peak.flops_f32, peak.ops_int8};
   }
 
-  std::optional<roofline::Prediction> pred_pp, pred_tg, pred_tgd;
-  if (rates) {
-    auto predict = [&](int64_t d) -> std::optional<roofline::Prediction> {
-      roofline::PredictOptions o;
-      o.n_prompt = std::max<int64_t>(*n_prompt, 1);
-      o.n_gen = std::max<int64_t>(*n_gen, 1);
-      o.n_depth = d;
-      o.kv_bytes_per_elem = c.kv_dtype == DType::kF32 ? 4 : 2;
-      auto p = roofline::predict_lumen(file, *rates, o);
-      if (!p.ok()) return std::nullopt;
-      return *p;
-    };
-    pred_pp = pred_tg = predict(0);
-    if (*depth > 0) pred_tgd = predict(*depth);
-  }
+  // The roofline's prediction per test. pp: at the run's highest bandwidth reading. tg:
+  // per run, at the higher of the readings around it (as its % of bandwidth), so that a
+  // run at the machine's other bandwidth level is set against its own roof; the test's
+  // prediction and ratio are the medians over its runs.
+  struct Predicted {
+    double tok_s = 0;
+    double ratio = 0;
+    const char* roof = "";
+  };
+  auto predict = [&](int64_t d, double bytes_per_s) -> std::optional<roofline::Prediction> {
+    roofline::PredictOptions o;
+    o.n_prompt = std::max<int64_t>(*n_prompt, 1);
+    o.n_gen = std::max<int64_t>(*n_gen, 1);
+    o.n_depth = d;
+    o.kv_bytes_per_elem = c.kv_dtype == DType::kF32 ? 4 : 2;
+    roofline::MachineRates r = *rates;
+    r.read_bytes_per_s = bytes_per_s;
+    auto p = roofline::predict_lumen(file, r, o);
+    if (!p.ok()) return std::nullopt;
+    return *p;
+  };
+  auto predicted_for = [&](const TestResult& t, int64_t d) -> std::optional<Predicted> {
+    if (!rates) return std::nullopt;
+    const bool is_tg = t.name.rfind("tg", 0) == 0;
+    if (!is_tg) {
+      auto p = predict(d, rates->read_bytes_per_s);
+      if (!p) return std::nullopt;
+      return Predicted{p->pp_tok_s, t.median() / p->pp_tok_s, p->pp_binding_roof};
+    }
+    std::vector<double> tok, ratio;
+    const char* roof = "";
+    for (size_t k = 0; k < t.tok_s.size(); ++k) {
+      const double gb = t.membw_gb_s.size() > k + 1 ? std::max(t.membw_gb_s[k], t.membw_gb_s[k + 1]) : t.membw_gb_s.back();
+      auto p = predict(d, gb * 1e9);
+      if (!p) return std::nullopt;
+      tok.push_back(p->tg_tok_s);
+      ratio.push_back(t.tok_s[k] / p->tg_tok_s);
+      roof = p->binding_roof;
+    }
+    return Predicted{median_of(tok), median_of(ratio), roof};
+  };
 
   nlohmann::json arr = nlohmann::json::array();
   char hash_hex[17];
@@ -370,12 +396,11 @@ int cmd_bench(int argc, char** argv, int first) {
         j["pct_bandwidth_runs"] = t.pct_bandwidth;
       }
     }
-    const std::optional<roofline::Prediction>& pr = !is_tg ? pred_pp : (t.name.find('@') != std::string::npos ? pred_tgd : pred_tg);
+    const std::optional<Predicted> pr = predicted_for(t, t.name.find('@') != std::string::npos ? *depth : 0);
     if (pr) {
-      const double predicted = is_tg ? pr->tg_tok_s : pr->pp_tok_s;
-      j["predicted_tok_s"] = predicted;
-      j["ratio_to_predicted"] = med / predicted;
-      j["binding_roof"] = is_tg ? pr->binding_roof : pr->pp_binding_roof;
+      j["predicted_tok_s"] = pr->tok_s;
+      j["ratio_to_predicted"] = pr->ratio;
+      j["binding_roof"] = pr->roof;
     }
     arr.push_back(j);
     char line[512];
@@ -393,9 +418,7 @@ int cmd_bench(int argc, char** argv, int first) {
       summary += line;
     }
     if (pr) {
-      const double predicted = is_tg ? pr->tg_tok_s : pr->pp_tok_s;
-      std::snprintf(line, sizeof line, " [roofline %.1f, %.0f%%, %s-bound]", predicted, 100 * med / predicted,
-                    is_tg ? pr->binding_roof : pr->pp_binding_roof);
+      std::snprintf(line, sizeof line, " [roofline %.1f, %.0f%%, %s-bound]", pr->tok_s, 100 * pr->ratio, pr->roof);
       summary += line;
     }
   }
