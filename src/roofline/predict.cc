@@ -67,22 +67,29 @@ Prediction predict_lumen(const ModelShape& shape, const FileWeights& w, const Ma
   const double kv = p.kv_bytes_per_token;
   const double a = static_cast<double>(attn_macs_per_pair(shape));
 
-  // tg: one token at a time, the context growing from n_depth.
-  double mem_s = 0, comp_s = 0, time_s = 0, bytes = 0;
+  // tg: one token at a time, the context growing from n_depth. A step is two phases that
+  // run one after the other, each at its own roof: the matrices (the weights read once,
+  // multiply-adds at the int8 or f32 rate) and attention (the KV cache read once, Q.K and
+  // P.V at the f32 rate). A step's time is the sum of the two phases' times, not the max
+  // of its totals: at long context attention's arithmetic can bind while the weights'
+  // read still does, and neither hides the other. The binding roof is the one that bound
+  // for more of the time.
+  const double matmul_s = matmul_seconds(w, r, 1, 1);
+  const double weights_mem_s = p.weight_bytes_per_token / r.read_bytes_per_s;
+  double mem_bound_s = 0, comp_bound_s = 0, bytes = 0;
   for (int64_t i = 0; i < o.n_gen; ++i) {
-    const double n_past = static_cast<double>(o.n_depth + i);
-    const double step_bytes = p.weight_bytes_per_token + (n_past + 1) * kv;  // read past, write new
-    const double m = step_bytes / r.read_bytes_per_s;
-    const double c = matmul_seconds(w, r, 1, 1) + 2.0 * 2.0 * a * (n_past + 1) / r.flops_f32;
-    mem_s += m;
-    comp_s += c;
-    time_s += std::max(m, c);
-    bytes += step_bytes;
+    const double n_ctx = static_cast<double>(o.n_depth + i) + 1;  // past + the new token
+    const double kv_mem_s = n_ctx * kv / r.read_bytes_per_s;     // read past, write new
+    const double attn_s = 2.0 * 2.0 * a * n_ctx / r.flops_f32;
+    (matmul_s > weights_mem_s ? comp_bound_s : mem_bound_s) += std::max(weights_mem_s, matmul_s);
+    (attn_s > kv_mem_s ? comp_bound_s : mem_bound_s) += std::max(kv_mem_s, attn_s);
+    bytes += p.weight_bytes_per_token + n_ctx * kv;
   }
+  const double time_s = mem_bound_s + comp_bound_s;
   p.tg_ms = time_s * 1e3;
   p.tg_tok_s = static_cast<double>(o.n_gen) / time_s;
   p.tg_bytes_per_s = bytes / time_s;
-  p.binding_roof = comp_s > mem_s ? "compute" : "memory";
+  p.binding_roof = comp_bound_s > mem_bound_s ? "compute" : "memory";
 
   // pp: the whole prompt in one pass over the weights, after n_depth cached tokens.
   const StepTimes pp = prefill_times(shape, w, r, p.weight_bytes_per_token, kv, o.n_prompt, o.n_depth);

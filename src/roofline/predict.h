@@ -11,7 +11,9 @@
 // one row of the embedding table, the KV cache of the context read once (and the new
 // token's K, V written); multiply-adds of quantized matrices at the int8 dot-product rate
 // (lumen quantizes activations to 8-bit blocks), of float matrices and attention at the
-// f32 FMA rate. Prompt processing reads the weights once for the whole prompt and
+// f32 FMA rate. A decode step is two phases, each at its own roof, and takes their sum:
+// the matrices (weights read, matmul arithmetic) then attention (KV read, Q.K and P.V
+// arithmetic). Prompt processing reads the weights once for the whole prompt and
 // computes lm_head for the last token only. The predictions are upper bounds: a kernel
 // at 80% of the memory roof is doing well.
 #pragma once

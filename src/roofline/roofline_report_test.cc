@@ -223,6 +223,38 @@ TEST(RooflinePredict, BoundsFromRates) {
   EXPECT_LT(deep->pp_tok_s, p->pp_tok_s);
 }
 
+// A decode step is the matrices' phase and then attention's, each at its own roof. With a
+// slow f32 rate and a deep context, attention's arithmetic binds while the weights' read
+// still does: the step takes the sum (a single max over the step's totals would hide the
+// weights' read behind attention's arithmetic).
+TEST(RooflinePredict, DecodePhasesAddEachAtItsOwnRoof) {
+  std::vector<std::byte> image;
+  const gguf::ModelFile file = tiny_qwen2_file(image);
+  MachineRates rates = this_machine_class_rates();
+  rates.flops_f32 = 10e9;
+  PredictOptions o;
+  o.n_gen = 1;
+  o.n_depth = 4095;
+  Result<Prediction> p = predict_lumen(file, rates, o);
+  ASSERT_TRUE(p.ok()) << p.message();
+  // 2 layers x 4 heads x 16 dims per (query, key) pair, Q.K and P.V, 2 FLOPs each, 4096 keys.
+  const double attn_s = 2.0 * 2.0 * (2 * 4 * 16) * 4096 / rates.flops_f32;
+  const double kv_s = 4096 * p->kv_bytes_per_token / rates.read_bytes_per_s;
+  ASSERT_GT(attn_s, kv_s);
+  const double weights_s = p->weight_bytes_per_token / rates.read_bytes_per_s;
+  EXPECT_NEAR(1.0 / p->tg_tok_s, weights_s + attn_s, 1e-9 * attn_s);
+  EXPECT_STREQ(p->binding_roof, "compute");
+  // One key at this machine class's f32 rate: both phases memory-bound, the step is all
+  // its bytes over the bandwidth.
+  rates.flops_f32 = this_machine_class_rates().flops_f32;
+  o.n_depth = 0;
+  Result<Prediction> q = predict_lumen(file, rates, o);
+  ASSERT_TRUE(q.ok());
+  EXPECT_STREQ(q->binding_roof, "memory");
+  EXPECT_NEAR(1.0 / q->tg_tok_s, (p->weight_bytes_per_token + p->kv_bytes_per_token) / rates.read_bytes_per_s,
+              1e-9 / q->tg_tok_s);
+}
+
 TEST(RooflinePredict, PrefillKneeIsWherePrefillTurnsComputeBound) {
   std::vector<std::byte> image;
   const gguf::ModelFile file = tiny_qwen2_file(image);
