@@ -44,9 +44,21 @@ struct TestResult {
   std::string name;     // "pp512", "tg128", "tg128@d4096"
   std::vector<double> tok_s;
   double bytes_per_token = 0;  // tg: weights + average KV read per token
-  std::vector<double> pct_bandwidth;  // tg with --membw: each run's GB/s as % of its readings
-  std::vector<double> membw_gb_s;     // tg with --membw: the readings around its runs
+  // tg with --membw: the bandwidth readings around its runs, run k between readings k and
+  // k + 1 (or one reading for all runs, where they could not be bracketed).
+  std::vector<double> membw_gb_s;
   double median() const;
+  // The roof of run k: the higher of the readings around it.
+  double roof_gb_s(size_t k) const {
+    return membw_gb_s.size() > k + 1 ? std::max(membw_gb_s[k], membw_gb_s[k + 1]) : membw_gb_s.back();
+  }
+  // Each run's GB/s as % of its roof; empty without readings.
+  std::vector<double> pct_runs() const {
+    std::vector<double> pct;
+    if (membw_gb_s.empty()) return pct;
+    for (size_t k = 0; k < tok_s.size(); ++k) pct.push_back(100.0 * tok_s[k] * bytes_per_token / 1e9 / roof_gb_s(k));
+    return pct;
+  }
   double min() const { return *std::min_element(tok_s.begin(), tok_s.end()); }
   double max() const { return *std::max_element(tok_s.begin(), tok_s.end()); }
 };
@@ -270,7 +282,7 @@ int cmd_bench(int argc, char** argv, int first) {
     reading_is_fresh = true;
   };
   if (*n_prompt > 0 && error.empty()) {
-    TestResult t{"pp" + std::to_string(*n_prompt), {}, weight_bytes, {}, {}};
+    TestResult t{"pp" + std::to_string(*n_prompt), {}, weight_bytes, {}};
     for (int64_t r = 0; r < *reps && error.empty(); ++r) {
       const double t0 = now_ms();
       RunOutcome o = run_request(*eng, random_tokens(*n_prompt, hp.n_vocab, 42 + r), 1);
@@ -282,12 +294,11 @@ int cmd_bench(int argc, char** argv, int first) {
     results.push_back(t);
   }
   auto run_tg = [&](int64_t d) {
-    TestResult t{"tg" + std::to_string(*n_gen) + (d > 0 ? "@d" + std::to_string(d) : ""), {}, 0, {}, {}};
+    TestResult t{"tg" + std::to_string(*n_gen) + (d > 0 ? "@d" + std::to_string(d) : ""), {}, 0, {}};
     // Average KV bytes read per generated token: the context grows from d+1 to d+n.
     t.bytes_per_token = weight_bytes + kv_bytes_per_ctx_token * (d + 1 + (*n_gen + 1) / 2.0);
     for (int64_t r = 0; r < *reps && error.empty(); ++r) {
       if (bracket && !reading_is_fresh) take_reading();
-      const size_t before = readings.size();  // index + 1 of the reading before this run
       if (bracket && r == 0) t.membw_gb_s.push_back(readings.back());
       reading_is_fresh = false;
       RunOutcome o = run_request(*eng, random_tokens(std::max<int64_t>(d, 1), hp.n_vocab, 7 + r), static_cast<int32_t>(*n_gen + 1));
@@ -298,8 +309,6 @@ int cmd_bench(int argc, char** argv, int first) {
       if (bracket && o.ok) {
         take_reading();
         t.membw_gb_s.push_back(readings.back());
-        const double gb_s = t.tok_s.back() * t.bytes_per_token / 1e9;
-        t.pct_bandwidth.push_back(100.0 * gb_s / std::max(readings[before - 1], readings.back()));
       }
     }
     results.push_back(t);
@@ -317,11 +326,8 @@ int cmd_bench(int argc, char** argv, int first) {
   std::optional<roofline::MachineRates> rates;
   if (want_membw && !bracket) {  // one reading, after everything
     take_reading();
-    for (TestResult& t : results) {
-      if (t.name.rfind("tg", 0) != 0) continue;
-      t.membw_gb_s = {readings.back()};
-      for (double tok_s : t.tok_s) t.pct_bandwidth.push_back(100.0 * tok_s * t.bytes_per_token / 1e9 / readings.back());
-    }
+    for (TestResult& t : results)
+      if (t.name.rfind("tg", 0) == 0) t.membw_gb_s = {readings.back()};
   }
   if (want_membw && readings.empty()) take_reading();  // --membw without a tg test
   // The roof for predictions and pp: the highest reading of the run.
@@ -363,8 +369,7 @@ int cmd_bench(int argc, char** argv, int first) {
     std::vector<double> tok, ratio;
     const char* roof = "";
     for (size_t k = 0; k < t.tok_s.size(); ++k) {
-      const double gb = t.membw_gb_s.size() > k + 1 ? std::max(t.membw_gb_s[k], t.membw_gb_s[k + 1]) : t.membw_gb_s.back();
-      auto p = predict(d, gb * 1e9);
+      auto p = predict(d, t.roof_gb_s(k) * 1e9);
       if (!p) return std::nullopt;
       tok.push_back(p->tg_tok_s);
       ratio.push_back(t.tok_s[k] / p->tg_tok_s);
@@ -381,7 +386,8 @@ int cmd_bench(int argc, char** argv, int first) {
     const bool is_tg = t.name.rfind("tg", 0) == 0;
     const double med = t.median();
     const double gb_s = is_tg ? med * t.bytes_per_token / 1e9 : 0.0;
-    const double pct = is_tg ? median_of(t.pct_bandwidth) : 0.0;
+    const std::vector<double> pct_runs = t.pct_runs();
+    const double pct = is_tg ? median_of(pct_runs) : 0.0;
     nlohmann::json j = {{"test", t.name}, {"tok_s", med}, {"tok_s_min", t.min()}, {"tok_s_max", t.max()},
                         {"threads", n_threads}, {"model", label}, {"type", type},
                         {"weight_bytes_per_token", weight_bytes}, {"peak_rss_mib", peak_rss_mib},
@@ -393,7 +399,7 @@ int cmd_bench(int argc, char** argv, int first) {
       j["membw_gb_s"] = membw_gb_s;  // the highest reading of the whole run
       if (is_tg) {
         j["membw_readings_gb_s"] = t.membw_gb_s;
-        j["pct_bandwidth_runs"] = t.pct_bandwidth;
+        j["pct_bandwidth_runs"] = pct_runs;
       }
     }
     const std::optional<Predicted> pr = predicted_for(t, t.name.find('@') != std::string::npos ? *depth : 0);

@@ -197,8 +197,9 @@ void prepare_side_q6_k(const std::byte* xq, int64_t n, std::byte* side) {
 // start; end to end at 2 threads llama-3.2-1b q4_K decode went from 58 to 80 tok/s and
 // qwen2.5-0.5b q4_0 from 237 to 274. Spreading the K-quants' prefetches among the loads
 // (a burst of 37 per q4_K block outruns the L1's miss buffers) gained another 9% on
-// llama-3.2-1b; for q4_0 and q8_0 the spread form was 5-7% slower than the burst. 6-10 KiB ahead was best (less hides less latency, 28 KiB slowed matrices in cache);
-// into L2 only (T1) was 10-20% slower than into L1 (T0). Prefill tiles (more rows) are
+// llama-3.2-1b; for q4_0 and q8_0 the spread form was 5-7% slower than the burst. 6-10 KiB
+// ahead was best (less hides less latency, 28 KiB slowed matrices in cache); into L2 only
+// (T1) was 10-20% slower than into L1 (T0). Prefill tiles (more rows) are
 // compute-bound and re-read each group from cache once per tile of columns, so they do not
 // prefetch. Prefetches past the end of a matrix never fault and are at most
 // kPrefetchAhead bytes per thread and call.
