@@ -46,14 +46,49 @@ class TeacherForcer {
       ADD_FAILURE() << file.message();
       return;
     }
+    load(std::move(file).value(), n_ctx, reference_kernels, n_threads, kv_dtype);
+  }
+  // Loads an already opened file; on failure ok() is false and load_error() says why
+  // (no test failure is added: the caller decides, e.g. to skip an unsupported model).
+  TeacherForcer(gguf::ModelFile file, int32_t n_ctx, bool reference_kernels, int n_threads, DType kv_dtype)
+      : pool_(n_threads),
+        kernels_(reference_kernels ? &kernels::reference_kernel_table()
+                                   : &kernels::best_kernel_table()) {
+    quiet_ = true;
+    load(std::move(file), n_ctx, reference_kernels, n_threads, kv_dtype);
+  }
+
+  bool ok() const { return model_ && kv_; }
+  const std::string& load_error() const { return load_error_; }
+  const model::Model& model() const { return *model_; }
+  int32_t n_vocab() const { return model_->hparams().n_vocab; }
+
+  // Clears the sequence and runs `ids` as one batch from position 0; returns the logits
+  // of the rows asked for (all rows if all_rows, else the last).
+  std::vector<float> prefill(const std::vector<int32_t>& ids, bool all_rows = false) {
+    n_past_ = 0;
+    return run(ids, all_rows);
+  }
+  // Appends one token at the next position; returns its logits.
+  std::vector<float> decode(int32_t id) { return run({id}, false); }
+  // Appends `ids` as one batch at the next positions (a chunk of a chunked prefill).
+  std::vector<float> extend(const std::vector<int32_t>& ids, bool all_rows) { return run(ids, all_rows); }
+
+ private:
+  void fail(const std::string& msg) {
+    load_error_ = msg;
+    if (!quiet_) ADD_FAILURE() << msg;
+  }
+
+  void load(gguf::ModelFile file, int32_t n_ctx, bool reference_kernels, int n_threads, DType kv_dtype) {
     model::ModelLimits limits;
     limits.max_batch_tokens = n_ctx;
     limits.max_logit_rows = n_ctx;
     limits.max_ctx = n_ctx;
     limits.n_threads = n_threads;
-    auto m = model::Model::load(std::move(file).value(), limits);
+    auto m = model::Model::load(std::move(file), limits);
     if (!m.ok()) {
-      ADD_FAILURE() << m.message();
+      fail(m.message());
       return;
     }
     model_ = std::make_unique<model::Model>(std::move(m).value());
@@ -69,7 +104,7 @@ class TeacherForcer {
     c.dtype = kv_dtype;
     auto s = kv::KvStorage::allocate(c);
     if (!s.ok()) {
-      ADD_FAILURE() << s.message();
+      fail(s.message());
       return;
     }
     kv_ = std::make_unique<kv::KvStorage>(std::move(s).value());
@@ -77,20 +112,6 @@ class TeacherForcer {
     for (int32_t i = 0; i < c.n_blocks; ++i) table_.push_back((i * 7 + 3) % c.n_blocks);
   }
 
-  bool ok() const { return model_ && kv_; }
-  const model::Model& model() const { return *model_; }
-  int32_t n_vocab() const { return model_->hparams().n_vocab; }
-
-  // Clears the sequence and runs `ids` as one batch from position 0; returns the logits
-  // of the rows asked for (all rows if all_rows, else the last).
-  std::vector<float> prefill(const std::vector<int32_t>& ids, bool all_rows = false) {
-    n_past_ = 0;
-    return run(ids, all_rows);
-  }
-  // Appends one token at the next position; returns its logits.
-  std::vector<float> decode(int32_t id) { return run({id}, false); }
-
- private:
   std::vector<float> run(const std::vector<int32_t>& ids, bool all_rows) {
     std::vector<int32_t> rows;
     if (all_rows) {
@@ -107,6 +128,8 @@ class TeacherForcer {
 
   ThreadPool pool_;
   const kernels::KernelTable* kernels_;
+  bool quiet_ = false;
+  std::string load_error_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<kv::KvStorage> kv_;
   std::vector<int32_t> table_;

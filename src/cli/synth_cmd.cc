@@ -27,6 +27,10 @@ int cmd_synth(int argc, char** argv, int first) {
                      {{"--ffn"}, "N", "override the MLP inner size"},
                      {{"--vocab"}, "N", "override the vocabulary size (the tokenizer is padded or truncated)"},
                      {{"--ctx"}, "N", "override the training context length"},
+                     {{"--head-dim"}, "N", "override the head size (default hidden / heads; gemma and qwen3 differ)"},
+                     {{"--sliding-window"}, "N", "override the sliding window (gemma2, gemma3, phi3; 0 = none)"},
+                     {{"--weight-std"}, "X", "standard deviation of the weights (default: the preset's)"},
+                     {{"--norm-std"}, "X", "norm weights are 1 + N(0, X) (default: the preset's)"},
                      {{"--seed"}, "N", "random seed (default 42)"},
                      {{"--tokenizer"}, "PATH", "tokenizer.json to embed (default: the preset's, under $LUMEN_SHARED)"},
                      {{"--output-type"}, "TYPE", "type of the output matrix (default: q6_k for q4_k, else --type)"},
@@ -61,10 +65,17 @@ int cmd_synth(int argc, char** argv, int first) {
   for (const Override& o : {Override{"--hidden", &c.n_embd, 1 << 16}, Override{"--layers", &c.n_layer, 1024},
                             Override{"--heads", &c.n_head, 1024}, Override{"--kv-heads", &c.n_kv_head, 1024},
                             Override{"--ffn", &c.n_ff, 1 << 18}, Override{"--vocab", &c.n_vocab, 1 << 22},
-                            Override{"--ctx", &c.n_ctx, 1 << 24}}) {
-    Result<int64_t> v = args.get_int(o.flag, *o.value, 1, o.max);
+                            Override{"--ctx", &c.n_ctx, 1 << 24}, Override{"--head-dim", &c.n_head_dim, 1024},
+                            Override{"--sliding-window", &c.sliding_window, 1 << 24}}) {
+    const int64_t min_value = (o.value == &c.n_head_dim || o.value == &c.sliding_window) ? 0 : 1;
+    Result<int64_t> v = args.get_int(o.flag, *o.value, min_value, o.max);
     if (!v.ok()) return fail(v.message());
     *o.value = *v;
+  }
+  for (auto [flag, value] : {std::pair{"--weight-std", &c.weight_std}, std::pair{"--norm-std", &c.norm_std}}) {
+    Result<double> v = args.get_float(flag, *value, 0.0, 10.0);
+    if (!v.ok()) return fail(v.message());
+    *value = *v;
   }
   Result<int64_t> seed = args.get_int("--seed", 42, 0, INT64_MAX);
   if (!seed.ok()) return fail(seed.message());
@@ -89,11 +100,12 @@ int cmd_synth(int argc, char** argv, int first) {
     types += (types.empty() ? "" : ", ") + std::string(dtype_name(dtype)) + " " + std::to_string(n);
   std::printf("lumen synth: %s %s -> %s\n", c.name.c_str(), std::string(dtype_name(c.rules.type)).c_str(),
               out_path->c_str());
-  std::printf("  %s: hidden %lld, %lld layers, %lld heads / %lld KV, ffn %lld, vocab %lld, ctx %lld, %s, seed %llu\n",
+  std::printf("  %s: hidden %lld, %lld layers, %lld heads / %lld KV of %lld, ffn %lld, vocab %lld, ctx %lld, %s, seed %llu\n",
               c.arch.c_str(), static_cast<long long>(c.n_embd), static_cast<long long>(c.n_layer),
-              static_cast<long long>(c.n_head), static_cast<long long>(c.n_kv_head), static_cast<long long>(c.n_ff),
-              static_cast<long long>(c.n_vocab), static_cast<long long>(c.n_ctx), c.tied ? "tied" : "untied",
-              static_cast<unsigned long long>(c.seed));
+              static_cast<long long>(c.n_head), static_cast<long long>(c.n_kv_head), static_cast<long long>(c.head_dim()),
+              static_cast<long long>(c.n_ff), static_cast<long long>(c.n_vocab), static_cast<long long>(c.n_ctx),
+              c.tied ? "tied" : "untied", static_cast<unsigned long long>(c.seed));
+  if (c.sliding_window > 0) std::printf("  sliding window %lld\n", static_cast<long long>(c.sliding_window));
   std::printf("  %.1fM params, %lld tensors (%s), %.1f MiB, %.1f s\n", report.n_params / 1e6,
               static_cast<long long>(report.n_tensors), types.c_str(), report.file_bytes / 1048576.0, secs);
   std::printf("  tokenizer: %s\n", report.tokenizer.c_str());

@@ -1,6 +1,7 @@
 #include "convert/synth.h"
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <numbers>
 
@@ -8,6 +9,7 @@
 #include "convert/gguf_stream.h"
 #include "convert/quantize_ref.h"
 #include "convert/row_writer.h"
+#include "convert/synth_arch.h"
 #include "convert/tokenizer_to_gguf.h"
 
 namespace lumen::convert {
@@ -15,26 +17,79 @@ namespace {
 
 using gguf::MetaValue;
 
+// Fields in the order the table's designated initializers name them.
 struct Preset {
   std::string_view name;
   std::string_view arch;
-  int64_t n_embd, n_layer, n_head, n_kv_head, n_ff, n_vocab, n_ctx;
-  double rope_theta, rms_eps;
-  bool tied, qkv_bias;
-  double rope_scaling_factor;        // llama3 scaling, 0 = none
+  int64_t n_vocab, n_ctx;
   std::string_view tokenizer;        // under the shared dir
+  double weight_std = 0.02, norm_std = 0.0;
+  int64_t n_embd, n_layer, n_head, n_kv_head, n_ff;
+  double rope_theta, norm_eps;
+  bool tied = true, qkv_bias = false;
+  double rope_scaling_factor = 0.0;  // llama3 scaling, 0 = none
+  // Test-model features (synth_arch.h); zero = off.
+  int64_t n_head_dim = 0, n_rot = 0, sliding_window = 0, longrope_original_ctx = 0;
+  double attn_softcap = 0.0, final_softcap = 0.0, rope_linear_factor = 0.0;
 };
 
 constexpr std::string_view kQwenTokenizer = "tokenizers/hf/qwen2-qwen3/tokenizer.json";
 constexpr std::string_view kLlama3Tokenizer = "tokenizers/hf/llama3/tokenizer.json";
+// stories260K's 512-token SentencePiece vocabulary (with <0xXX> byte tokens): every
+// architecture's loader in llama.cpp accepts it, and prompts tokenize the same everywhere.
+constexpr std::string_view kTinyVocab = "models/stories260K/stories260K.gguf";
+
+// Test models ("tiny-*"): a few hundred KiB at f32, windows shorter than the test prompts,
+// GQA, weights N(0, 0.15) and norms 1 + N(0, 0.1) so logits have top-2 margins well above
+// the golden tolerances; tests/data/arch/ holds files made from these with llama.cpp goldens.
+constexpr double kTinyStd = 0.15, kTinyNormStd = 0.1;
+#define TINY(n, a) .name = n, .arch = a, .n_vocab = 512, .n_ctx = 512, .tokenizer = kTinyVocab, \
+                   .weight_std = kTinyStd, .norm_std = kTinyNormStd
 
 constexpr Preset kPresets[] = {
-    {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 1e6, 1e-6, true, true, 0.0, kQwenTokenizer},
-    {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 8192, 128256, 131072, 500000.0, 1e-5, true, false, 32.0,
-     kLlama3Tokenizer},
-    {"smollm2-135m", "llama", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0, 1e-5, true, false, 0.0, kLlama3Tokenizer},
-    {"qwen1.5-0.5b", "qwen2", 1024, 24, 16, 16, 2816, 151936, 32768, 1e6, 1e-6, false, true, 0.0, kQwenTokenizer},
+    {.name = "qwen2.5-0.5b", .arch = "qwen2", .n_vocab = 151936, .n_ctx = 32768, .tokenizer = kQwenTokenizer,
+     .n_embd = 896, .n_layer = 24, .n_head = 14, .n_kv_head = 2,
+     .n_ff = 4864, .rope_theta = 1e6, .norm_eps = 1e-6, .tied = true,
+     .qkv_bias = true},
+    {.name = "llama-3.2-1b", .arch = "llama", .n_vocab = 128256, .n_ctx = 131072, .tokenizer = kLlama3Tokenizer,
+     .n_embd = 2048, .n_layer = 16, .n_head = 32, .n_kv_head = 8,
+     .n_ff = 8192, .rope_theta = 500000.0, .norm_eps = 1e-5, .tied = true,
+     .rope_scaling_factor = 32.0},
+    {.name = "smollm2-135m", .arch = "llama", .n_vocab = 49152, .n_ctx = 8192, .tokenizer = kLlama3Tokenizer,
+     .n_embd = 576, .n_layer = 30, .n_head = 9, .n_kv_head = 3,
+     .n_ff = 1536, .rope_theta = 100000.0, .norm_eps = 1e-5, .tied = true},
+    {.name = "qwen1.5-0.5b", .arch = "qwen2", .n_vocab = 151936, .n_ctx = 32768, .tokenizer = kQwenTokenizer,
+     .n_embd = 1024, .n_layer = 24, .n_head = 16, .n_kv_head = 16,
+     .n_ff = 2816, .rope_theta = 1e6, .norm_eps = 1e-6, .tied = false,
+     .qkv_bias = true},
+    // --- test models ---
+    {TINY("tiny-llama", "llama"), .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_ff = 128,
+     .rope_theta = 10000.0, .norm_eps = 1e-5, .tied = false},
+    {TINY("tiny-mistral", "llama"), .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 1, .n_ff = 128,
+     .rope_theta = 10000.0, .norm_eps = 1e-5, .tied = false, .sliding_window = 16},
+    {TINY("tiny-qwen2", "qwen2"), .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_ff = 128,
+     .rope_theta = 1e6, .norm_eps = 1e-6, .tied = true, .qkv_bias = true},
+    {TINY("tiny-qwen3", "qwen3"), .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_ff = 128,
+     .rope_theta = 1e6, .norm_eps = 1e-6, .tied = true, .n_head_dim = 32},
+    {TINY("tiny-smollm3", "smollm3"), .n_embd = 64, .n_layer = 4, .n_head = 4, .n_kv_head = 2, .n_ff = 128,
+     .rope_theta = 1e6, .norm_eps = 1e-6, .tied = true},
+    {TINY("tiny-gemma", "gemma"), .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 1, .n_ff = 128,
+     .rope_theta = 10000.0, .norm_eps = 1e-6, .tied = true, .n_head_dim = 32},
+    {TINY("tiny-gemma2", "gemma2"), .n_embd = 64, .n_layer = 4, .n_head = 4, .n_kv_head = 2, .n_ff = 128,
+     .rope_theta = 10000.0, .norm_eps = 1e-6, .tied = true, .sliding_window = 16, .attn_softcap = 5.0,
+     .final_softcap = 8.0},
+    {TINY("tiny-gemma3", "gemma3"), .n_embd = 64, .n_layer = 6, .n_head = 4, .n_kv_head = 2, .n_ff = 64,
+     .rope_theta = 1e6, .norm_eps = 1e-6, .tied = true, .sliding_window = 16},
+    {TINY("tiny-phi3", "phi3"), .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 4, .n_ff = 128,
+     .rope_theta = 10000.0, .norm_eps = 1e-5, .tied = false, .sliding_window = 16},
+    {TINY("tiny-phi3-longrope", "phi3"), .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_ff = 128,
+     .rope_theta = 10000.0, .norm_eps = 1e-5, .tied = false, .longrope_original_ctx = 64},
+    {TINY("tiny-stablelm", "stablelm"), .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_ff = 128,
+     .rope_theta = 10000.0, .norm_eps = 1e-5, .tied = false, .qkv_bias = true, .n_rot = 4},
+    {TINY("tiny-starcoder2", "starcoder2"), .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_ff = 256,
+     .rope_theta = 100000.0, .norm_eps = 1e-5, .tied = true},
 };
+#undef TINY
 
 // --- deterministic random weights ---
 
@@ -70,77 +125,6 @@ void gaussian_row(uint64_t tensor_key, int64_t row_idx, float stddev, float* out
   }
 }
 
-// Llama 3 RoPE frequency factors as convert_hf_to_gguf.py computes them (f32 arithmetic):
-// theta_i = base^(-2i/d); wavelengths shorter than original_ctx / high_freq_factor keep
-// factor 1, longer than original_ctx / low_freq_factor get `factor`, in between a smooth
-// interpolation.
-std::vector<float> llama3_rope_factors(const SynthConfig& c) {
-  const int64_t dim = c.head_dim();
-  const float base = static_cast<float>(c.rope_theta);
-  const float factor = static_cast<float>(c.rope_scaling_factor);
-  const float lo = static_cast<float>(c.rope_low_freq_factor);
-  const float hi = static_cast<float>(c.rope_high_freq_factor);
-  const float orig = static_cast<float>(c.rope_original_ctx);
-  const float low_freq_wavelen = orig / lo;
-  const float high_freq_wavelen = orig / hi;
-  std::vector<float> out;
-  for (int64_t i = 0; i < dim; i += 2) {
-    const float freq = 1.0f / std::pow(base, static_cast<float>(i) / static_cast<float>(dim));
-    const float wavelen = 2.0f * std::numbers::pi_v<float> / freq;
-    if (wavelen < high_freq_wavelen) {
-      out.push_back(1.0f);
-    } else if (wavelen > low_freq_wavelen) {
-      out.push_back(factor);
-    } else {
-      const float smooth = (orig / wavelen - lo) / (hi - lo);
-      out.push_back(1.0f / ((1.0f - smooth) / factor + smooth));
-    }
-  }
-  return out;
-}
-
-enum class Init : uint8_t { kGaussian, kOnes, kGiven };
-
-struct SynthTensor {
-  std::string name;
-  std::vector<int64_t> ne;
-  DType dtype;
-  Init init;
-  std::vector<float> values;  // kGiven
-};
-
-std::vector<SynthTensor> plan_tensors(const SynthConfig& c) {
-  const int64_t e = c.n_embd, q = c.n_head * c.head_dim(), kv = c.n_kv_head * c.head_dim();
-  std::vector<SynthTensor> ts;
-  auto add = [&](std::string name, std::vector<int64_t> ne, Init init) {
-    const DType t = choose_tensor_type(c.rules, name, ne, c.tied);
-    ts.push_back(SynthTensor{std::move(name), std::move(ne), t, init, {}});
-  };
-  add("token_embd.weight", {e, c.n_vocab}, Init::kGaussian);
-  if (c.rope_scaling_factor > 0) {
-    add("rope_freqs.weight", {c.head_dim() / 2}, Init::kGiven);
-    ts.back().values = llama3_rope_factors(c);
-  }
-  for (int64_t il = 0; il < c.n_layer; ++il) {
-    const std::string p = "blk." + std::to_string(il) + ".";
-    add(p + "attn_norm.weight", {e}, Init::kOnes);
-    add(p + "attn_q.weight", {e, q}, Init::kGaussian);
-    if (c.qkv_bias) add(p + "attn_q.bias", {q}, Init::kGaussian);
-    add(p + "attn_k.weight", {e, kv}, Init::kGaussian);
-    if (c.qkv_bias) add(p + "attn_k.bias", {kv}, Init::kGaussian);
-    add(p + "attn_v.weight", {e, kv}, Init::kGaussian);
-    if (c.qkv_bias) add(p + "attn_v.bias", {kv}, Init::kGaussian);
-    add(p + "attn_output.weight", {q, e}, Init::kGaussian);
-    add(p + "ffn_norm.weight", {e}, Init::kOnes);
-    add(p + "ffn_gate.weight", {e, c.n_ff}, Init::kGaussian);
-    add(p + "ffn_up.weight", {e, c.n_ff}, Init::kGaussian);
-    add(p + "ffn_down.weight", {c.n_ff, e}, Init::kGaussian);
-  }
-  add("output_norm.weight", {e}, Init::kOnes);
-  if (!c.tied) add("output.weight", {e, c.n_vocab}, Init::kGaussian);
-  return ts;
-}
-
 Status check_range(const char* what, int64_t v, int64_t max) {
   if (v < 1 || v > max)
     return error(std::string(what) + " = " + std::to_string(v) + " is out of range [1, " + std::to_string(max) + "]");
@@ -160,6 +144,7 @@ Result<SynthConfig> synth_preset(std::string_view name, const std::string& share
     if (p.name != name) continue;
     SynthConfig c;
     c.name = std::string(p.name);
+    c.general_name = p.tokenizer == kTinyVocab ? "lumen synth test model" : c.name + " (synthetic)";
     c.arch = std::string(p.arch);
     c.n_embd = p.n_embd;
     c.n_layer = p.n_layer;
@@ -168,11 +153,20 @@ Result<SynthConfig> synth_preset(std::string_view name, const std::string& share
     c.n_ff = p.n_ff;
     c.n_vocab = p.n_vocab;
     c.n_ctx = p.n_ctx;
+    c.n_head_dim = p.n_head_dim;
+    c.n_rot = p.n_rot;
     c.rope_theta = p.rope_theta;
-    c.rms_eps = p.rms_eps;
+    c.norm_eps = p.norm_eps;
     c.tied = p.tied;
     c.qkv_bias = p.qkv_bias;
     c.rope_scaling_factor = p.rope_scaling_factor;
+    c.rope_linear_factor = p.rope_linear_factor;
+    c.sliding_window = p.sliding_window;
+    c.attn_softcap = p.attn_softcap;
+    c.final_softcap = p.final_softcap;
+    c.longrope_original_ctx = p.longrope_original_ctx;
+    c.weight_std = p.weight_std;
+    c.norm_std = p.norm_std;
     c.tokenizer_path = shared_dir + "/" + std::string(p.tokenizer);
     return c;
   }
@@ -182,7 +176,6 @@ Result<SynthConfig> synth_preset(std::string_view name, const std::string& share
 }
 
 Status validate_synth_config(const SynthConfig& c) {
-  if (c.arch != "llama" && c.arch != "qwen2") return error("arch '" + c.arch + "' is not llama or qwen2");
   LUMEN_TRY(check_range("--hidden", c.n_embd, 1 << 16));
   LUMEN_TRY(check_range("--layers", c.n_layer, 1024));
   LUMEN_TRY(check_range("--heads", c.n_head, 1024));
@@ -190,22 +183,42 @@ Status validate_synth_config(const SynthConfig& c) {
   LUMEN_TRY(check_range("--ffn", c.n_ff, 1 << 18));
   LUMEN_TRY(check_range("--vocab", c.n_vocab, 1 << 22));
   LUMEN_TRY(check_range("--ctx", c.n_ctx, 1 << 24));
-  if (c.n_embd % c.n_head != 0 || c.head_dim() % 2 != 0)
+  if (c.n_head_dim < 0 || c.n_head_dim > 1024) return error("--head-dim " + std::to_string(c.n_head_dim) + " is out of range");
+  if ((c.n_head_dim == 0 && c.n_embd % c.n_head != 0) || c.head_dim() % 2 != 0)
     return error("--hidden " + std::to_string(c.n_embd) + " must split into --heads " + std::to_string(c.n_head) +
-                 " heads of even size");
+                 " heads of even size (or give --head-dim)");
   if (c.n_head % c.n_kv_head != 0)
     return error("--heads " + std::to_string(c.n_head) + " must be a multiple of --kv-heads " +
                  std::to_string(c.n_kv_head));
+  if (c.sliding_window < 0 || c.sliding_window > c.n_ctx)
+    return error("--sliding-window " + std::to_string(c.sliding_window) + " is out of range [0, --ctx]");
+  if (!(c.weight_std > 0 && c.weight_std < 10) || !(c.norm_std >= 0 && c.norm_std < 10))
+    return error("--weight-std / --norm-std out of range");
   if (!can_quantize_to(c.rules.type)) return error("--type: unsupported type");
-  return Status();
+  return validate_synth_arch(c);
 }
 
-Status synth_model(const SynthConfig& c, const std::string& out_path, SynthReport* report) {
-  LUMEN_TRY(validate_synth_config(c));
-  SynthReport local;
-  if (!report) report = &local;
-  *report = SynthReport();
+namespace {
 
+// The tokenizer.* metadata to embed: converted from a tokenizer.json, or copied from a
+// GGUF (whose vocabulary must then have exactly n_vocab tokens).
+Result<TokenizerGguf> tokenizer_metadata(const SynthConfig& c) {
+  if (c.tokenizer_path.ends_with(".gguf")) {
+    Result<gguf::ModelFile> f = gguf::open_model(c.tokenizer_path);
+    if (!f.ok()) return error("--tokenizer '" + c.tokenizer_path + "': " + f.message());
+    TokenizerGguf tok;
+    for (const auto& [key, value] : f->metadata())
+      if (key.starts_with("tokenizer.")) tok.metadata.emplace_back(key, value);
+    const std::vector<std::string>* tokens = f->get_string_array("tokenizer.ggml.tokens");
+    if (!tokens) return error("--tokenizer '" + c.tokenizer_path + "': no tokenizer.ggml.tokens");
+    if (static_cast<int64_t>(tokens->size()) != c.n_vocab)
+      return error("--tokenizer '" + c.tokenizer_path + "' has " + std::to_string(tokens->size()) +
+                   " tokens, but --vocab is " + std::to_string(c.n_vocab) + " (a GGUF vocabulary is copied as it is)");
+    tok.model = std::string(f->get_string("tokenizer.ggml.model").value_or("?"));
+    tok.pre = std::string(f->get_string("tokenizer.ggml.pre").value_or("default"));
+    tok.n_tokens_tokenizer = tok.n_tokens_kept = c.n_vocab;
+    return tok;
+  }
   Result<HfTokenizerTexts> texts = read_hf_tokenizer_files(c.tokenizer_path);
   if (!texts.ok())
     return error("tokenizer: " + texts.message() +
@@ -214,60 +227,78 @@ Status synth_model(const SynthConfig& c, const std::string& out_path, SynthRepor
   topt.n_vocab = c.n_vocab;
   Result<TokenizerGguf> tok = hf_tokenizer_to_gguf(*texts, topt);
   if (!tok.ok()) return error("--tokenizer '" + c.tokenizer_path + "': " + tok.message());
+  return tok;
+}
 
+// The values of one row of tensor t (see SynthConfig: weights and biases N(0, weight_std),
+// norms 1 + N(0, norm_std)), from a generator keyed by (seed, tensor name, row).
+void make_row(const SynthConfig& c, const SynthTensorPlan& t, int64_t row, float* out) {
+  const int64_t n = t.ne[0];
+  const uint64_t key = fnv1a(t.name) ^ (c.seed * 0x9E3779B97F4A7C15ull);
+  switch (t.init) {
+    case SynthInit::kWeight:
+    case SynthInit::kBias: gaussian_row(key, row, static_cast<float>(c.weight_std), out, n); break;
+    case SynthInit::kNorm:
+      if (c.norm_std > 0) {
+        gaussian_row(key, row, static_cast<float>(c.norm_std), out, n);
+        for (int64_t i = 0; i < n; ++i) out[i] += 1.0f;
+      } else {
+        std::fill(out, out + n, 1.0f);
+      }
+      break;
+    case SynthInit::kGiven: std::copy(t.values.begin(), t.values.end(), out); break;
+  }
+}
+
+}  // namespace
+
+Status synth_model(const SynthConfig& c, const std::string& out_path, SynthReport* report) {
+  LUMEN_TRY(validate_synth_config(c));
+  SynthReport local;
+  if (!report) report = &local;
+  *report = SynthReport();
+
+  LUMEN_ASSIGN_OR_RETURN(TokenizerGguf tok, tokenizer_metadata(c));
   GgufStreamWriter w;
-  const std::string& a = c.arch;
-  w.set("general.architecture", MetaValue::of_string(a));
+  w.set("general.architecture", MetaValue::of_string(c.arch));
   w.set("general.type", MetaValue::of_string("model"));
-  w.set("general.name", MetaValue::of_string(c.name + " (synthetic)"));
-  w.set("general.description",
-        MetaValue::of_string("lumen synth: random weights N(0, 0.02), norms 1, seed " + std::to_string(c.seed) +
-                             "; for benchmarks only"));
+  w.set("general.name", MetaValue::of_string(c.general_name.empty() ? c.name + " (synthetic)" : c.general_name));
+  char desc[160];
+  std::snprintf(desc, sizeof desc, "lumen synth: random weights N(0, %g), norms 1 + N(0, %g), seed %llu", c.weight_std,
+                c.norm_std, static_cast<unsigned long long>(c.seed));
+  w.set("general.description", MetaValue::of_string(desc));
   w.set("general.file_type", MetaValue::of_u32(llama_file_type(c.rules.type)));
   w.set("general.quantization_version", MetaValue::of_u32(2));
-  w.set(a + ".block_count", MetaValue::of_u32(static_cast<uint32_t>(c.n_layer)));
-  w.set(a + ".context_length", MetaValue::of_u32(static_cast<uint32_t>(c.n_ctx)));
-  w.set(a + ".embedding_length", MetaValue::of_u32(static_cast<uint32_t>(c.n_embd)));
-  w.set(a + ".feed_forward_length", MetaValue::of_u32(static_cast<uint32_t>(c.n_ff)));
-  w.set(a + ".attention.head_count", MetaValue::of_u32(static_cast<uint32_t>(c.n_head)));
-  w.set(a + ".attention.head_count_kv", MetaValue::of_u32(static_cast<uint32_t>(c.n_kv_head)));
-  w.set(a + ".rope.freq_base", MetaValue::of_f32(static_cast<float>(c.rope_theta)));
-  w.set(a + ".attention.layer_norm_rms_epsilon", MetaValue::of_f32(static_cast<float>(c.rms_eps)));
-  w.set(a + ".rope.dimension_count", MetaValue::of_u32(static_cast<uint32_t>(c.head_dim())));
-  w.set(a + ".vocab_size", MetaValue::of_u32(static_cast<uint32_t>(c.n_vocab)));
+  for (auto& [key, value] : synth_arch_metadata(c)) w.set(key, value);
   w.set("lumen.synth.seed", MetaValue::of_u64(c.seed));
-  for (auto& [key, value] : tok->metadata) w.set(key, value);
-  report->tokenizer = c.tokenizer_path + " -> " + tok->model + " (pre " + tok->pre + ", " +
-                      std::to_string(tok->n_tokens_kept) + " of " + std::to_string(tok->n_tokens_tokenizer) +
-                      " tokens kept, " + std::to_string(tok->n_tokens_padded) + " padding)";
+  for (auto& [key, value] : tok.metadata) w.set(key, value);
+  report->tokenizer = c.tokenizer_path + " -> " + tok.model + " (pre " + tok.pre + ", " +
+                      std::to_string(tok.n_tokens_kept) + " of " + std::to_string(tok.n_tokens_tokenizer) +
+                      " tokens kept, " + std::to_string(tok.n_tokens_padded) + " padding)";
 
-  const std::vector<SynthTensor> tensors = plan_tensors(c);
+  const std::vector<SynthTensorPlan> tensors = synth_arch_tensors(c);
+  std::vector<DType> dtypes;
   std::map<DType, int64_t> by_type;
-  for (const SynthTensor& t : tensors) {
-    Status st = w.add_tensor(t.name, t.dtype, t.ne);
+  for (const SynthTensorPlan& t : tensors) {
+    const DType dtype = t.init == SynthInit::kGiven ? DType::kF32 : choose_tensor_type(c.rules, t.name, t.ne, c.tied);
+    dtypes.push_back(dtype);
+    Status st = w.add_tensor(t.name, dtype, t.ne);
     if (!st.ok()) return st;
     int64_t n = 1;
     for (int64_t d : t.ne) n *= d;
     report->n_params += n;
-    ++by_type[t.dtype];
+    ++by_type[dtype];
   }
   report->n_tensors = static_cast<int64_t>(tensors.size());
   report->n_tensors_by_type.assign(by_type.begin(), by_type.end());
 
   ThreadPool pool(std::max(1, c.n_threads));
   Status st = w.write_file(out_path, [&](size_t idx, TensorSink& sink) -> Status {
-    const SynthTensor& t = tensors[idx];
-    const int64_t n_per_row = t.ne[0];
+    const SynthTensorPlan& t = tensors[idx];
     int64_t n_rows = 1;
     for (size_t d = 1; d < t.ne.size(); ++d) n_rows *= t.ne[d];
-    const uint64_t key = fnv1a(t.name) ^ (c.seed * 0x9E3779B97F4A7C15ull);
-    return write_rows(pool, t.dtype, n_per_row, n_rows, [&](int64_t row, float* out) {
-      switch (t.init) {
-        case Init::kGaussian: gaussian_row(key, row, 0.02f, out, n_per_row); break;
-        case Init::kOnes: std::fill(out, out + n_per_row, 1.0f); break;
-        case Init::kGiven: std::copy(t.values.begin(), t.values.end(), out); break;
-      }
-    }, sink);
+    return write_rows(pool, dtypes[idx], t.ne[0], n_rows, [&](int64_t row, float* out) { make_row(c, t, row, out); },
+                      sink);
   });
   if (!st.ok()) return error("writing '" + out_path + "': " + st.message());
   report->file_bytes = w.file_bytes();

@@ -2,8 +2,11 @@
 // tokenizer embedded, for benchmarks (speed does not depend on weight values; run with EOS
 // ignored). llama.cpp and lumen both load the files.
 //
-//   weights  N(0, 0.02), norms 1, q/k/v biases N(0, 0.02); a counter-based generator keyed
-//            by (seed, tensor name, row), so the bytes do not depend on the thread count
+//   weights  N(0, 0.02), norms 1, q/k/v biases N(0, 0.02) (test presets: N(0, 0.15) and norms
+//            1 + N(0, 0.1)); a counter-based generator keyed by (seed, tensor name, row), so
+//            the bytes do not depend on the thread count
+//   archs    synth_arch.h: llama, qwen2, qwen3, smollm3, gemma, gemma2, gemma3, phi3,
+//            stablelm, starcoder2, with llama.cpp's tensor names and metadata keys
 //   types    type_rules.h (the same mix `lumen quantize` writes)
 //   writing  streamed row by row (GgufStreamWriter + row_writer.h): a 1 GB file needs a few
 //            MB of buffers, not the file
@@ -16,6 +19,10 @@
 //   llama-3.2-1b   llama  2048 / 16 / 32 /  8 / 8192 / 128256 / 131072 / 500000 / 1e-5, tied,
 //                         llama3 scaling factor 32, low 1, high 4, original context 8192
 //   smollm2-135m   llama   576 / 30 /  9 /  3 / 1536 /  49152 /   8192 / 100000 / 1e-5, tied
+// Test presets (tiny-llama, tiny-mistral (llama + a sliding window), tiny-qwen2, tiny-qwen3,
+// tiny-smollm3, tiny-gemma, tiny-gemma2, tiny-gemma3, tiny-phi3, tiny-phi3-longrope,
+// tiny-stablelm, tiny-starcoder2): hidden 64, 3-6 layers, GQA, windows of 16, stories260K's
+// 512-token vocabulary copied from its GGUF; tests/data/arch/FORMAT.md lists their features.
 // Tokenizers (from the shared dir, $LUMEN_SHARED or ../shared): the Qwen2/3 tokenizer.json
 // for the qwen presets, Llama 3's for llama-3.2-1b and smollm2-135m. SmolLM2's own
 // tokenizer is not in the shared dir: its file gets Llama 3's, truncated to 49152 tokens
@@ -34,8 +41,12 @@
 namespace lumen::convert {
 
 struct SynthConfig {
-  std::string name;       // preset name, written as general.name
-  std::string arch;       // "llama" or "qwen2"
+  std::string name;       // preset name
+  // general.name. llama.cpp sets special-token attributes by it (a name with "phi3" makes it
+  // look up "<|endoftext|>" and "</s>", which a small test vocabulary lacks), so the test
+  // presets write a neutral one.
+  std::string general_name;
+  std::string arch;       // synth_arch_names(): "llama", "qwen2", "qwen3", "gemma2", ...
   int64_t n_embd = 0;
   int64_t n_layer = 0;
   int64_t n_head = 0;
@@ -43,29 +54,44 @@ struct SynthConfig {
   int64_t n_ff = 0;
   int64_t n_vocab = 0;
   int64_t n_ctx = 0;
+  int64_t n_head_dim = 0;  // 0: n_embd / n_head; else written as attention.key_length (gemma, qwen3)
+  int64_t n_rot = 0;       // rotary dims; 0: the head dim (stablelm's partial rotary: fewer)
   double rope_theta = 10000.0;
-  double rms_eps = 1e-5;
+  double norm_eps = 1e-5;  // RMSNorm epsilon, or LayerNorm's for stablelm / starcoder2
   bool tied = true;       // no output.weight
-  bool qkv_bias = false;
+  bool qkv_bias = false;  // qwen2 and starcoder2 always have them; stablelm optionally
   // Llama 3 RoPE scaling; factor 0 = none.
   double rope_scaling_factor = 0.0;
   double rope_low_freq_factor = 1.0;
   double rope_high_freq_factor = 4.0;
   int64_t rope_original_ctx = 8192;
+  double rope_linear_factor = 0.0;     // gemma3: linear RoPE scaling of the global layers; 0 = none
+  int64_t sliding_window = 0;          // gemma2 / gemma3 / phi3 (llama: written, llama.cpp ignores it)
+  double attn_softcap = 0.0;           // gemma2: attention logit soft-capping
+  double final_softcap = 0.0;          // gemma2: final logit soft-capping
+  int64_t longrope_original_ctx = 0;   // phi3: > 0 writes LongRoPE factor tensors + attention factor
+
+  // Weight values: matrices and biases N(0, weight_std); norm weights 1 + N(0, norm_std)
+  // (as stored in the GGUF: a Gemma file stores 1 + w), norm biases N(0, weight_std).
+  double weight_std = 0.02;
+  double norm_std = 0.0;
 
   uint64_t seed = 42;
-  std::string tokenizer_path;  // a tokenizer.json (tokenizer_config.json beside it is read too)
+  // A tokenizer.json (tokenizer_config.json beside it is read too), or a .gguf whose
+  // tokenizer.* metadata is copied as it is (its vocabulary must have n_vocab tokens).
+  std::string tokenizer_path;
   TypeRules rules;
   int n_threads = 1;
 
-  int64_t head_dim() const { return n_embd / n_head; }
+  int64_t head_dim() const { return n_head_dim > 0 ? n_head_dim : n_embd / n_head; }
+  int64_t rot_dims() const { return n_rot > 0 ? n_rot : head_dim(); }
 };
 
 std::vector<std::string_view> synth_preset_names();
 // The preset's shape; tokenizer_path defaults to the preset's tokenizer under shared_dir.
 Result<SynthConfig> synth_preset(std::string_view name, const std::string& shared_dir);
-// Checks shapes (after overrides): every count positive and bounded, n_embd a multiple of
-// n_head with an even head size, n_head a multiple of n_kv_head.
+// Checks shapes (after overrides): every count positive and bounded, an even head size,
+// n_head a multiple of n_kv_head, and the architecture's own rules (synth_arch.h).
 Status validate_synth_config(const SynthConfig& config);
 
 struct SynthReport {

@@ -211,5 +211,76 @@ TEST(SynthModel, PresetsAndValidation) {
   std::remove(out.c_str());
 }
 
+// The test-model presets write llama.cpp's names for each architecture (the goldens in
+// tests/data/arch were made by loading these files into llama.cpp).
+TEST(SynthModel, TinyPresetsWriteEachArchitecturesTensors) {
+  struct Want {
+    const char* preset;
+    const char* arch;
+    std::vector<const char*> tensors;   // must exist
+    std::vector<const char*> absent;    // must not
+    std::vector<const char*> keys;      // metadata that must exist
+  };
+  const Want wants[] = {
+      {"tiny-llama", "llama", {"blk.2.ffn_gate.weight", "output.weight"}, {"blk.0.attn_q.bias"}, {}},
+      {"tiny-qwen2", "qwen2", {"blk.0.attn_q.bias", "blk.0.attn_v.bias"}, {"output.weight"}, {}},
+      {"tiny-qwen3", "qwen3", {"blk.0.attn_q_norm.weight", "blk.0.attn_k_norm.weight"}, {"blk.0.attn_q.bias"},
+       {"qwen3.attention.key_length"}},
+      {"tiny-gemma", "gemma", {"blk.0.ffn_gate.weight"}, {"output.weight"}, {"gemma.attention.key_length"}},
+      {"tiny-gemma2", "gemma2", {"blk.3.post_attention_norm.weight", "blk.3.post_ffw_norm.weight"}, {"output.weight"},
+       {"gemma2.attention.sliding_window", "gemma2.attn_logit_softcapping", "gemma2.final_logit_softcapping"}},
+      {"tiny-gemma3", "gemma3", {"blk.5.attn_q_norm.weight", "blk.5.post_ffw_norm.weight"}, {},
+       {"gemma3.attention.sliding_window"}},
+      {"tiny-phi3", "phi3", {"blk.0.attn_qkv.weight", "output.weight"}, {"blk.0.attn_q.weight", "blk.0.ffn_gate.weight"},
+       {"phi3.attention.sliding_window", "phi3.rope.scaling.original_context_length"}},
+      {"tiny-phi3-longrope", "phi3", {"rope_factors_long.weight", "rope_factors_short.weight"}, {},
+       {"phi3.rope.scaling.attn_factor"}},
+      {"tiny-stablelm", "stablelm", {"blk.0.attn_norm.bias", "output_norm.bias", "blk.0.attn_k.bias"}, {},
+       {"stablelm.attention.layer_norm_epsilon"}},
+      {"tiny-starcoder2", "starcoder2", {"blk.0.attn_output.bias", "blk.0.ffn_up.bias", "blk.0.ffn_down.bias"},
+       {"blk.0.ffn_gate.weight"}, {"starcoder2.attention.layer_norm_epsilon"}},
+      {"tiny-smollm3", "smollm3", {"blk.3.attn_q.weight"}, {}, {}},
+      {"tiny-mistral", "llama", {"blk.0.attn_q.weight"}, {}, {"llama.attention.sliding_window"}},
+  };
+  for (const Want& w : wants) {
+    SCOPED_TRACE(w.preset);
+    auto c = synth_preset(w.preset, shared_dir());
+    ASSERT_TRUE(c.ok()) << c.message();
+    c->rules = *make_type_rules("f32", "", "");
+    const std::string out = temp_path(std::string(w.preset) + ".gguf");
+    Status st = synth_model(*c, out, nullptr);
+    ASSERT_TRUE(st.ok()) << st.message();
+    auto f = gguf::open_model(out);
+    ASSERT_TRUE(f.ok()) << f.message();
+    EXPECT_EQ(f->get_string("general.architecture"), w.arch);
+    EXPECT_EQ(f->get_string("general.name"), "lumen synth test model");
+    for (const char* t : w.tensors) EXPECT_NE(f->find_tensor(t), nullptr) << t;
+    for (const char* t : w.absent) EXPECT_EQ(f->find_tensor(t), nullptr) << t;
+    for (const char* k : w.keys) EXPECT_NE(f->find(k), nullptr) << k;
+    EXPECT_EQ(f->get_string_array("tokenizer.ggml.tokens")->size(), 512u);
+    // Norm weights are 1 + N(0, 0.1), weights N(0, 0.15).
+    const float* norm = reinterpret_cast<const float*>(f->find_tensor("blk.0.attn_norm.weight")->view.data);
+    EXPECT_NE(norm[0], 1.0f);
+    EXPECT_NEAR(norm[0], 1.0f, 0.5f);
+    std::remove(out.c_str());
+  }
+  // Architecture rules are checked before anything is written.
+  auto c = synth_preset("tiny-gemma2", shared_dir());
+  c->sliding_window = 0;
+  Status st = validate_synth_config(*c);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("needs a sliding window"), std::string::npos) << st.message();
+  c = synth_preset("tiny-qwen2", shared_dir());
+  c->n_head_dim = 32;
+  st = validate_synth_config(*c);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("must equal --hidden"), std::string::npos) << st.message();
+  c = synth_preset("tiny-llama", shared_dir());
+  c->n_vocab = 600;  // a GGUF vocabulary is copied as it is: its size must match
+  st = synth_model(*c, temp_path("never.gguf"), nullptr);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("has 512 tokens, but --vocab is 600"), std::string::npos) << st.message();
+}
+
 }  // namespace
 }  // namespace lumen::convert

@@ -1,0 +1,282 @@
+// Architecture goldens: lumen against teacher-forced llama.cpp outputs for small
+// random-weight models of every architecture (tests/data/arch/FORMAT.md).
+//
+// Every case directory holds model.gguf, golden.json ("lumen-arch-golden/1", written by
+// tools/llamacpp_golden.cc) and optionally case.json (how the files were made, the
+// tolerance and why). For each prompt of the golden, with both the best and the scalar
+// reference kernels:
+//   1. lumen's tokenizer gives exactly the golden prompt ids;
+//   2. the prompt as one batch: every position's top-k logits and logsumexp within `tol`,
+//      all n_vocab logits of the rows the golden stores in full, argmax equal wherever the
+//      golden top-2 margin exceeds `tol`;
+//   3. the greedy continuation fed one token at a time (teacher-forced on the golden ids):
+//      the same checks on every step;
+//   4. the prompt again in chunks of 7 tokens (chunks straddle KV blocks and sliding
+//      windows): the same checks on every prompt position.
+// A model lumen cannot load because its architecture (or a feature of it) is not supported
+// is a skip that names the reason, never a pass.
+//
+// Cases come from tests/data/arch, or from the directories in $LUMEN_ARCH_CASES
+// (colon-separated; each a case directory or a directory of them), so files made with
+// other shapes, seeds and prompts are checked the same way.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+
+#include "golden_util.h"
+#include "tokenizer/tokenizer.h"
+
+#ifndef LUMEN_ARCH_DATA_DIR
+#error "LUMEN_ARCH_DATA_DIR must name tests/data/arch"
+#endif
+
+namespace lumen::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Tolerance when a case does not state one (FORMAT.md, "Tolerances"): float weights with
+// an F16 or F32 KV cache, as stories260K; anything quantized, as TinyStories-656K-Q8_0.
+constexpr double kTolFloat = 1e-2;
+constexpr double kTolQuantized = 0.3;
+
+struct ArchCase {
+  std::string name;  // directory name
+  fs::path dir;
+};
+
+void add_cases_under(const fs::path& root, std::vector<ArchCase>& out) {
+  std::error_code ec;
+  if (fs::exists(root / "golden.json", ec)) {
+    out.push_back({root.filename().string(), root});
+    return;
+  }
+  std::vector<fs::path> dirs;
+  for (const auto& e : fs::directory_iterator(root, ec))
+    if (e.is_directory() && fs::exists(e.path() / "golden.json")) dirs.push_back(e.path());
+  std::sort(dirs.begin(), dirs.end());
+  for (const fs::path& d : dirs) out.push_back({d.filename().string(), d});
+}
+
+std::vector<ArchCase> find_cases() {
+  std::vector<ArchCase> out;
+  const char* env = std::getenv("LUMEN_ARCH_CASES");
+  if (env && *env) {
+    std::string list = env;
+    size_t start = 0;
+    while (start <= list.size()) {
+      const size_t end = std::min(list.find(':', start), list.size());
+      if (end > start) add_cases_under(list.substr(start, end - start), out);
+      start = end + 1;
+    }
+  } else {
+    add_cases_under(LUMEN_ARCH_DATA_DIR, out);
+  }
+  return out;
+}
+
+// The worst differences seen and a bounded list of failures.
+struct CompareReport {
+  double max_err = 0;        // over top-k, full rows and logsumexp
+  int n_rows = 0;
+  int n_argmax_checked = 0;
+  std::string failures;
+  void fail(const std::string& what) {
+    if (failures.size() < 3000) failures += what + "\n";
+  }
+};
+
+// Compares lumen's logits row with one golden row (FORMAT.md "rows").
+void compare_row(const std::vector<float>& logits, size_t off, int32_t n_vocab, const nlohmann::json& row, double tol,
+                 const std::string& where, CompareReport& rep) {
+  ++rep.n_rows;
+  const std::string at = where + " pos " + std::to_string(row["pos"].get<int>());
+  for (const auto& e : row["top"]) {
+    const int32_t id = e[0].get<int32_t>();
+    const double err = std::abs(double(logits[off + id]) - e[1].get<double>());
+    rep.max_err = std::max(rep.max_err, err);
+    if (err > tol) rep.fail(at + ": token " + std::to_string(id) + " |dlogit| " + std::to_string(err));
+  }
+  if (row.contains("logits")) {
+    const nlohmann::json& all = row["logits"];
+    if (static_cast<int32_t>(all.size()) != n_vocab) {
+      rep.fail(at + ": golden row has " + std::to_string(all.size()) + " logits, model " + std::to_string(n_vocab));
+    } else {
+      double worst = 0;
+      int32_t worst_id = 0;
+      for (int32_t i = 0; i < n_vocab; ++i) {
+        const double err = std::abs(double(logits[off + i]) - all[i].get<double>());
+        if (err > worst) {
+          worst = err;
+          worst_id = i;
+        }
+      }
+      rep.max_err = std::max(rep.max_err, worst);
+      if (worst > tol) rep.fail(at + ": full row, token " + std::to_string(worst_id) + " |dlogit| " + std::to_string(worst));
+    }
+  }
+  const double lse_err = std::abs(logsumexp_d(logits, off, n_vocab) - row["logsumexp"].get<double>());
+  rep.max_err = std::max(rep.max_err, lse_err);
+  if (lse_err > tol) rep.fail(at + ": |dlogsumexp| " + std::to_string(lse_err));
+  const double margin = row["margin"].get<double>();
+  if (margin > tol) {
+    ++rep.n_argmax_checked;
+    const int32_t am = argmax_of(logits, off, n_vocab);
+    if (am != row["argmax"].get<int32_t>())
+      rep.fail(at + ": argmax " + std::to_string(am) + " != golden " + std::to_string(row["argmax"].get<int32_t>()) +
+               " (margin " + std::to_string(margin) + ")");
+  }
+}
+
+// Runs one golden prompt through tf (steps 2-4 of the file comment).
+void compare_prompt(TeacherForcer& tf, const nlohmann::json& prompt, double tol, CompareReport& rep) {
+  const std::string name = prompt["name"].get<std::string>();
+  const std::vector<int32_t> ids = prompt["prompt_ids"].get<std::vector<int32_t>>();
+  const std::vector<int32_t> gen = prompt["generated_ids"].get<std::vector<int32_t>>();
+  const int32_t n_vocab = tf.n_vocab();
+  std::map<int32_t, const nlohmann::json*> prompt_rows;
+  std::vector<const nlohmann::json*> decode_rows;
+  for (const auto& r : prompt["rows"]) {
+    if (r["phase"] == "prompt") prompt_rows[r["pos"].get<int32_t>()] = &r;
+    else decode_rows.push_back(&r);
+  }
+  if (static_cast<int32_t>(prompt_rows.size()) != static_cast<int32_t>(ids.size()) ||
+      decode_rows.size() + 1 != gen.size()) {
+    rep.fail(name + ": golden rows do not cover the prompt and the continuation");
+    return;
+  }
+  // 2. The prompt as one batch, every row.
+  const std::vector<float> batch = tf.prefill(ids, true);
+  for (const auto& [pos, row] : prompt_rows)
+    compare_row(batch, static_cast<size_t>(pos) * n_vocab, n_vocab, *row, tol, name + " prompt", rep);
+  // 3. The continuation, one token per step: step i evaluates gen[i] at n_prompt + i.
+  for (size_t i = 0; i < decode_rows.size(); ++i) {
+    const std::vector<float> logits = tf.decode(gen[i]);
+    compare_row(logits, 0, n_vocab, *decode_rows[i], tol, name + " decode", rep);
+  }
+  // 4. The prompt in chunks of 7.
+  constexpr size_t kChunk = 7;
+  for (size_t begin = 0; begin < ids.size(); begin += kChunk) {
+    const std::vector<int32_t> chunk(ids.begin() + begin, ids.begin() + std::min(ids.size(), begin + kChunk));
+    const std::vector<float> logits = begin == 0 ? tf.prefill(chunk, true) : tf.extend(chunk, true);
+    for (size_t j = 0; j < chunk.size(); ++j)
+      compare_row(logits, j * n_vocab, n_vocab, *prompt_rows[static_cast<int32_t>(begin + j)], tol,
+                  name + " chunked", rep);
+  }
+}
+
+struct CaseSettings {
+  double tol = kTolFloat;
+  DType kv_dtype = DType::kF16;
+  int32_t n_ctx = 512;
+};
+
+// Tolerance: case.json's "tol", else by the weight types (see kTolFloat).
+CaseSettings case_settings(const ArchCase& c, const nlohmann::json& golden, const gguf::ModelFile& file) {
+  CaseSettings s;
+  bool quantized = false;
+  for (const gguf::TensorInfo& t : file.tensors()) quantized |= dtype_info(t.view.dtype).is_quantized;
+  s.tol = quantized ? kTolQuantized : kTolFloat;
+  if (fs::exists(c.dir / "case.json")) {
+    const nlohmann::json cj = read_json((c.dir / "case.json").string());
+    if (cj.contains("tol")) s.tol = cj["tol"].get<double>();
+  }
+  const std::string kv = golden["settings"]["kv_type"].get<std::string>();
+  const DTypeInfo* info = find_dtype_by_name(kv);
+  s.kv_dtype = info ? info->dtype : DType::kF16;
+  s.n_ctx = golden["settings"]["n_ctx"].get<int32_t>();
+  return s;
+}
+
+struct ArchParam {
+  ArchCase c;
+  bool reference_kernels;
+};
+// For gtest's (and so ctest's) test names: the case, not the struct's bytes.
+void PrintTo(const ArchParam& p, std::ostream* os) {
+  *os << p.c.name << (p.reference_kernels ? " (reference kernels)" : " (best kernels)");
+}
+
+class ArchGolden : public ::testing::TestWithParam<ArchParam> {};
+
+TEST_P(ArchGolden, TeacherForcedLogitsMatchReference) {
+  const ArchParam& p = GetParam();
+  const nlohmann::json golden = read_json((p.c.dir / "golden.json").string());
+  ASSERT_EQ(golden["format"], "lumen-arch-golden/1");
+  auto file = gguf::open_model((p.c.dir / "model.gguf").string());
+  ASSERT_TRUE(file.ok()) << file.message();
+  const std::string arch(file->get_string("general.architecture").value_or("?"));
+  const CaseSettings s = case_settings(p.c, golden, *file);
+  auto tok = tok::Tokenizer::from_model_file(*file);
+  ASSERT_TRUE(tok.ok()) << tok.message();
+  TeacherForcer tf(std::move(file).value(), s.n_ctx, p.reference_kernels, 2, s.kv_dtype);
+  if (!tf.ok()) {
+    if (tf.load_error().find("not supported") != std::string::npos)
+      GTEST_SKIP() << "lumen cannot run '" << arch << "' yet: " << tf.load_error();
+    FAIL() << tf.load_error();
+  }
+  ASSERT_EQ(tf.n_vocab(), golden["model"]["n_vocab"].get<int32_t>());
+  CompareReport rep;
+  for (const auto& prompt : golden["prompts"]) {
+    const std::vector<int32_t> want = prompt["prompt_ids"].get<std::vector<int32_t>>();
+    const std::vector<int32_t> got = tok->encode(prompt["text"].get<std::string>(), true, false);
+    EXPECT_EQ(got, want) << "prompt '" << prompt["name"].get<std::string>() << "' tokenizes differently";
+    compare_prompt(tf, prompt, s.tol, rep);
+  }
+  EXPECT_TRUE(rep.failures.empty()) << p.c.name << " (tol " << s.tol << "):\n" << rep.failures;
+  std::printf("[ arch ] %s %s: %d rows, max |dlogit| %.3g (tol %.3g), argmax checked %d\n", p.c.name.c_str(),
+              arch.c_str(), rep.n_rows, rep.max_err, s.tol, rep.n_argmax_checked);
+}
+
+std::vector<ArchParam> arch_params() {
+  std::vector<ArchParam> out;
+  for (bool ref : {false, true})
+    for (const ArchCase& c : find_cases()) out.push_back({c, ref});
+  return out;
+}
+
+std::string arch_param_name(const ::testing::TestParamInfo<ArchParam>& info) {
+  std::string s = info.param.c.name + (info.param.reference_kernels ? "_ref" : "_best");
+  for (char& ch : s)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, ArchGolden, ::testing::ValuesIn(arch_params()), arch_param_name);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ArchGolden);
+
+// The comparison can fail: a golden nudged by 10 x tol at one logit, or with another
+// argmax, is reported (run on the first case lumen can load).
+TEST(ArchGoldenHarness, ReportsWrongLogitsAndArgmax) {
+  for (const ArchCase& c : find_cases()) {
+    nlohmann::json golden = read_json((c.dir / "golden.json").string());
+    auto file = gguf::open_model((c.dir / "model.gguf").string());
+    ASSERT_TRUE(file.ok()) << file.message();
+    const CaseSettings s = case_settings(c, golden, *file);
+    TeacherForcer tf(std::move(file).value(), s.n_ctx, false, 2, s.kv_dtype);
+    if (!tf.ok()) continue;
+    nlohmann::json& prompt = golden["prompts"][0];
+    {
+      CompareReport rep;
+      compare_prompt(tf, prompt, s.tol, rep);
+      ASSERT_TRUE(rep.failures.empty()) << rep.failures;
+    }
+    nlohmann::json& row = prompt["rows"][0];
+    row["top"][1][1] = row["top"][1][1].get<double>() + 10 * s.tol;
+    CompareReport rep;
+    compare_prompt(tf, prompt, s.tol, rep);
+    EXPECT_NE(rep.failures.find("|dlogit|"), std::string::npos) << rep.failures;
+    nlohmann::json& last = prompt["rows"].back();
+    last["argmax"] = (last["argmax"].get<int32_t>() + 1) % tf.n_vocab();
+    last["margin"] = 1.0;
+    CompareReport rep2;
+    compare_prompt(tf, prompt, s.tol, rep2);
+    EXPECT_NE(rep2.failures.find("argmax"), std::string::npos) << rep2.failures;
+    return;
+  }
+  GTEST_SKIP() << "no case lumen can load";
+}
+
+}  // namespace
+}  // namespace lumen::testing

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Regenerates tests/data/arch/<case>/ (model.gguf, golden.json, case.json): FORMAT.md says
+# what they are. A hand script, not run by the build or CI; it needs lumen built in build/
+# and the golden tool compiled against the two llama.cpp builds (see the comment at the
+# top of tools/llamacpp_golden.cc):
+#
+#   GOLDEN_OLD=/tmp/llamacpp_golden            llama.cpp c392e5094 (/work/peer/llama.cpp)
+#   GOLDEN_NLC=/tmp/llamacpp_golden_nlc        llama.cpp inside node-llama-cpp 3.22.1
+#   NLC_BINS=/tmp/nlc/bins                     its CPU libraries (@node-llama-cpp/linux-x64)
+#
+#   tests/data/arch/make_cases.sh [CASE...]    (default: every case below)
+#
+# Two runs give byte-identical files (synth is deterministic, the goldens use one thread).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../../.." && pwd)"
+lumen="$root/build/lumen"
+GOLDEN_OLD=${GOLDEN_OLD:-/tmp/llamacpp_golden}
+GOLDEN_NLC=${GOLDEN_NLC:-/tmp/llamacpp_golden_nlc}
+NLC_BINS=${NLC_BINS:-/tmp/nlc/bins}
+export LUMEN_SHARED=${LUMEN_SHARED:-$root/../shared}
+
+OLD_NAME="llama.cpp c392e5094 (build 4748), native CPU build"
+NLC_NAME="llama.cpp of node-llama-cpp 3.22.1 (bundle de3ff81, release v0.5.0), prebuilt linux-x64 CPU libraries"
+
+# name | synth preset | seed | extra synth flags | reference (old|nlc) | why this reference
+CASES=(
+  "llama-gqa|tiny-llama|1||old|"
+  "qwen2|tiny-qwen2|2||old|"
+  "qwen3|tiny-qwen3|3||nlc|c392e5094 has no qwen3"
+  "gemma|tiny-gemma|5||old|"
+  "gemma2-swa|tiny-gemma2|4||nlc|c392e5094 aborts on a gemma2 of other than 26, 42 or 46 layers"
+  "gemma3-swa|tiny-gemma3|6||nlc|c392e5094 has no gemma3"
+  "phi3-swa|tiny-phi3|7||old|the newer llama.cpp ignores phi3's sliding window"
+  "phi3-longrope|tiny-phi3-longrope|8||old|"
+  "stablelm-partial-rotary|tiny-stablelm|9||old|"
+  "starcoder2|tiny-starcoder2|10||old|"
+  "smollm3-nope|tiny-smollm3|11||nlc|c392e5094 has no smollm3"
+)
+
+want=("$@")
+for row in "${CASES[@]}"; do
+  IFS='|' read -r name preset seed extra ref why <<<"$row"
+  if [ ${#want[@]} -gt 0 ] && [[ ! " ${want[*]} " =~ " $name " ]]; then continue; fi
+  dir="$here/$name"
+  mkdir -p "$dir"
+  # shellcheck disable=SC2086
+  "$lumen" synth --preset "$preset" --type f32 --seed "$seed" $extra -t 1 -o "$dir/model.gguf" >/dev/null
+  if [ "$ref" = old ]; then
+    "$GOLDEN_OLD" -m "$dir/model.gguf" --prompts "$here/prompts.json" -o "$dir/golden.json" \
+      --reference-name "$OLD_NAME" 2>/dev/null
+    refname=$OLD_NAME
+  else
+    "$GOLDEN_NLC" --backend-dir "$NLC_BINS" -m "$dir/model.gguf" --prompts "$here/prompts.json" \
+      -o "$dir/golden.json" --reference-name "$NLC_NAME" 2>/dev/null
+    refname=$NLC_NAME
+  fi
+  cat >"$dir/case.json" <<JSON
+{
+  "preset": "$preset",
+  "synth": "lumen synth --preset $preset --type f32 --seed $seed${extra:+ $extra}",
+  "golden": "tools/llamacpp_golden.cc --prompts prompts.json (defaults: 24 greedy steps, top-8, full rows every 24 positions, f16 KV, flash attention off)",
+  "reference": "$refname",
+  "reference_why": "${why:-the llama.cpp build beside the repository}"
+}
+JSON
+  echo "$name: $(stat -c %s "$dir/model.gguf") + $(stat -c %s "$dir/golden.json") bytes ($ref)"
+done
