@@ -58,7 +58,7 @@ class TeacherForcer {
     load(std::move(file), n_ctx, reference_kernels, n_threads, kv_dtype);
   }
 
-  bool ok() const { return model_ && kv_; }
+  bool ok() const { return model_ && static_cast<int32_t>(kv_.size()) == model_->kv_layout().n_groups(); }
   const std::string& load_error() const { return load_error_; }
   const model::Model& model() const { return *model_; }
   int32_t n_vocab() const { return model_->hparams().n_vocab; }
@@ -94,22 +94,28 @@ class TeacherForcer {
     model_ = std::make_unique<model::Model>(std::move(m).value());
     // As the engine does: the SIMD kernels read the interleaved copies (in memory here).
     if (!reference_kernels) (void)model_->interleave_weights(*kernels_, pool_, "");
-    const model::HParams& hp = model_->hparams();
-    kv::KvCacheConfig c;
-    c.n_layer = hp.n_layer;
-    c.n_kv_head = hp.n_kv_head;
-    c.head_dim = hp.head_dim;
-    c.block_size = 16;
-    c.n_blocks = (n_ctx + 15) / 16 + 2;
-    c.dtype = kv_dtype;
-    auto s = kv::KvStorage::allocate(c);
-    if (!s.ok()) {
-      fail(s.message());
-      return;
+    // One storage per KV group of the model, all indexed by the same scrambled table
+    // (logical order != physical order); nothing is released, so any window is served.
+    const model::KvLayout& layout = model_->kv_layout();
+    const int32_t n_blocks = (n_ctx + 15) / 16 + 2;
+    for (int32_t g = 0; g < layout.n_groups(); ++g) {
+      kv::KvCacheConfig c;
+      c.n_slots = layout.n_slots(g);
+      c.n_kv_head = layout.n_kv_head;
+      c.head_dim = layout.head_dim;
+      c.block_size = 16;
+      c.n_blocks = n_blocks;
+      c.dtype = kv_dtype;
+      auto s = kv::KvStorage::allocate(c);
+      if (!s.ok()) {
+        fail(s.message());
+        return;
+      }
+      kv_.push_back(std::move(s).value());
+      kv_views_.push_back(kv_.back().view());
     }
-    kv_ = std::make_unique<kv::KvStorage>(std::move(s).value());
-    // A scrambled block table: logical order != physical order.
-    for (int32_t i = 0; i < c.n_blocks; ++i) table_.push_back((i * 7 + 3) % c.n_blocks);
+    for (int32_t i = 0; i < n_blocks; ++i) table_.push_back((i * 7 + 3) % n_blocks);
+    tables_.assign(layout.n_groups(), table_);
   }
 
   std::vector<float> run(const std::vector<int32_t>& ids, bool all_rows) {
@@ -119,9 +125,9 @@ class TeacherForcer {
     } else {
       rows.push_back(static_cast<int32_t>(ids.size()) - 1);
     }
-    model::ForwardSeq seq{0, static_cast<int32_t>(ids.size()), n_past_, table_};
+    model::ForwardSeq seq{0, static_cast<int32_t>(ids.size()), n_past_, tables_};
     model::ForwardBatch batch{ids, std::span<const model::ForwardSeq>(&seq, 1), rows};
-    std::span<const float> logits = model_->forward(*kernels_, pool_, batch, kv_->view());
+    std::span<const float> logits = model_->forward(*kernels_, pool_, batch, kv_views_);
     n_past_ += static_cast<int64_t>(ids.size());
     return std::vector<float>(logits.begin(), logits.end());
   }
@@ -131,8 +137,10 @@ class TeacherForcer {
   bool quiet_ = false;
   std::string load_error_;
   std::unique_ptr<model::Model> model_;
-  std::unique_ptr<kv::KvStorage> kv_;
+  std::vector<kv::KvStorage> kv_;        // [n_groups]
+  std::vector<KvStorageView> kv_views_;  // [n_groups]
   std::vector<int32_t> table_;
+  std::vector<std::span<const int32_t>> tables_;  // [n_groups], all table_
   int64_t n_past_ = 0;
 };
 

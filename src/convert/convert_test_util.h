@@ -40,22 +40,31 @@ inline Result<std::vector<float>> model_logits(const std::string& path, const st
   limits.n_threads = 1;
   LUMEN_ASSIGN_OR_RETURN(model::Model m, model::Model::load(std::move(file), limits));
   const model::HParams& hp = m.hparams();
-  kv::KvCacheConfig c;
-  c.n_layer = hp.n_layer;
-  c.n_kv_head = hp.n_kv_head;
-  c.head_dim = hp.head_dim;
-  c.block_size = 16;
-  c.n_blocks = (n + 15) / 16 + 1;
-  c.dtype = DType::kF32;
-  LUMEN_ASSIGN_OR_RETURN(kv::KvStorage kv, kv::KvStorage::allocate(c));
-  std::vector<int32_t> table(c.n_blocks);
+  const model::KvLayout& layout = m.kv_layout();
+  const int32_t n_blocks = (n + 15) / 16 + 1;
+  std::vector<kv::KvStorage> kv;  // one per KV group, all read through the same table
+  std::vector<KvStorageView> views;
+  for (int32_t g = 0; g < layout.n_groups(); ++g) {
+    kv::KvCacheConfig c;
+    c.n_slots = layout.n_slots(g);
+    c.n_kv_head = layout.n_kv_head;
+    c.head_dim = layout.head_dim;
+    c.block_size = 16;
+    c.n_blocks = n_blocks;
+    c.dtype = DType::kF32;
+    LUMEN_ASSIGN_OR_RETURN(kv::KvStorage s, kv::KvStorage::allocate(c));
+    kv.push_back(std::move(s));
+    views.push_back(kv.back().view());
+  }
+  std::vector<int32_t> table(n_blocks);
   std::iota(table.begin(), table.end(), 0);
+  const std::vector<std::span<const int32_t>> tables(layout.n_groups(), table);
   std::vector<int32_t> rows(n);
   std::iota(rows.begin(), rows.end(), 0);
-  model::ForwardSeq seq{0, n, 0, table};
+  model::ForwardSeq seq{0, n, 0, tables};
   model::ForwardBatch batch{ids, std::span<const model::ForwardSeq>(&seq, 1), rows};
   ThreadPool pool(1);
-  std::span<const float> logits = m.forward(kernels::reference_kernel_table(), pool, batch, kv.view());
+  std::span<const float> logits = m.forward(kernels::reference_kernel_table(), pool, batch, views);
   *n_vocab = hp.n_vocab;
   return std::vector<float>(logits.begin(), logits.end());
 }

@@ -108,10 +108,16 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path,
                      r.cache_path.c_str());
   }
 
+  // Step 0 of the KV groups: one pool whose block ids index every group's storage alike,
+  // so only a single group can be served until the KV manager sizes pools per group.
+  const model::KvLayout& layout = e->model_.kv_layout();
+  if (layout.n_groups() != 1)
+    return error("engine: the model's layers form " + std::to_string(layout.n_groups()) +
+                 " KV groups; this engine serves one");
   kv::KvCacheConfig kc;
-  kc.n_layer = hp.n_layer;
-  kc.n_kv_head = hp.n_kv_head;
-  kc.head_dim = hp.head_dim;
+  kc.n_slots = layout.n_slots(0);
+  kc.n_kv_head = layout.n_kv_head;
+  kc.head_dim = layout.head_dim;
   kc.block_size = config.block_size;
   kc.dtype = config.kv_dtype;
   const int64_t blocks_per_seq = (config.n_ctx + config.block_size - 1) / config.block_size;
@@ -128,6 +134,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path,
   if (n_blocks > (int64_t{1} << 30)) return error("KV cache too large");
   kc.n_blocks = static_cast<int32_t>(n_blocks);
   LUMEN_ASSIGN_OR_RETURN(e->kv_, kv::KvStorage::allocate(kc));
+  e->kv_views_.assign(1, e->kv_.view());
   e->pool_ = kv::BlockPool(kc.n_blocks, kc.block_size);
   e->scheduler_ = Scheduler(SchedulerConfig{config.max_batch_tokens, config.max_seqs, config.block_size,
                                             config.enable_prefix_cache});
@@ -138,6 +145,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path,
                  std::to_string(hp.n_embd) + "|" + std::to_string(mf.data_bytes()) + "|" + mf.path();
   e->batch_tokens_.reserve(config.max_batch_tokens);
   e->batch_seqs_.reserve(config.max_seqs);
+  e->batch_tables_.reserve(static_cast<size_t>(config.max_seqs) * layout.n_groups());
   e->batch_logit_rows_.reserve(config.max_batch_tokens);
   e->running_.reserve(config.max_seqs);
   e->batch_logit_rows_.reserve(std::max(config.max_batch_tokens, config.max_seqs));
@@ -451,13 +459,16 @@ std::vector<RequestEvent> Engine::step() {
 
   batch_tokens_.clear();
   batch_seqs_.clear();
+  batch_tables_.clear();
   batch_logit_rows_.clear();
   for (const ScheduledChunk& c : plan.chunks) {
     Sequence& seq = *find_running(c.seq_id);
     const int32_t begin = static_cast<int32_t>(batch_tokens_.size());
     batch_tokens_.insert(batch_tokens_.end(), seq.tokens.begin() + c.pos0,
                          seq.tokens.begin() + c.pos0 + c.n_tokens);
-    batch_seqs_.push_back({begin, c.n_tokens, c.pos0, seq.sched.blocks.ids()});
+    LUMEN_DCHECK(batch_tables_.size() < batch_tables_.capacity());  // spans into it stay valid
+    batch_tables_.push_back(seq.sched.blocks.ids());
+    batch_seqs_.push_back({begin, c.n_tokens, c.pos0, std::span(&batch_tables_.back(), 1)});
     if (seq.req->params.prompt_logprobs && c.pos0 < seq.req->n_prompt) {
       for (int32_t i = 0; i < c.n_tokens; ++i) batch_logit_rows_.push_back(begin + i);
     } else if (c.catches_up) {
@@ -465,7 +476,7 @@ std::vector<RequestEvent> Engine::step() {
     }
   }
   model::ForwardBatch batch{batch_tokens_, batch_seqs_, batch_logit_rows_};
-  const std::span<const float> logits = model_.forward(*kernels_, *pool_threads_, batch, kv_.view());
+  const std::span<const float> logits = model_.forward(*kernels_, *pool_threads_, batch, kv_views_);
   const int32_t n_vocab = model_.hparams().n_vocab;
 
   size_t row = 0;

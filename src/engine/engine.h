@@ -122,6 +122,7 @@ class Engine {
   const kernels::KernelTable* kernels_ = nullptr;
   std::unique_ptr<ThreadPool> pool_threads_;
   kv::KvStorage kv_;
+  std::vector<KvStorageView> kv_views_;  // [n_groups]
   kv::BlockPool pool_{0, 1};
   Scheduler scheduler_{SchedulerConfig{}};
   RequestId next_id_ = 1;
@@ -139,6 +140,7 @@ class Engine {
   // Per-step batch buffers, sized at creation (no per-token allocation).
   std::vector<int32_t> batch_tokens_;
   std::vector<model::ForwardSeq> batch_seqs_;
+  std::vector<std::span<const int32_t>> batch_tables_;  // [n_seqs][n_groups] block tables
   std::vector<int32_t> batch_logit_rows_;
 };
 

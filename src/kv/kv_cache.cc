@@ -10,7 +10,7 @@ namespace lumen::kv {
 
 size_t KvCacheConfig::bytes_per_token() const {
   const size_t elem = dtype == DType::kF32 ? 4 : 2;
-  return size_t{2} * n_layer * n_kv_head * head_dim * elem;
+  return size_t{2} * n_slots * n_kv_head * head_dim * elem;
 }
 
 size_t KvCacheConfig::total_bytes() const {
@@ -21,7 +21,7 @@ Result<KvStorage> KvStorage::allocate(const KvCacheConfig& config) {
   if (config.dtype != DType::kF16 && config.dtype != DType::kF32)
     return error("kv cache: unsupported dtype '" + std::string(dtype_name(config.dtype)) +
                  "' (f16 or f32)");
-  if (config.n_layer <= 0 || config.n_kv_head <= 0 || config.head_dim <= 0 ||
+  if (config.n_slots <= 0 || config.n_kv_head <= 0 || config.head_dim <= 0 ||
       config.block_size <= 0 || config.n_blocks <= 0)
     return error("kv cache: every dimension must be positive");
   KvStorage s;
@@ -30,7 +30,7 @@ Result<KvStorage> KvStorage::allocate(const KvCacheConfig& config) {
   const size_t elem = config.dtype == DType::kF32 ? 4 : 2;
   KvStorageView& v = s.view_;
   v.dtype = config.dtype;
-  v.n_layer = config.n_layer;
+  v.n_slots = config.n_slots;
   v.n_blocks = config.n_blocks;
   v.block_size = config.block_size;
   v.n_kv_head = config.n_kv_head;
@@ -38,15 +38,15 @@ Result<KvStorage> KvStorage::allocate(const KvCacheConfig& config) {
   v.base = s.memory_.data();
   v.block_stride_bytes = size_t{1} * config.n_kv_head * config.block_size * config.head_dim * elem;
   v.v_offset_bytes = v.block_stride_bytes * config.n_blocks;
-  v.layer_stride_bytes = 2 * v.v_offset_bytes;
+  v.slot_stride_bytes = 2 * v.v_offset_bytes;
   return s;
 }
 
 void KvStorage::copy_block(int32_t src_id, int32_t dst_id) {
   LUMEN_CHECK(src_id >= 0 && src_id < config_.n_blocks && dst_id >= 0 && dst_id < config_.n_blocks);
   if (src_id == dst_id) return;
-  for (int32_t il = 0; il < config_.n_layer; ++il) {
-    std::byte* k = view_.base + il * view_.layer_stride_bytes;
+  for (int32_t slot = 0; slot < config_.n_slots; ++slot) {
+    std::byte* k = view_.base + slot * view_.slot_stride_bytes;
     std::byte* v = k + view_.v_offset_bytes;
     std::memcpy(k + dst_id * view_.block_stride_bytes, k + src_id * view_.block_stride_bytes, view_.block_stride_bytes);
     std::memcpy(v + dst_id * view_.block_stride_bytes, v + src_id * view_.block_stride_bytes, view_.block_stride_bytes);

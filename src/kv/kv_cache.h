@@ -20,21 +20,22 @@
 
 namespace lumen::kv {
 
+// One KV group's storage (tensor/paged_kv_view.h): n_slots layers share its blocks.
 struct KvCacheConfig {
-  int32_t n_layer = 0;
+  int32_t n_slots = 0;  // layers stored in this group
   int32_t n_kv_head = 0;
   int32_t head_dim = 0;
   int32_t block_size = 16;  // token slots per block
   int32_t n_blocks = 0;
   DType dtype = DType::kF16;  // F16 (llama.cpp's default) or F32
 
-  // Bytes of one token's K and V over all layers.
+  // Bytes of one token's K and V over all the group's layers.
   size_t bytes_per_token() const;
   // Total bytes of the region.
   size_t total_bytes() const;
 };
 
-// Owns the KV region: [n_layer][2][n_blocks][n_kv_head][block_size][head_dim].
+// Owns one group's KV region: [n_slots][2][n_blocks][n_kv_head][block_size][head_dim].
 // Move-only. Memory comes from mmap (anonymous) with MADV_HUGEPAGE.
 class KvStorage {
  public:
@@ -45,7 +46,7 @@ class KvStorage {
   const KvCacheConfig& config() const { return config_; }
   const KvStorageView& view() const { return view_; }
 
-  // Copies block src_id's K and V (every layer) into block dst_id: copy-on-write when a
+  // Copies block src_id's K and V (every slot) into block dst_id: copy-on-write when a
   // shared, partly filled block must diverge.
   void copy_block(int32_t src_id, int32_t dst_id);
 

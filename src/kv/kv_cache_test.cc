@@ -8,25 +8,25 @@ namespace lumen::kv {
 namespace {
 
 TEST(KvCache, StorageLayoutMatchesView) {
-  KvCacheConfig c{.n_layer = 2, .n_kv_head = 3, .head_dim = 8, .block_size = 4, .n_blocks = 5,
+  KvCacheConfig c{.n_slots = 2, .n_kv_head = 3, .head_dim = 8, .block_size = 4, .n_blocks = 5,
                   .dtype = DType::kF16};
   auto s = KvStorage::allocate(c);
   ASSERT_TRUE(s.ok()) << s.message();
   const KvStorageView& v = s->view();
   EXPECT_EQ(v.block_stride_bytes, size_t{3 * 4 * 8 * 2});
-  EXPECT_EQ(c.total_bytes(), v.layer_stride_bytes * 2);
+  EXPECT_EQ(c.total_bytes(), v.slot_stride_bytes * 2);
   const int32_t table[] = {3, 1};
   PagedKvView l1 = v.layer_view(1, table);
   // pos 5 -> logical block 1 -> physical 1, slot 1; head 2
-  EXPECT_EQ(l1.k_addr(5, 2), v.base + v.layer_stride_bytes + 1 * v.block_stride_bytes +
+  EXPECT_EQ(l1.k_addr(5, 2), v.base + v.slot_stride_bytes + 1 * v.block_stride_bytes +
                                  (2 * 4 + 1) * 8 * 2);
-  EXPECT_EQ(l1.v_addr(0, 0), v.base + v.layer_stride_bytes + v.v_offset_bytes + 3 * v.block_stride_bytes);
+  EXPECT_EQ(l1.v_addr(0, 0), v.base + v.slot_stride_bytes + v.v_offset_bytes + 3 * v.block_stride_bytes);
 }
 
 TEST(KvCache, RejectsBadConfig) {
-  KvCacheConfig c{.n_layer = 0, .n_kv_head = 1, .head_dim = 8, .block_size = 4, .n_blocks = 5};
+  KvCacheConfig c{.n_slots = 0, .n_kv_head = 1, .head_dim = 8, .block_size = 4, .n_blocks = 5};
   EXPECT_FALSE(KvStorage::allocate(c).ok());
-  c.n_layer = 1;
+  c.n_slots = 1;
   c.dtype = DType::kQ4_0;
   EXPECT_FALSE(KvStorage::allocate(c).ok());
 }

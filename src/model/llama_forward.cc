@@ -192,6 +192,9 @@ Result<Model> Model::load(gguf::ModelFile file, const ModelLimits& limits) {
   m.file_ = std::make_unique<gguf::ModelFile>(std::move(file));
   LUMEN_ASSIGN_OR_RETURN(m.hp_, read_hparams(*m.file_));
   LUMEN_ASSIGN_OR_RETURN(m.weights_, bind_weights(*m.file_, m.hp_));
+  // llama / qwen2: every layer full attention, storing its own K/V (one group).
+  const std::vector<LayerAttn> attn(m.hp_.n_layer);
+  LUMEN_ASSIGN_OR_RETURN(m.kv_layout_, build_kv_layout(attn, m.hp_.n_kv_head, m.hp_.head_dim));
   advise_weight_pages(*m.file_, limits.refresh_page_cache_for_huge_pages);
   if (limits.max_batch_tokens <= 0 || limits.max_logit_rows <= 0 || limits.max_ctx <= 0)
     return error("model: limits must be positive");
@@ -225,14 +228,19 @@ Result<Model> Model::load(gguf::ModelFile file, const ModelLimits& limits) {
 }
 
 std::span<const float> Model::forward(const kernels::KernelTable& k, ThreadPool& pool,
-                                      const ForwardBatch& batch, const KvStorageView& kv) {
+                                      const ForwardBatch& batch, std::span<const KvStorageView> kv_groups) {
   const HParams& hp = hp_;
   Workspace& ws = *ws_;
   const int64_t T = static_cast<int64_t>(batch.token_ids.size());
   const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
   LUMEN_CHECK(T > 0 && T <= limits_.max_batch_tokens);
   LUMEN_CHECK(R <= limits_.max_logit_rows && R <= T);
-  LUMEN_CHECK(kv.n_layer == hp.n_layer && kv.n_kv_head == hp.n_kv_head && kv.head_dim == hp.head_dim);
+  const KvLayout& kvl = kv_layout_;
+  LUMEN_CHECK(static_cast<int32_t>(kv_groups.size()) == kvl.n_groups());
+  for (int32_t g = 0; g < kvl.n_groups(); ++g) {
+    const KvStorageView& v = kv_groups[g];
+    LUMEN_CHECK(v.n_slots == kvl.n_slots(g) && v.n_kv_head == kvl.n_kv_head && v.head_dim == kvl.head_dim);
+  }
   LUMEN_CHECK_MSG(pool.n_threads() <= limits_.n_threads, "forward: more threads than the scratch was sized for");
   const int64_t E = hp.n_embd, Q = hp.n_q_dim(), KV = hp.n_kv_dim(), F = hp.n_ff;
   std::byte* scratch = ws.scratch.data();
@@ -244,6 +252,7 @@ std::span<const float> Model::forward(const kernels::KernelTable& k, ThreadPool&
   std::vector<int32_t>& pos = ws.pos;
   for (const ForwardSeq& s : batch.seqs) {
     LUMEN_CHECK(s.token_begin >= 0 && s.n_tokens > 0 && s.token_begin + s.n_tokens <= T);
+    LUMEN_CHECK(static_cast<int32_t>(s.block_tables.size()) == kvl.n_groups());
     LUMEN_CHECK(s.pos0 + s.n_tokens <= limits_.max_ctx);
     for (int32_t i = 0; i < s.n_tokens; ++i) pos[s.token_begin + i] = static_cast<int32_t>(s.pos0 + i);
   }
@@ -275,10 +284,12 @@ std::span<const float> Model::forward(const kernels::KernelTable& k, ThreadPool&
     kernels::rope_rotate(rope, ws.rope_cos.data(), ws.rope_sin.data(), ws.k.data(), T, hp.n_kv_head);
     tap("q_rope", il, ws.q, T * Q);
     tap("k_rope", il, ws.k, T * KV);
+    const KvLayout::LayerKv& lkv = kvl.layers[il];
     for (const ForwardSeq& s : batch.seqs) {
-      const PagedKvView view = kv.layer_view(il, s.block_table);
+      const PagedKvView view = kv_groups[lkv.group].layer_view(lkv.slot, s.block_tables[lkv.group]);
       const int64_t t0 = s.token_begin;
-      kernels::kv_store(k, view, s.pos0, s.n_tokens, ws.k.data() + t0 * KV, ws.v.data() + t0 * KV);
+      if (lkv.source_layer < 0)  // a CLA layer reads its source layer's K/V, stores nothing
+        kernels::kv_store(k, view, s.pos0, s.n_tokens, ws.k.data() + t0 * KV, ws.v.data() + t0 * KV);
       kernels::attention(k, pool, ap, view, ws.q.data() + t0 * Q, s.pos0, s.n_tokens,
                          ws.attn.data() + t0 * Q, scratch);
     }

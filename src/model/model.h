@@ -1,6 +1,7 @@
 // Model: hyper-parameters + bound weights + the forward pass over a batch of tokens from
-// one or more sequences. The model never sees the engine or the KV cache manager: it gets
-// plain data (token ids, positions, per-sequence block tables) and a KvStorageView.
+// one or more sequences. The model never sees the engine or the KV cache manager: it says
+// what it needs from the cache (kv_layout(): its KV groups) and gets plain data back (token
+// ids, positions, per-sequence block tables of each group) and one KvStorageView per group.
 //
 // Single-threaded by contract (one forward at a time); compute parallelism goes through
 // the ThreadPool passed to forward().
@@ -20,19 +21,22 @@
 #include "gguf/model_file.h"
 #include "kernels/ops.h"
 #include "model/hparams.h"
+#include "model/kv_layout.h"
 #include "model/weights.h"
 #include "tensor/paged_kv_view.h"
 
 namespace lumen::model {
 
 // One sequence's slice of a batch: tokens [token_begin, token_begin + n_tokens) of the
-// batch, at positions pos0 .. pos0 + n_tokens - 1. Its block table must already cover
-// pos0 + n_tokens positions; K/V for positions < pos0 are already in the cache.
+// batch, at positions pos0 .. pos0 + n_tokens - 1. Each of its block tables must already
+// cover pos0 + n_tokens positions; K/V for positions < pos0 are already in the cache.
 struct ForwardSeq {
   int32_t token_begin = 0;
   int32_t n_tokens = 0;
   int64_t pos0 = 0;
-  std::span<const int32_t> block_table;
+  // [n_groups] one block table per KV group (kv_layout()); a sliding group's table has -1
+  // for blocks it released (outside the window of every query of this and later steps).
+  std::span<const std::span<const int32_t>> block_tables;
 };
 
 struct ForwardBatch {
@@ -73,6 +77,8 @@ class Model {
   const ModelWeights& weights() const { return weights_; }
   const gguf::ModelFile& file() const { return *file_; }
   const ModelLimits& limits() const { return limits_; }
+  // The KV groups this model's layers store into; forward() takes one view per group.
+  const KvLayout& kv_layout() const { return kv_layout_; }
 
   // Gives the matrices copies in the interleaved layout of k's kernels (weights.h,
   // InterleavePlan); forward() with the same table then reads only the copies. With a
@@ -91,8 +97,9 @@ class Model {
 
   // Runs the batch through all layers, writing each token's K/V into the cache, and
   // returns logits [batch.logit_rows.size()][n_vocab], valid until the next forward().
+  // kv_groups: [kv_layout().n_groups()], group g's storage with n_slots(g) slots.
   std::span<const float> forward(const kernels::KernelTable& k, ThreadPool& pool,
-                                 const ForwardBatch& batch, const KvStorageView& kv);
+                                 const ForwardBatch& batch, std::span<const KvStorageView> kv_groups);
 
   void set_tap(TapFn tap) { tap_ = std::move(tap); }
 
@@ -102,6 +109,7 @@ class Model {
 
   std::unique_ptr<gguf::ModelFile> file_;
   HParams hp_;
+  KvLayout kv_layout_;
   ModelWeights weights_;
   HugeBuffer interleaved_memory_;  // the interleaved copies, when packed in memory
   MappedFile interleaved_file_;    // the interleaved copies, when from a cache file

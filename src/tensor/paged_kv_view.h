@@ -31,7 +31,9 @@ struct PagedKvView {
   std::byte* k_base = nullptr;      // this layer's K storage, block 0
   std::byte* v_base = nullptr;      // this layer's V storage, block 0
   size_t block_stride_bytes = 0;    // bytes of one block (all heads) of K (same for V)
-  std::span<const int32_t> block_table;  // logical block idx -> physical block idx
+  // logical block idx -> physical block idx; -1 for a block a sliding-window group has
+  // released (every position in it is outside the window): never addressed.
+  std::span<const int32_t> block_table;
 
   size_t elem_bytes() const { return dtype == DType::kF32 ? 4 : 2; }
   std::byte* k_addr(int64_t pos, int32_t head) const {
@@ -48,15 +50,21 @@ struct PagedKvView {
 
 namespace lumen {
 
-// KvStorageView: the whole paged KV cache as plain data (all layers), from which the
-// model makes one PagedKvView per layer and sequence. Owned by the kv layer.
+// KvStorageView: one KV group's region as plain data, from which the model makes one
+// PagedKvView per layer and sequence. Owned by the kv layer.
 //
-// Region layout: [n_layer][2 (K, V)][n_blocks][n_kv_head][block_size][head_dim]
-//   layer il, K block b at: base + il * layer_stride_bytes + b * block_stride_bytes
-//   layer il, V block b at: base + il * layer_stride_bytes + v_offset_bytes + b * block_stride_bytes
+// The layers that store K/V are partitioned into KV groups by attention window (all
+// full-attention layers form one group, the sliding layers of each window another; see
+// model/kv_layout.h). Each group has its own region and its own blocks: block b of a group
+// holds the K/V of every one of the group's layers ("slots", in layer order) for
+// block_size tokens.
+//
+// Region layout: [n_slots][2 (K, V)][n_blocks][n_kv_head][block_size][head_dim]
+//   slot s, K block b at: base + s * slot_stride_bytes + b * block_stride_bytes
+//   slot s, V block b at: base + s * slot_stride_bytes + v_offset_bytes + b * block_stride_bytes
 struct KvStorageView {
   DType dtype = DType::kF16;
-  int32_t n_layer = 0;
+  int32_t n_slots = 0;            // layers stored in this group
   int32_t n_blocks = 0;
   int32_t block_size = 0;
   int32_t n_kv_head = 0;
@@ -64,15 +72,17 @@ struct KvStorageView {
   std::byte* base = nullptr;
   size_t block_stride_bytes = 0;  // n_kv_head * block_size * head_dim * elem bytes
   size_t v_offset_bytes = 0;      // n_blocks * block_stride_bytes
-  size_t layer_stride_bytes = 0;  // 2 * v_offset_bytes
+  size_t slot_stride_bytes = 0;   // 2 * v_offset_bytes
 
-  PagedKvView layer_view(int32_t il, std::span<const int32_t> block_table) const {
+  // The view of one slot (a layer of this group) through one sequence's block table of
+  // this group.
+  PagedKvView layer_view(int32_t slot, std::span<const int32_t> block_table) const {
     PagedKvView v;
     v.dtype = dtype;
     v.block_size = block_size;
     v.n_kv_head = n_kv_head;
     v.head_dim = head_dim;
-    v.k_base = base + il * layer_stride_bytes;
+    v.k_base = base + slot * slot_stride_bytes;
     v.v_base = v.k_base + v_offset_bytes;
     v.block_stride_bytes = block_stride_bytes;
     v.block_table = block_table;
