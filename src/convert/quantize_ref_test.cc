@@ -7,15 +7,20 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "base/fp16.h"
+#include "convert/testdata/quant_rows.h"
 #include "kernels/ops.h"
 #include "kernels/quant_blocks.h"
 
 namespace lumen::convert {
 namespace {
+
+using testdata::make_imatrix;
+using testdata::make_row;
 
 std::string testdata_path(const std::string& name) {
   std::string dir = __FILE__;
@@ -23,69 +28,33 @@ std::string testdata_path(const std::string& name) {
   return dir + "/testdata/" + name;
 }
 
-// The rows of testdata/ggml_quants_v1.bin (see testdata/README.md): exact float arithmetic
-// over a xorshift32 stream, so the generator that produced the file and this test agree.
-class RowGen {
- public:
-  explicit RowGen(uint32_t kind) : state_(0x9E3779B9u ^ (kind * 7919u + 1u)) {}
-  float uniform() {  // [-1, 1)
-    state_ ^= state_ << 13;
-    state_ ^= state_ >> 17;
-    state_ ^= state_ << 5;
-    return static_cast<float>(state_ >> 8) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
-  }
-
- private:
-  uint32_t state_;
-};
-
-std::vector<float> make_row(uint32_t kind, int n) {
-  RowGen g(kind);
-  std::vector<float> x(n);
-  static const float kSpecials[] = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.0f, 65520.0f, 1e-8f, -6e-8f,
-                                    2.98023224e-8f, 5.96046448e-8f, 1e30f, -1e-30f, 1.00390625f, 1.01171875f,
-                                    3.0e38f, 1.17549435e-38f, 1.0e-40f};
-  constexpr int kNumSpecials = static_cast<int>(std::size(kSpecials));
-  for (int i = 0; i < n; ++i) {
-    float v;
-    if (kind == 0) {
-      const float a = g.uniform(), b = g.uniform(), c = g.uniform(), d = g.uniform();
-      v = 0.01f * (a + b + c + d);
-    } else if (kind == 1) {
-      v = g.uniform();
-      if (i % 37 == 5) v *= 50.0f;
-      if (i >= 256 && i < 512) v = 0.0f;
-      if (i >= 64 && i < 96) v = 0.0f;
-      if (i >= 600 && i < 616) v = 1e-20f * v;
-    } else if (kind == 2) {
-      v = std::fabs(g.uniform()) + 0.25f;
-      if (i >= 128 && i < 160) v = static_cast<float>(i % 16) * 0.5f;
-      if (i >= 700) v = -v;
-    } else if (kind == 4) {
-      v = 0.5f * g.uniform();
-      if (i >= 32 && i < 64) v = -0.37f;    // a flat negative 32-group
-      if (i >= 512 && i < 528) v = 1e-16f;  // a 16-group below ggml's GROUP_MAX_EPS
-      if (i == 300) v = 1e4f;               // an outlier
-    } else if (i < kNumSpecials) {
-      v = kSpecials[i];
-    } else if (i == kNumSpecials) {
-      v = INFINITY;
-    } else if (i == kNumSpecials + 1) {
-      v = -INFINITY;
-    } else if (i == kNumSpecials + 2) {
-      v = NAN;
-    } else {
-      v = g.uniform() * std::ldexp(1.0f, (i % 40) - 28);
-    }
-    x[i] = v;
-  }
-  return x;
+std::vector<char> read_testdata(const std::string& name) {
+  std::ifstream in(testdata_path(name), std::ios::binary);
+  EXPECT_TRUE(in.good()) << testdata_path(name);
+  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
+// Quantizes the record's row as lumen does and compares with ggml's bytes; returns false
+// (after reporting where they differ) on a mismatch.
+bool matches_ggml(DType dtype, uint32_t kind, uint32_t im_kind, int n, const char* want_bytes, size_t n_bytes) {
+  const std::vector<float> x = make_row(kind, n);
+  const std::vector<float> w = make_imatrix(im_kind, n);
+  std::vector<std::byte> got(n_bytes);
+  quantize_row(dtype, x.data(), got.data(), n, w.empty() ? nullptr : w.data());
+  const auto* want = reinterpret_cast<const std::byte*>(want_bytes);
+  if (std::memcmp(got.data(), want, n_bytes) == 0) return true;
+  size_t first = 0;
+  while (got[first] == want[first]) ++first;
+  size_t n_diff = 0;
+  for (size_t i = 0; i < n_bytes; ++i) n_diff += got[i] != want[i];
+  ADD_FAILURE() << dtype_name(dtype) << " row kind " << kind << " imatrix kind " << im_kind << ": " << n_diff
+                << " of " << n_bytes << " bytes differ from ggml, first at byte " << first;
+  return false;
+}
+
+// testdata/ggml_quants_v1.bin: q8_0, q4_0, q4_K, q6_K, f16, bf16 without an imatrix.
 TEST(QuantizeRef, MatchesGgmlReferenceBytes) {
-  std::ifstream in(testdata_path("ggml_quants_v1.bin"), std::ios::binary);
-  ASSERT_TRUE(in.good()) << testdata_path("ggml_quants_v1.bin");
-  const std::vector<char> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::vector<char> file = read_testdata("ggml_quants_v1.bin");
   ASSERT_GE(file.size(), 4u);
   ASSERT_EQ(std::string(file.data(), 4), "LQRV");
   size_t pos = 4;
@@ -97,30 +66,52 @@ TEST(QuantizeRef, MatchesGgmlReferenceBytes) {
     std::memcpy(hdr, file.data() + pos, 16);
     pos += 16;
     const auto dtype = static_cast<DType>(hdr[0]);
-    const uint32_t kind = hdr[1];
     const int n = static_cast<int>(hdr[2]);
     const size_t n_bytes = hdr[3];
     ASSERT_LE(pos + n_bytes, file.size());
     ASSERT_TRUE(can_quantize_to(dtype)) << "type " << hdr[0];
     ASSERT_EQ(row_bytes(dtype, n), n_bytes);
-    const std::vector<float> x = make_row(kind, n);
-    std::vector<std::byte> got(n_bytes);
-    quantize_row(dtype, x.data(), got.data(), n);
-    const auto* want = reinterpret_cast<const std::byte*>(file.data() + pos);
-    if (std::memcmp(got.data(), want, n_bytes) != 0) {
-      size_t first = 0;
-      while (got[first] == want[first]) ++first;
-      size_t n_diff = 0;
-      for (size_t i = 0; i < n_bytes; ++i) n_diff += got[i] != want[i];
-      ADD_FAILURE() << dtype_name(dtype) << " row kind " << kind << ": " << n_diff << " of " << n_bytes
-                    << " bytes differ from ggml, first at byte " << first;
-      ++n_failed;
-    }
+    n_failed += !matches_ggml(dtype, hdr[1], 0, n, file.data() + pos, n_bytes);
     pos += n_bytes;
     ++n_records;
   }
   EXPECT_EQ(n_records, 18);
   EXPECT_EQ(n_failed, 0);
+}
+
+// testdata/ggml_quants_v2.bin (tools/ggml_quant_vectors.cc, llama.cpp c392e5094): every
+// quantized type lumen writes, each row kind without an imatrix and with two kinds of one.
+TEST(QuantizeRef, MatchesGgmlBytesWithAndWithoutImatrix) {
+  const std::vector<char> file = read_testdata("ggml_quants_v2.bin");
+  ASSERT_GE(file.size(), 4u);
+  ASSERT_EQ(std::string(file.data(), 4), "LQR2");
+  size_t pos = 4;
+  int n_records = 0;
+  int n_failed = 0;
+  std::set<std::pair<DType, bool>> covered;  // (type, with imatrix)
+  while (pos < file.size()) {
+    ASSERT_LE(pos + 20, file.size());
+    uint32_t hdr[5];
+    std::memcpy(hdr, file.data() + pos, 20);
+    pos += 20;
+    const auto dtype = static_cast<DType>(hdr[0]);
+    const int n = static_cast<int>(hdr[3]);
+    const size_t n_bytes = hdr[4];
+    ASSERT_LE(pos + n_bytes, file.size());
+    ASSERT_TRUE(can_quantize_to(dtype)) << "type " << hdr[0];
+    ASSERT_EQ(row_bytes(dtype, n), n_bytes);
+    n_failed += !matches_ggml(dtype, hdr[1], hdr[2], n, file.data() + pos, n_bytes);
+    covered.insert({dtype, hdr[2] != 0});
+    pos += n_bytes;
+    ++n_records;
+  }
+  EXPECT_EQ(n_records, 112);
+  EXPECT_EQ(n_failed, 0);
+  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K,
+                  DType::kQ5_K, DType::kQ6_K}) {
+    EXPECT_TRUE(covered.count({t, false}) && covered.count({t, true})) << dtype_name(t);
+    EXPECT_TRUE(quantize_uses_imatrix(t)) << dtype_name(t);
+  }
 }
 
 template <typename Block>
@@ -136,7 +127,7 @@ TEST(QuantizeRef, Q8_0RoundsHalfAwayFromZero) {
   const float vals[] = {127.0f, 2.5f, -2.5f, 0.5f, -0.5f, 1.49f, -126.5f, 3.5f};
   std::copy(std::begin(vals), std::end(vals), x.begin());
   std::vector<std::byte> out(sizeof(kernels::BlockQ8_0));
-  quantize_row_q8_0(x.data(), out.data(), 32);
+  quantize_row(DType::kQ8_0, x.data(), out.data(), 32);
   const auto b = as_block<kernels::BlockQ8_0>(out);
   EXPECT_EQ(b.d_f16, 0x3C00);  // 1.0
   const int8_t want[] = {127, 3, -3, 1, -1, 1, -127, 4};
@@ -155,7 +146,7 @@ TEST(QuantizeRef, Q4_0UsesSignedMaxAndHalfUp) {
     x[3] = 0.5f;   // 9.0 -> 9 (half rounds up)
     x[4] = -0.5f;  // 8.0 -> 8
     x[16] = -3.2f; // 5.3 -> 5
-    quantize_row_q4_0(x.data(), out.data(), 32);
+    quantize_row(DType::kQ4_0, x.data(), out.data(), 32);
     const auto b = as_block<kernels::BlockQ4_0>(out);
     EXPECT_EQ(b.d_f16, 0x3C00);
     EXPECT_EQ(b.qs[0], 0 | (5 << 4));
@@ -169,7 +160,7 @@ TEST(QuantizeRef, Q4_0UsesSignedMaxAndHalfUp) {
     std::vector<float> x(32, 0.0f);
     x[0] = 8.0f;
     x[1] = -7.0f;
-    quantize_row_q4_0(x.data(), out.data(), 32);
+    quantize_row(DType::kQ4_0, x.data(), out.data(), 32);
     const auto b = as_block<kernels::BlockQ4_0>(out);
     EXPECT_EQ(b.d_f16, 0xBC00);  // -1.0
     EXPECT_EQ(b.qs[0], 0 | (8 << 4));

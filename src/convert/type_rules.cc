@@ -38,7 +38,7 @@ Result<DType> parse_target_type(std::string_view value, std::string_view flag) {
   const DTypeInfo* info = find_dtype_by_name(lower);
   if (!info || !can_quantize_to(info->dtype))
     return error(std::string(flag) + ": unsupported type '" + std::string(value) +
-                 "' (supported: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)");
+                 "' (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k)");
   return info->dtype;
 }
 
@@ -60,8 +60,14 @@ uint32_t llama_file_type(DType requested) {
     case DType::kF32: return 0;
     case DType::kF16: return 1;
     case DType::kQ4_0: return 2;
+    case DType::kQ4_1: return 3;
     case DType::kQ8_0: return 7;
+    case DType::kQ5_0: return 8;
+    case DType::kQ5_1: return 9;
+    case DType::kQ2_K: return 10;
+    case DType::kQ3_K: return 11;  // MOSTLY_Q3_K_S
     case DType::kQ4_K: return 15;
+    case DType::kQ5_K: return 16;  // MOSTLY_Q5_K_S
     case DType::kQ6_K: return 18;
     case DType::kBF16: return 32;
     default: break;

@@ -29,6 +29,62 @@ struct BlockQ4_0 {
 };
 static_assert(sizeof(BlockQ4_0) == 18);
 
+// q4_1: 32 weights per block; w[i] = d * q[i] + m, q[i] = i < 16 ? qs[i] & 15 : qs[i-16] >> 4
+struct BlockQ4_1 {
+  uint16_t d_f16;
+  uint16_t m_f16;
+  uint8_t qs[16];
+};
+static_assert(sizeof(BlockQ4_1) == 20);
+
+// q5_0: 32 weights per block; w[i] = d * (q[i] - 16), q[i] 5-bit: low 4 bits as in q4_0's qs,
+// bit 4 = bit i of the little-endian u32 qh
+struct BlockQ5_0 {
+  uint16_t d_f16;
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+static_assert(sizeof(BlockQ5_0) == 22);
+
+// q5_1: 32 weights per block; w[i] = d * q[i] + m, q[i] 5-bit packed as in q5_0
+struct BlockQ5_1 {
+  uint16_t d_f16;
+  uint16_t m_f16;
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+static_assert(sizeof(BlockQ5_1) == 24);
+
+// q8_1 (activations for q4_1 / q5_1): x[i] = d * qs[i]; s = d * sum(qs) (fp16)
+struct BlockQ8_1 {
+  uint16_t d_f16;
+  uint16_t s_f16;
+  int8_t qs[32];
+};
+static_assert(sizeof(BlockQ8_1) == 36);
+
+// q2_K: 256 weights in 16 sub-blocks s of 16; w = d * (scales[s] & 15) * q - dmin * (scales[s] >> 4),
+// q 2-bit. Per half h (128 elements), element 128h + 32k + l (k < 4, l < 32) is bits 2k..2k+1
+// of qs[32h + l].
+struct BlockQ2_K {
+  uint8_t scales[16];
+  uint8_t qs[64];
+  uint16_t d_f16;
+  uint16_t dmin_f16;
+};
+static_assert(sizeof(BlockQ2_K) == 84);
+
+// q3_K: 256 weights in 16 sub-blocks s of 16; w = d * (sc[s] - 32) * (q - 4), q 3-bit: the low
+// 2 bits packed in qs as in q2_K, the high bit of element e is bit e / 32 of hmask[e % 32].
+// sc[s] 6-bit packed in `scales` (see q3_k_scale).
+struct BlockQ3_K {
+  uint8_t hmask[32];
+  uint8_t qs[64];
+  uint8_t scales[12];
+  uint16_t d_f16;
+};
+static_assert(sizeof(BlockQ3_K) == 110);
+
 // q4_K: 256 weights in 8 sub-blocks s of 32; w = d * sc[s] * q - dmin * m[s], q 4-bit, sc/m
 // 6-bit packed in `scales` (see q4_k_scale_min). qs[32c + l] holds element 64c + l in the
 // low nibble (sub-block 2c) and element 64c + 32 + l in the high nibble (sub-block 2c + 1).
@@ -39,6 +95,18 @@ struct BlockQ4_K {
   uint8_t qs[128];
 };
 static_assert(sizeof(BlockQ4_K) == 144);
+
+// q5_K: 256 weights in 8 sub-blocks s of 32; w = d * sc[s] * q - dmin * m[s], q 5-bit: the low
+// 4 bits in qs as in q4_K, the high bit of element 64c + l (sub-block 2c, l < 32) is bit 2c of
+// qh[l], of element 64c + 32 + l (sub-block 2c + 1) bit 2c + 1. sc/m as in q4_K.
+struct BlockQ5_K {
+  uint16_t d_f16;
+  uint16_t dmin_f16;
+  uint8_t scales[12];
+  uint8_t qh[32];
+  uint8_t qs[128];
+};
+static_assert(sizeof(BlockQ5_K) == 176);
 
 // q6_K: 256 weights in 16 sub-blocks s of 16; w = d * scales[s] * (q - 32), q 6-bit: low 4
 // bits in ql, high 2 bits in qh. Per half h (128 elements) and l < 32:
@@ -73,6 +141,15 @@ static inline void q4_k_scale_min(const uint8_t* b, int j, uint8_t* sc, uint8_t*
     *sc = static_cast<uint8_t>((b[j + 4] & 15) | ((b[j - 4] >> 6) << 4));
     *m = static_cast<uint8_t>((b[j + 4] >> 4) | ((b[j] >> 6) << 4));
   }
+}
+
+// The 6-bit scale of q3_K sub-block j (0..15) from the 12 packed bytes b, as stored (0..63;
+// the weight scale is d * (sc - 32)): low 4 bits in the low (j < 8) or high (j >= 8) nibble
+// of b[j % 8], high 2 bits at bit 2 * (j / 4) of b[8 + j % 4].
+static inline uint8_t q3_k_scale(const uint8_t* b, int j) {
+  const int lo = j < 8 ? b[j] & 15 : b[j - 8] >> 4;
+  const int hi = (b[8 + j % 4] >> (2 * (j / 4))) & 3;
+  return static_cast<uint8_t>(lo | (hi << 4));
 }
 
 // Round to nearest, ties to even, for |f| <= 2^22, exactly as ggml's nearest_int: adding
