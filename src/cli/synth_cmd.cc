@@ -19,7 +19,8 @@ int cmd_synth(int argc, char** argv, int first) {
                  {
                      {{"--preset"}, "NAME", "model shape: " + presets},
                      {{"--type"}, "TYPE", "f32, f16, bf16, q8_0, q4_0, q4_k, q6_k (default q8_0)"},
-                     {{"-o", "--output"}, "PATH", "GGUF file to write"},
+                     {{"-o", "--output"}, "PATH", "GGUF file to write (a directory with --format hf)"},
+                     {{"--format"}, "FMT", "gguf (default) or hf: a Hugging Face directory of the same weights (f32)"},
                      {{"--hidden"}, "N", "override the hidden size"},
                      {{"--layers"}, "N", "override the number of layers"},
                      {{"--heads"}, "N", "override the number of attention heads"},
@@ -89,7 +90,9 @@ int cmd_synth(int argc, char** argv, int first) {
 
   const auto t0 = std::chrono::steady_clock::now();
   convert::SynthReport report;
-  Status st = convert::synth_model(c, *out_path, &report);
+  const std::string format = args.get_or("--format", "gguf");
+  if (format != "gguf" && format != "hf") return fail("--format: '" + format + "' is not gguf or hf");
+  Status st = format == "hf" ? convert::synth_model_hf(c, *out_path, &report) : convert::synth_model(c, *out_path, &report);
   if (!st.ok()) {
     std::fprintf(stderr, "error: %s\n", st.message().c_str());
     return 1;

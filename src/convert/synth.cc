@@ -230,9 +230,11 @@ Result<TokenizerGguf> tokenizer_metadata(const SynthConfig& c) {
   return tok;
 }
 
+}  // namespace
+
 // The values of one row of tensor t (see SynthConfig: weights and biases N(0, weight_std),
 // norms 1 + N(0, norm_std)), from a generator keyed by (seed, tensor name, row).
-void make_row(const SynthConfig& c, const SynthTensorPlan& t, int64_t row, float* out) {
+void synth_make_row(const SynthConfig& c, const SynthTensorPlan& t, int64_t row, float* out) {
   const int64_t n = t.ne[0];
   const uint64_t key = fnv1a(t.name) ^ (c.seed * 0x9E3779B97F4A7C15ull);
   switch (t.init) {
@@ -249,8 +251,6 @@ void make_row(const SynthConfig& c, const SynthTensorPlan& t, int64_t row, float
     case SynthInit::kGiven: std::copy(t.values.begin(), t.values.end(), out); break;
   }
 }
-
-}  // namespace
 
 Status synth_model(const SynthConfig& c, const std::string& out_path, SynthReport* report) {
   LUMEN_TRY(validate_synth_config(c));
@@ -297,7 +297,7 @@ Status synth_model(const SynthConfig& c, const std::string& out_path, SynthRepor
     const SynthTensorPlan& t = tensors[idx];
     int64_t n_rows = 1;
     for (size_t d = 1; d < t.ne.size(); ++d) n_rows *= t.ne[d];
-    return write_rows(pool, dtypes[idx], t.ne[0], n_rows, [&](int64_t row, float* out) { make_row(c, t, row, out); },
+    return write_rows(pool, dtypes[idx], t.ne[0], n_rows, [&](int64_t row, float* out) { synth_make_row(c, t, row, out); },
                       sink);
   });
   if (!st.ok()) return error("writing '" + out_path + "': " + st.message());

@@ -103,5 +103,8 @@ struct SynthReport {
 };
 
 Status synth_model(const SynthConfig& config, const std::string& out_path, SynthReport* report);
+// The same weights as a Hugging Face directory (config.json + model.safetensors, f32), in
+// the layout llama.cpp's converter turns into synth_model()'s GGUF (synth_hf.cc).
+Status synth_model_hf(const SynthConfig& config, const std::string& dir, SynthReport* report);
 
 }  // namespace lumen::convert

@@ -64,6 +64,10 @@ std::vector<std::pair<std::string, gguf::MetaValue>> synth_arch_metadata(const S
 // Every tensor, in writing order.
 std::vector<SynthTensorPlan> synth_arch_tensors(const SynthConfig& config);
 
+// Row `row` (of ne[0] values) of tensor t, as the GGUF stores it (synth.cc: a generator
+// keyed by (seed, tensor name, row), so every writer of the same config gets the same values).
+void synth_make_row(const SynthConfig& config, const SynthTensorPlan& t, int64_t row, float* out);
+
 // Llama 3 RoPE frequency factors as convert_hf_to_gguf.py computes them.
 std::vector<float> llama3_rope_factors(const SynthConfig& config);
 

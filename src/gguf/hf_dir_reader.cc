@@ -1,18 +1,20 @@
 // Hugging Face model directory -> ModelFile with GGUF keys and GGUF tensor names.
 //
 //   config.json                       -> general.architecture, <arch>.* hyper-parameters
+//                                        (per-architecture keys: hf_config.cc; names and
+//                                        value changes per architecture: hf_arch.h)
 //   generation_config.json (optional) -> bos / eos ids (override config.json's, as HF does)
 //   model.safetensors, or model.safetensors.index.json + shards -> tensors (mmap, zero-copy)
 //   tokenizer.json, tokenizer_config.json (optional) -> raw texts for the tokenizer layer,
 //   chat template (tokenizer_config.json's "chat_template", else chat_template.jinja)
 //                                     -> tokenizer.chat_template
 //
-// RoPE layout. HF llama / qwen2 checkpoints store q_proj / k_proj in the "rotate half"
-// (NeoX) layout: dimension i of a head pairs with i + head_dim/2. llama.cpp's converter
-// permutes llama's q/k rows into the interleaved layout (pairs (2i, 2i+1)) so that GGML's
-// normal RoPE applies. We keep the file zero-copy instead and set lumen.rope_layout =
-// "neox": the model layer rotates (i, i + head_dim/2) pairs. The two are the same
-// function of the weights:
+// RoPE layout. HF checkpoints store q_proj / k_proj in the "rotate half" (NeoX) layout:
+// dimension i of a head pairs with i + head_dim/2. llama.cpp's converter permutes the q/k
+// rows of llama, mistral and smollm3 into the interleaved layout (pairs (2i, 2i+1)) so that
+// GGML's normal RoPE applies (the other architectures use NeoX RoPE in GGUF too). We keep
+// the file zero-copy instead and set lumen.rope_layout = "neox": the model layer rotates
+// (i, i + head_dim/2) pairs. The two are the same function of the weights:
 //
 //   HF row order per head:     [x0 x1 ... x(d/2-1) | y0 y1 ... y(d/2-1)]   rotate (xi, yi)
 //   llama.cpp after permute:   [x0 y0 x1 y1 ... ]                          rotate (2i, 2i+1)
@@ -29,7 +31,10 @@
 #include <string>
 #include <vector>
 
+#include "base/fp16.h"
 #include "gguf/gguf_util.h"
+#include "gguf/hf_arch.h"
+#include "gguf/hf_config.h"
 #include "gguf/json_util.h"
 #include "gguf/model_file.h"
 #include "gguf/safetensors.h"
@@ -62,30 +67,17 @@ Result<json> read_json_file(const std::string& path, const std::string& what, bo
 
 // --- config.json -> GGUF hyper-parameter keys ---
 
-Result<std::string> detect_arch(const json& config, const std::string& dir) {
+Result<const HfArch*> detect_arch(const json& config, const std::string& dir) {
   LUMEN_ASSIGN_OR_RETURN(std::optional<std::string> model_type, json_string(config, "model_type", "config.json"));
   std::string arch_class;
   const auto archs = config.find("architectures");
   if (archs != config.end() && archs->is_array() && !archs->empty() && (*archs)[0].is_string())
     arch_class = (*archs)[0].get<std::string>();
-  std::string type = model_type.value_or("");
-  if (type.empty()) {
-    if (arch_class == "LlamaForCausalLM") type = "llama";
-    else if (arch_class == "MistralForCausalLM") type = "mistral";
-    else if (arch_class == "Qwen2ForCausalLM") type = "qwen2";
-  }
-  if (type == "llama" || type == "qwen2") return type;
-  if (type == "mistral") {
-    // Mistral without a sliding window is llama. With one, attention differs: refuse.
-    LUMEN_ASSIGN_OR_RETURN(std::optional<int64_t> window, json_int(config, "sliding_window", "config.json"));
-    LUMEN_ASSIGN_OR_RETURN(std::optional<int64_t> ctx, json_int(config, "max_position_embeddings", "config.json"));
-    if (window && (!ctx || *window < *ctx))
-      return fail(dir, "config.json: Mistral with sliding_window " + std::to_string(*window) +
-                           " is not supported (only full attention)");
-    return std::string("llama");
-  }
-  return fail(dir, "config.json: model_type '" + quote(type) + "' / architecture '" + quote(arch_class) +
-                       "' is not supported (llama, mistral, qwen2)");
+  const HfArch* arch = model_type ? find_hf_arch_by_model_type(*model_type) : find_hf_arch_by_class(arch_class);
+  if (!arch)
+    return fail(dir, "config.json: model_type '" + quote(model_type.value_or("")) + "' / architecture '" +
+                         quote(arch_class) + "' is not supported (" + std::string(hf_model_type_list()) + ")");
+  return arch;
 }
 
 struct IntField {
@@ -141,7 +133,8 @@ Status set_rope_scaling(const json& config, const std::string& arch, const std::
   return fail(dir, what + ": rope type '" + quote(*type) + "' is not supported (default, linear, llama3)");
 }
 
-Status set_hparams(const json& config, const std::string& arch, const std::string& dir, ModelFile* file) {
+Status set_hparams(const json& config, const HfArch& hf_arch, const std::string& dir, ModelFile* file) {
+  const std::string arch(hf_arch.gguf_arch);
   const std::string what = "config.json";
   static constexpr IntField kFields[] = {
       {"hidden_size", "embedding_length", 1 << 17, true},
@@ -200,17 +193,15 @@ Status set_hparams(const json& config, const std::string& arch, const std::strin
     file->set_meta(arch + ".attention.key_length", MetaValue::of_u32(static_cast<uint32_t>(*head_dim)));
     file->set_meta(arch + ".attention.value_length", MetaValue::of_u32(static_cast<uint32_t>(*head_dim)));
   }
-  // HF's defaults when absent: LlamaConfig / Qwen2Config rms_norm_eps 1e-6, rope_theta 1e4.
+  // HF's defaults when absent: LlamaConfig / Qwen2Config rms_norm_eps 1e-6, rope_theta 1e4;
+  // Gemma's configs tie the output to the embeddings unless they say otherwise.
   file->set_meta(arch + ".attention.layer_norm_rms_epsilon", MetaValue::of_f32(static_cast<float>(eps.value_or(1e-6))));
   file->set_meta(arch + ".rope.freq_base", MetaValue::of_f32(static_cast<float>(theta.value_or(10000.0))));
   file->set_meta("lumen.rope_layout", MetaValue::of_string("neox"));  // see the file comment
   LUMEN_ASSIGN_OR_RETURN(std::optional<bool> tie, json_bool(config, "tie_word_embeddings", what));
-  file->set_meta("lumen.tie_word_embeddings", MetaValue::of_bool(tie.value_or(false)));
-  if (arch == "qwen2") {
-    LUMEN_ASSIGN_OR_RETURN(std::optional<bool> sliding, json_bool(config, "use_sliding_window", what));
-    if (sliding.value_or(false))
-      return fail(dir, what + ": qwen2 with use_sliding_window is not supported (only full attention)");
-  }
+  file->set_meta("lumen.tie_word_embeddings", MetaValue::of_bool(tie.value_or(hf_arch.norm_plus_one)));
+  LUMEN_TRY(set_arch_hparams(config, hf_arch, dir, file));
+  if (arch == "phi3") return Status();  // LongRoPE: hf_config.cc, once the tensors are in
   return set_rope_scaling(config, arch, dir, file);
 }
 
@@ -284,13 +275,13 @@ Status set_tokenizer(const std::string& dir, ModelFile* file) {
 
 // --- tensors ---
 
-// "model.layers.12.mlp.up_proj.weight" -> "blk.12.ffn_up.weight"; nullopt for names
-// without a GGUF equivalent (kept under their HF name). *layer_idx is set for layer tensors.
-std::optional<std::string> gguf_tensor_name(std::string_view hf, int64_t* layer_idx) {
+// "model.layers.12.mlp.up_proj.weight" -> "blk.12.ffn_up.weight" by the architecture's
+// table (hf_arch.h); nullopt for names without a GGUF equivalent (kept under their HF
+// name). *layer_idx is set for layer tensors.
+std::optional<std::string> gguf_tensor_name(std::string_view hf, const HfArch& arch, int64_t* layer_idx) {
   *layer_idx = -1;
-  if (hf == "model.embed_tokens.weight") return "token_embd.weight";
-  if (hf == "model.norm.weight") return "output_norm.weight";
-  if (hf == "lm_head.weight") return "output.weight";
+  for (const HfTensorName& g : hf_global_names())
+    if (hf == g.hf) return std::string(g.gguf);
   constexpr std::string_view kLayers = "model.layers.";
   if (!hf.starts_with(kLayers)) return std::nullopt;
   hf.remove_prefix(kLayers.size());
@@ -300,34 +291,42 @@ std::optional<std::string> gguf_tensor_name(std::string_view hf, int64_t* layer_
     idx = idx * 10 + (hf[n_digits++] - '0');
   if (n_digits == 0 || n_digits >= hf.size() || hf[n_digits] != '.') return std::nullopt;
   const std::string_view rest = hf.substr(n_digits + 1);
-  static constexpr std::pair<std::string_view, std::string_view> kMap[] = {
-      {"input_layernorm.weight", "attn_norm.weight"},
-      {"self_attn.q_proj.weight", "attn_q.weight"},
-      {"self_attn.k_proj.weight", "attn_k.weight"},
-      {"self_attn.v_proj.weight", "attn_v.weight"},
-      {"self_attn.o_proj.weight", "attn_output.weight"},
-      {"self_attn.q_proj.bias", "attn_q.bias"},
-      {"self_attn.k_proj.bias", "attn_k.bias"},
-      {"self_attn.v_proj.bias", "attn_v.bias"},
-      {"self_attn.o_proj.bias", "attn_output.bias"},
-      {"post_attention_layernorm.weight", "ffn_norm.weight"},
-      {"mlp.gate_proj.weight", "ffn_gate.weight"},
-      {"mlp.up_proj.weight", "ffn_up.weight"},
-      {"mlp.down_proj.weight", "ffn_down.weight"},
-  };
-  for (const auto& [from, to] : kMap) {
-    if (rest == from) {
+  for (const HfTensorName& m : arch.layer_names) {
+    if (rest == m.hf) {
       *layer_idx = idx;
-      return "blk." + std::to_string(idx) + "." + std::string(to);
+      return "blk." + std::to_string(idx) + "." + std::string(m.gguf);
     }
   }
   return std::nullopt;
 }
 
+// Gemma: GGUF norm weights are 1 + the HF weights (hf_arch.h); an f32 copy, as llama.cpp
+// stores norms in f32 whatever the checkpoint's type.
+Status add_one_to_norm(const std::string& dir, const std::string& name, TensorInfo* info, ModelFile* file) {
+  const int64_t n = info->view.n_elements();
+  float* out = reinterpret_cast<float*>(file->own_buffer(static_cast<size_t>(n) * sizeof(float)));
+  const auto* in = info->view.data;
+  for (int64_t i = 0; i < n; ++i) {
+    float v = 0;
+    switch (info->view.dtype) {
+      case DType::kF32: std::memcpy(&v, in + 4 * i, 4); break;
+      case DType::kF16: { uint16_t h; std::memcpy(&h, in + 2 * i, 2); v = fp16_to_f32(h); break; }
+      case DType::kBF16: { uint16_t h; std::memcpy(&h, in + 2 * i, 2); v = bf16_to_f32(h); break; }
+      default: return fail(dir, "norm tensor '" + name + "' has type " + std::string(dtype_name(info->view.dtype)) +
+                                    " (expected f32, f16 or bf16)");
+    }
+    out[i] = v + 1.0f;
+  }
+  info->view.dtype = DType::kF32;
+  info->view.n_bytes = static_cast<size_t>(n) * sizeof(float);
+  info->view.data = reinterpret_cast<const std::byte*>(out);
+  return Status();
+}
+
 class TensorCollector {
  public:
-  TensorCollector(const std::string& dir, int64_t n_layers, ModelFile* file)
-      : dir_(dir), n_layers_(n_layers), file_(file) {}
+  TensorCollector(const std::string& dir, const HfArch& arch, int64_t n_layers, ModelFile* file)
+      : dir_(dir), arch_(arch), n_layers_(n_layers), file_(file) {}
 
   // Adds every tensor of one parsed shard. `expected` (sharded models): the HF names the
   // index assigns to this shard, each of which must be present.
@@ -340,10 +339,11 @@ class TensorCollector {
   Status add(const SafetensorsTensor& t, const std::string& shard_name);
   std::string gguf_name_of(std::string_view hf) const {
     int64_t layer = 0;
-    return gguf_tensor_name(hf, &layer).value_or(std::string(hf));
+    return gguf_tensor_name(hf, arch_, &layer).value_or(std::string(hf));
   }
 
   const std::string& dir_;
+  const HfArch& arch_;
   int64_t n_layers_;
   ModelFile* file_;
   std::map<std::string, std::string> aliases_;  // missing HF name -> stored HF name
@@ -351,7 +351,7 @@ class TensorCollector {
 
 Status TensorCollector::add(const SafetensorsTensor& t, const std::string& shard_name) {
   int64_t layer = -1;
-  const std::string name = gguf_tensor_name(t.name, &layer).value_or(t.name);
+  const std::string name = gguf_tensor_name(t.name, arch_, &layer).value_or(t.name);
   if (layer >= n_layers_)
     return fail(dir_, "tensor '" + quote(t.name) + "' in '" + shard_name + "' is for layer " + std::to_string(layer) +
                           " but num_hidden_layers is " + std::to_string(n_layers_));
@@ -372,6 +372,7 @@ Status TensorCollector::add(const SafetensorsTensor& t, const std::string& shard
     if (!t.data.empty()) std::memcpy(copy, t.data.data(), t.data.size());
     info.view.data = copy;
   }
+  if (arch_.norm_plus_one && name.ends_with("norm.weight")) LUMEN_TRY(add_one_to_norm(dir_, t.name, &info, file_));
   file_->add_tensor(std::move(info));
   return Status();
 }
@@ -433,8 +434,8 @@ bool safe_relative_path(std::string_view p) {
   return true;
 }
 
-Status load_tensors(const std::string& dir, int64_t n_layers, bool tie, ModelFile* file) {
-  TensorCollector collector(dir, n_layers, file);
+Status load_tensors(const std::string& dir, const HfArch& arch, int64_t n_layers, bool tie, ModelFile* file) {
+  TensorCollector collector(dir, arch, n_layers, file);
   const std::string single = dir + "/model.safetensors";
   const std::string index_path = dir + "/model.safetensors.index.json";
   if (is_regular_file(index_path)) {
@@ -480,14 +481,16 @@ Result<ModelFile> open_hf_dir_impl(const std::string& dir_in) {
   LUMEN_ASSIGN_OR_RETURN(json gen_config, read_json_file(dir + "/generation_config.json", "generation_config.json", false));
   ModelFile file;
   file.set_container("safetensors", dir_in);
-  LUMEN_ASSIGN_OR_RETURN(const std::string arch, detect_arch(config, dir));
-  LUMEN_TRY(set_hparams(config, arch, dir, &file));
+  LUMEN_ASSIGN_OR_RETURN(const HfArch* hf_arch, detect_arch(config, dir));
+  const std::string arch(hf_arch->gguf_arch);
+  LUMEN_TRY(set_hparams(config, *hf_arch, dir, &file));
   const std::string name = dir.substr(dir.find_last_of('/') + 1);
   if (!name.empty()) file.set_meta("general.name", MetaValue::of_string(name));
   LUMEN_TRY(set_special_ids(config, gen_config, dir, &file));
   LUMEN_TRY(set_tokenizer(dir, &file));
   const int64_t n_layers = file.get_int(arch + ".block_count").value_or(0);
-  LUMEN_TRY(load_tensors(dir, n_layers, file.get_bool("lumen.tie_word_embeddings").value_or(false), &file));
+  LUMEN_TRY(load_tensors(dir, *hf_arch, n_layers, file.get_bool("lumen.tie_word_embeddings").value_or(false), &file));
+  LUMEN_TRY(finish_arch_tensors(config, *hf_arch, dir, &file));
   return file;
 }
 

@@ -303,7 +303,7 @@ TEST(SafetensorsHfDir, ConfigErrors) {
   };
   const std::string base = R"("hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1,
       "max_position_embeddings": 64, "vocab_size": 4)";
-  expect_error(R"({"model_type": "gemma", )" + base + "}", "gemma");
+  expect_error(R"({"model_type": "falcon", )" + base + "}", "falcon");
   expect_error(R"({"model_type": "llama", )" + base + R"(, "num_attention_heads": 2, "num_key_value_heads": 3})",
                "not a multiple of num_key_value_heads");
   expect_error(R"({"model_type": "llama", )" + base + R"(, "num_attention_heads": "2"})", "must be an integer");
@@ -351,6 +351,96 @@ TEST(SafetensorsHfDir, ConfigErrors) {
   auto no_dir = open_hf_dir(dir.file("nope"));
   ASSERT_FALSE(no_dir.ok());
   EXPECT_NE(no_dir.message().find("config.json"), std::string::npos) << no_dir.message();
+}
+
+// Per-architecture config keys and tensor changes (hf_config.cc, hf_arch.h); the twins in
+// tests/data/arch check the same against whole models.
+TEST(SafetensorsHfDir, ArchitectureSpecificConfig) {
+  TempDir dir;
+  const std::string base = R"("hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1,
+      "max_position_embeddings": 64, "vocab_size": 4, "num_attention_heads": 2, "num_key_value_heads": 1)";
+  auto open_with = [&](const std::string& config) {
+    write_text(dir.file("config.json"), "{" + config + ", " + base + "}");
+    return open_hf_dir(dir.path());
+  };
+  auto expect_error = [&](const std::string& config, const std::string& needle) {
+    auto bad = open_with(config);
+    ASSERT_FALSE(bad.ok()) << config;
+    EXPECT_NE(bad.message().find(needle), std::string::npos) << bad.message();
+  };
+  write_bytes(dir.file("model.safetensors"), make_safetensors(tiny_llama_tensors(false, true)));
+
+  // Gemma: norms + 1, as f32 whatever the stored type; the output tied by default.
+  auto tensors = tiny_llama_tensors(false, true);
+  for (StTensor& t : tensors) {
+    if (t.name == "model.layers.0.input_layernorm.weight") {
+      t.dtype = "BF16";
+      t.data.assign(16, std::byte{0});
+      t.data[1] = std::byte{0x3F};  // bf16 0x3F00 = 0.5
+    }
+  }
+  write_bytes(dir.file("model.safetensors"), make_safetensors(tensors));
+  auto gemma = open_with(R"("model_type": "gemma", "head_dim": 4)");
+  ASSERT_TRUE(gemma.ok()) << gemma.message();
+  const gguf::TensorInfo* norm = gemma->find_tensor("blk.0.attn_norm.weight");
+  ASSERT_EQ(norm->view.dtype, DType::kF32);
+  EXPECT_EQ(reinterpret_cast<const float*>(norm->view.data)[0], 1.5f);
+  EXPECT_EQ(reinterpret_cast<const float*>(norm->view.data)[1], 1.0f);
+  EXPECT_EQ(gemma->get_bool("lumen.tie_word_embeddings"), true);
+  write_bytes(dir.file("model.safetensors"), make_safetensors(tiny_llama_tensors(false, true)));
+
+  // Gemma 2: the window is required; soft-caps default to the config class's; the query
+  // scale must be the one a GGUF of this shape implies.
+  expect_error(R"("model_type": "gemma2", "head_dim": 4)", "missing 'sliding_window'");
+  auto g2 = open_with(R"("model_type": "gemma2", "head_dim": 4, "sliding_window": 8, "query_pre_attn_scalar": 4)");
+  ASSERT_TRUE(g2.ok()) << g2.message();
+  EXPECT_EQ(g2->get_int("gemma2.attention.sliding_window"), 8);
+  EXPECT_EQ(g2->get_float("gemma2.attn_logit_softcapping"), 50.0);
+  EXPECT_EQ(g2->get_float("gemma2.final_logit_softcapping"), 30.0);
+  expect_error(R"("model_type": "gemma2", "head_dim": 4, "sliding_window": 8, "query_pre_attn_scalar": 3)",
+               "query_pre_attn_scalar");
+
+  // Gemma 3: local RoPE base, and only the 5 : 1 layer pattern.
+  auto g3 = open_with(R"("model_type": "gemma3_text", "head_dim": 4, "sliding_window": 8, "rope_local_base_freq": 20000.0,
+                         "rope_scaling": {"rope_type": "linear", "factor": 8.0})");
+  ASSERT_TRUE(g3.ok()) << g3.message();
+  EXPECT_EQ(g3->get_string("general.architecture"), "gemma3");
+  EXPECT_EQ(g3->get_float("gemma3.rope.freq_base_swa"), 20000.0);
+  EXPECT_EQ(g3->get_float("gemma3.rope.scaling.factor"), 8.0);
+  expect_error(R"("model_type": "gemma3_text", "sliding_window": 8, "sliding_window_pattern": 4)", "sliding_window_pattern 4");
+  expect_error(R"("model_type": "gemma3_text", "sliding_window": 8, "layer_types": ["full_attention"])", "layer_types[0]");
+
+  // StableLM: partial rotary and LayerNorm epsilon; StarCoder2's epsilon name.
+  auto st = open_with(R"("model_type": "stablelm", "partial_rotary_factor": 0.5, "layer_norm_eps": 1e-4)");
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(st->get_int("stablelm.rope.dimension_count"), 2);
+  EXPECT_NEAR(*st->get_float("stablelm.attention.layer_norm_epsilon"), 1e-4, 1e-9);
+  expect_error(R"("model_type": "stablelm", "qk_layernorm": true)", "qk_layernorm");
+  expect_error(R"("model_type": "stablelm", "partial_rotary_factor": 0.2)", "rotary dims");
+  auto sc = open_with(R"("model_type": "starcoder2", "norm_epsilon": 1e-3)");
+  ASSERT_TRUE(sc.ok()) << sc.message();
+  EXPECT_NEAR(*sc->get_float("starcoder2.attention.layer_norm_epsilon"), 1e-3, 1e-9);
+
+  // SmolLM3: NoPE on every 4th layer only.
+  ASSERT_TRUE(open_with(R"("model_type": "smollm3", "no_rope_layers": [1])").ok());
+  expect_error(R"("model_type": "smollm3", "no_rope_layers": [0])", "no_rope_layers[0]");
+
+  // Phi-3: LongRoPE factors become tensors, with the converter's attention factor.
+  auto phi = open_with(R"("model_type": "phi3", "original_max_position_embeddings": 16, "sliding_window": 8,
+      "rope_scaling": {"type": "longrope", "long_factor": [2.0, 4.0], "short_factor": [1.0, 1.5]})");
+  ASSERT_TRUE(phi.ok()) << phi.message();
+  EXPECT_EQ(phi->get_int("phi3.attention.sliding_window"), 8);
+  EXPECT_EQ(phi->get_int("phi3.rope.scaling.original_context_length"), 16);
+  const float* lf = reinterpret_cast<const float*>(phi->find_tensor("rope_factors_long.weight")->view.data);
+  EXPECT_EQ(lf[1], 4.0f);
+  EXPECT_EQ(reinterpret_cast<const float*>(phi->find_tensor("rope_factors_short.weight")->view.data)[1], 1.5f);
+  EXPECT_NEAR(*phi->get_float("phi3.rope.scaling.attn_factor"), std::sqrt(1 + std::log(4.0) / std::log(16.0)), 1e-6);
+  expect_error(R"("model_type": "phi3", "rope_scaling": {"type": "longrope", "long_factor": [2.0], "short_factor": [1.0]})",
+               "long_factor must be a list of 2");
+  expect_error(R"("model_type": "phi3", "rope_scaling": {"type": "yarn", "factor": 2.0})", "yarn");
+  auto phi4 = open_with(R"("model_type": "phi3", "sliding_window": null)");
+  ASSERT_TRUE(phi4.ok()) << phi4.message();
+  EXPECT_EQ(phi4->get_int("phi3.attention.sliding_window"), 0);
 }
 
 TEST(SafetensorsReader, ValidatesEntries) {

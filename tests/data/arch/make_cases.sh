@@ -46,6 +46,9 @@ for row in "${CASES[@]}"; do
   mkdir -p "$dir"
   # shellcheck disable=SC2086
   "$lumen" synth --preset "$preset" --type f32 --seed "$seed" $extra -t 1 -o "$dir/model.gguf" >/dev/null
+  rm -rf "$dir/hf"
+  # shellcheck disable=SC2086
+  "$lumen" synth --preset "$preset" --type f32 --seed "$seed" $extra -t 1 --format hf -o "$dir/hf" >/dev/null
   if [ "$ref" = old ]; then
     "$GOLDEN_OLD" -m "$dir/model.gguf" --prompts "$here/prompts.json" -o "$dir/golden.json" \
       --reference-name "$OLD_NAME" 2>/dev/null
@@ -58,7 +61,7 @@ for row in "${CASES[@]}"; do
   cat >"$dir/case.json" <<JSON
 {
   "preset": "$preset",
-  "synth": "lumen synth --preset $preset --type f32 --seed $seed${extra:+ $extra}",
+  "synth": "lumen synth --preset $preset --type f32 --seed $seed${extra:+ $extra} (and --format hf -o hf)",
   "golden": "tools/llamacpp_golden.cc --prompts prompts.json (defaults: 24 greedy steps, top-8, full rows every 24 positions, f16 KV, flash attention off)",
   "reference": "$refname",
   "reference_why": "${why:-the llama.cpp build beside the repository}"
