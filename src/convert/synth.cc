@@ -5,91 +5,87 @@
 #include <map>
 #include <numbers>
 
+#include "base/check.h"
 #include "base/thread_pool.h"
 #include "convert/gguf_stream.h"
 #include "convert/quantize_ref.h"
 #include "convert/row_writer.h"
 #include "convert/synth_arch.h"
 #include "convert/tokenizer_to_gguf.h"
+#include "model/known_shapes.h"
 
 namespace lumen::convert {
 namespace {
 
 using gguf::MetaValue;
 
-// Fields in the order the table's designated initializers name them.
-struct Preset {
-  std::string_view name;
-  std::string_view arch;
-  int64_t n_vocab, n_ctx;
-  std::string_view tokenizer;        // under the shared dir
-  double weight_std = 0.02, norm_std = 0.0;
-  int64_t n_embd, n_layer, n_head, n_kv_head, n_ff;
-  double rope_theta, norm_eps;
-  bool tied = true, qkv_bias = false;
-  double rope_scaling_factor = 0.0;  // llama3 scaling, 0 = none
-  // Test-model features (synth_arch.h); zero = off.
-  int64_t n_head_dim = 0, n_rot = 0, sliding_window = 0, longrope_original_ctx = 0;
-  double attn_softcap = 0.0, final_softcap = 0.0, rope_linear_factor = 0.0;
-};
-
 constexpr std::string_view kQwenTokenizer = "tokenizers/hf/qwen2-qwen3/tokenizer.json";
 constexpr std::string_view kLlama3Tokenizer = "tokenizers/hf/llama3/tokenizer.json";
+constexpr std::string_view kPhi3Vocab = "tokenizers/vocab/ggml-vocab-phi-3.gguf";
+constexpr std::string_view kLlamaSpmVocab = "tokenizers/vocab/ggml-vocab-llama-spm.gguf";
 // stories260K's 512-token SentencePiece vocabulary (with <0xXX> byte tokens): every
 // architecture's loader in llama.cpp accepts it, and prompts tokenize the same everywhere.
 constexpr std::string_view kTinyVocab = "models/stories260K/stories260K.gguf";
 
-// Test models ("tiny-*"): a few hundred KiB at f32, windows shorter than the test prompts,
-// GQA, weights N(0, 0.15) and norms 1 + N(0, 0.1) so logits have top-2 margins well above
-// the golden tolerances; tests/data/arch/ holds files made from these with llama.cpp goldens.
-constexpr double kTinyStd = 0.15, kTinyNormStd = 0.1;
-#define TINY(n, a) .name = n, .arch = a, .n_vocab = 512, .n_ctx = 512, .tokenizer = kTinyVocab, \
-                   .weight_std = kTinyStd, .norm_std = kTinyNormStd
+// Real shapes: the shape comes from model/known_shapes.h (shared with lumen roofline); a
+// preset adds what a file needs beyond it. Tokenizers without their own in the shared dir
+// get a documented stand-in of the real size (synth.h).
+struct RealPreset {
+  std::string_view name;             // a known shape
+  std::string_view tokenizer;        // under the shared dir
+  double llama3_rope_factor = 0.0;   // Llama 3 RoPE scaling (rope_freqs.weight), 0 = none
+};
 
-constexpr Preset kPresets[] = {
-    {.name = "qwen2.5-0.5b", .arch = "qwen2", .n_vocab = 151936, .n_ctx = 32768, .tokenizer = kQwenTokenizer,
-     .n_embd = 896, .n_layer = 24, .n_head = 14, .n_kv_head = 2,
-     .n_ff = 4864, .rope_theta = 1e6, .norm_eps = 1e-6, .tied = true,
-     .qkv_bias = true},
-    {.name = "llama-3.2-1b", .arch = "llama", .n_vocab = 128256, .n_ctx = 131072, .tokenizer = kLlama3Tokenizer,
-     .n_embd = 2048, .n_layer = 16, .n_head = 32, .n_kv_head = 8,
-     .n_ff = 8192, .rope_theta = 500000.0, .norm_eps = 1e-5, .tied = true,
-     .rope_scaling_factor = 32.0},
-    {.name = "smollm2-135m", .arch = "llama", .n_vocab = 49152, .n_ctx = 8192, .tokenizer = kLlama3Tokenizer,
-     .n_embd = 576, .n_layer = 30, .n_head = 9, .n_kv_head = 3,
-     .n_ff = 1536, .rope_theta = 100000.0, .norm_eps = 1e-5, .tied = true},
-    {.name = "qwen1.5-0.5b", .arch = "qwen2", .n_vocab = 151936, .n_ctx = 32768, .tokenizer = kQwenTokenizer,
-     .n_embd = 1024, .n_layer = 24, .n_head = 16, .n_kv_head = 16,
-     .n_ff = 2816, .rope_theta = 1e6, .norm_eps = 1e-6, .tied = false,
-     .qkv_bias = true},
-    // --- test models ---
-    {TINY("tiny-llama", "llama"), .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_ff = 128,
+constexpr RealPreset kRealPresets[] = {
+    {"qwen2.5-0.5b", kQwenTokenizer},  {"qwen1.5-0.5b", kQwenTokenizer}, {"llama-3.2-1b", kLlama3Tokenizer, 32.0},
+    {"smollm2-135m", kLlama3Tokenizer}, {"qwen3-0.6b", kQwenTokenizer},  {"qwen3-1.7b", kQwenTokenizer},
+    {"gemma2-2b", kLlama3Tokenizer},    {"gemma3-1b", kLlama3Tokenizer}, {"phi3-mini", kPhi3Vocab},
+    {"mistral-7b", kLlamaSpmVocab},
+};
+
+// Test models: fields in the order the table's designated initializers name them.
+struct TinyPreset {
+  std::string_view name;
+  std::string_view arch;
+  int64_t n_embd, n_layer, n_head, n_kv_head, n_ff;
+  double rope_theta, norm_eps;
+  bool tied = true, qkv_bias = false;
+  int64_t n_head_dim = 0, n_rot = 0, sliding_window = 0, longrope_original_ctx = 0;
+  double attn_softcap = 0.0, final_softcap = 0.0, rope_linear_factor = 0.0;
+};
+
+// Test models ("tiny-*"): a few hundred KiB at f32, vocabulary 512, context 512, windows
+// shorter than the test prompts, GQA, weights N(0, 0.15) and norms 1 + N(0, 0.1) so logits
+// have top-2 margins well above the golden tolerances; tests/data/arch/ holds files made
+// from these with llama.cpp goldens.
+constexpr double kTinyStd = 0.15, kTinyNormStd = 0.1;
+constexpr TinyPreset kTinyPresets[] = {
+    {.name = "tiny-llama", .arch = "llama", .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_ff = 128,
      .rope_theta = 10000.0, .norm_eps = 1e-5, .tied = false},
-    {TINY("tiny-mistral", "llama"), .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 1, .n_ff = 128,
+    {.name = "tiny-mistral", .arch = "llama", .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 1, .n_ff = 128,
      .rope_theta = 10000.0, .norm_eps = 1e-5, .tied = false, .sliding_window = 16},
-    {TINY("tiny-qwen2", "qwen2"), .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_ff = 128,
+    {.name = "tiny-qwen2", .arch = "qwen2", .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_ff = 128,
      .rope_theta = 1e6, .norm_eps = 1e-6, .tied = true, .qkv_bias = true},
-    {TINY("tiny-qwen3", "qwen3"), .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_ff = 128,
+    {.name = "tiny-qwen3", .arch = "qwen3", .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_ff = 128,
      .rope_theta = 1e6, .norm_eps = 1e-6, .tied = true, .n_head_dim = 32},
-    {TINY("tiny-smollm3", "smollm3"), .n_embd = 64, .n_layer = 4, .n_head = 4, .n_kv_head = 2, .n_ff = 128,
+    {.name = "tiny-smollm3", .arch = "smollm3", .n_embd = 64, .n_layer = 4, .n_head = 4, .n_kv_head = 2, .n_ff = 128,
      .rope_theta = 1e6, .norm_eps = 1e-6, .tied = true},
-    {TINY("tiny-gemma", "gemma"), .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 1, .n_ff = 128,
+    {.name = "tiny-gemma", .arch = "gemma", .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 1, .n_ff = 128,
      .rope_theta = 10000.0, .norm_eps = 1e-6, .tied = true, .n_head_dim = 32},
-    {TINY("tiny-gemma2", "gemma2"), .n_embd = 64, .n_layer = 4, .n_head = 4, .n_kv_head = 2, .n_ff = 128,
+    {.name = "tiny-gemma2", .arch = "gemma2", .n_embd = 64, .n_layer = 4, .n_head = 4, .n_kv_head = 2, .n_ff = 128,
      .rope_theta = 10000.0, .norm_eps = 1e-6, .tied = true, .sliding_window = 16, .attn_softcap = 5.0,
      .final_softcap = 8.0},
-    {TINY("tiny-gemma3", "gemma3"), .n_embd = 64, .n_layer = 6, .n_head = 4, .n_kv_head = 2, .n_ff = 64,
+    {.name = "tiny-gemma3", .arch = "gemma3", .n_embd = 64, .n_layer = 6, .n_head = 4, .n_kv_head = 2, .n_ff = 64,
      .rope_theta = 1e6, .norm_eps = 1e-6, .tied = true, .sliding_window = 16},
-    {TINY("tiny-phi3", "phi3"), .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 4, .n_ff = 128,
+    {.name = "tiny-phi3", .arch = "phi3", .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 4, .n_ff = 128,
      .rope_theta = 10000.0, .norm_eps = 1e-5, .tied = false, .sliding_window = 16},
-    {TINY("tiny-phi3-longrope", "phi3"), .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_ff = 128,
-     .rope_theta = 10000.0, .norm_eps = 1e-5, .tied = false, .longrope_original_ctx = 64},
-    {TINY("tiny-stablelm", "stablelm"), .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_ff = 128,
-     .rope_theta = 10000.0, .norm_eps = 1e-5, .tied = false, .qkv_bias = true, .n_rot = 4},
-    {TINY("tiny-starcoder2", "starcoder2"), .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_ff = 256,
-     .rope_theta = 100000.0, .norm_eps = 1e-5, .tied = true},
+    {.name = "tiny-phi3-longrope", .arch = "phi3", .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 2,
+     .n_ff = 128, .rope_theta = 10000.0, .norm_eps = 1e-5, .tied = false, .longrope_original_ctx = 64},
+    {.name = "tiny-stablelm", .arch = "stablelm", .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 2,
+     .n_ff = 128, .rope_theta = 10000.0, .norm_eps = 1e-5, .tied = false, .qkv_bias = true, .n_rot = 4},
+    {.name = "tiny-starcoder2", .arch = "starcoder2", .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 2,
+     .n_ff = 256, .rope_theta = 100000.0, .norm_eps = 1e-5, .tied = true},
 };
-#undef TINY
 
 // --- deterministic random weights ---
 
@@ -135,43 +131,69 @@ Status check_range(const char* what, int64_t v, int64_t max) {
 
 std::vector<std::string_view> synth_preset_names() {
   std::vector<std::string_view> names;
-  for (const Preset& p : kPresets) names.push_back(p.name);
+  for (const RealPreset& p : kRealPresets) names.push_back(p.name);
+  for (const TinyPreset& p : kTinyPresets) names.push_back(p.name);
   return names;
 }
 
 Result<SynthConfig> synth_preset(std::string_view name, const std::string& shared_dir) {
-  for (const Preset& p : kPresets) {
+  SynthConfig c;
+  for (const RealPreset& p : kRealPresets) {
     if (p.name != name) continue;
-    SynthConfig c;
+    const model::KnownShape* shape = model::find_known_shape(p.name);
+    LUMEN_CHECK_MSG(shape != nullptr, "synth preset without a known shape");
     c.name = std::string(p.name);
-    c.general_name = p.tokenizer == kTinyVocab ? "lumen synth test model" : c.name + " (synthetic)";
+    c.general_name = c.name + " (synthetic)";
+    c.arch = shape->arch;
+    c.n_embd = shape->n_embd;
+    c.n_layer = shape->n_layer;
+    c.n_head = shape->n_head;
+    c.n_kv_head = shape->n_kv_head;
+    c.n_ff = shape->n_ff;
+    c.n_vocab = shape->n_vocab;
+    c.n_ctx = shape->n_ctx;
+    if (shape->head_dim * shape->n_head != shape->n_embd) c.n_head_dim = shape->head_dim;
+    c.rope_theta = shape->rope_theta;
+    c.norm_eps = shape->norm_eps;
+    c.tied = shape->tied_output;
+    c.qkv_bias = shape->has_qkv_bias;
+    c.sliding_window = shape->sliding_window;
+    c.attn_softcap = shape->attn_softcap;
+    c.final_softcap = shape->final_softcap;
+    c.rope_scaling_factor = p.llama3_rope_factor;
+    c.tokenizer_path = shared_dir + "/" + std::string(p.tokenizer);
+    return c;
+  }
+  for (const TinyPreset& p : kTinyPresets) {
+    if (p.name != name) continue;
+    c.name = std::string(p.name);
+    c.general_name = "lumen synth test model";
     c.arch = std::string(p.arch);
     c.n_embd = p.n_embd;
     c.n_layer = p.n_layer;
     c.n_head = p.n_head;
     c.n_kv_head = p.n_kv_head;
     c.n_ff = p.n_ff;
-    c.n_vocab = p.n_vocab;
-    c.n_ctx = p.n_ctx;
+    c.n_vocab = 512;
+    c.n_ctx = 512;
     c.n_head_dim = p.n_head_dim;
     c.n_rot = p.n_rot;
     c.rope_theta = p.rope_theta;
     c.norm_eps = p.norm_eps;
     c.tied = p.tied;
     c.qkv_bias = p.qkv_bias;
-    c.rope_scaling_factor = p.rope_scaling_factor;
     c.rope_linear_factor = p.rope_linear_factor;
     c.sliding_window = p.sliding_window;
     c.attn_softcap = p.attn_softcap;
     c.final_softcap = p.final_softcap;
     c.longrope_original_ctx = p.longrope_original_ctx;
-    c.weight_std = p.weight_std;
-    c.norm_std = p.norm_std;
-    c.tokenizer_path = shared_dir + "/" + std::string(p.tokenizer);
+    c.weight_std = kTinyStd;
+    c.norm_std = kTinyNormStd;
+    c.tokenizer_path = shared_dir + "/" + std::string(kTinyVocab);
     return c;
   }
   std::string known;
-  for (const Preset& p : kPresets) known += (known.empty() ? "" : ", ") + std::string(p.name);
+  for (std::string_view n : synth_preset_names()) known += (known.empty() ? "" : ", ") + std::string(n);
   return error("--preset: unknown preset '" + std::string(name) + "' (known: " + known + ")");
 }
 

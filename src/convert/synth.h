@@ -13,21 +13,21 @@
 //   llama3   RoPE scaling (llama-3.2-1b) is written as rope_freqs.weight, the per-frequency
 //            factors llama.cpp's converter stores, and no rope.scaling keys
 //
-// Presets (hidden / layers / heads / KV heads / ffn / vocab / context / RoPE theta / eps):
-//   qwen2.5-0.5b   qwen2   896 / 24 / 14 /  2 / 4864 / 151936 /  32768 / 1e6    / 1e-6, tied, qkv bias
-//   qwen1.5-0.5b   qwen2  1024 / 24 / 16 / 16 / 2816 / 151936 /  32768 / 1e6    / 1e-6, untied, qkv bias
-//   llama-3.2-1b   llama  2048 / 16 / 32 /  8 / 8192 / 128256 / 131072 / 500000 / 1e-5, tied,
-//                         llama3 scaling factor 32, low 1, high 4, original context 8192
-//   smollm2-135m   llama   576 / 30 /  9 /  3 / 1536 /  49152 /   8192 / 100000 / 1e-5, tied
+// Presets at real shapes (the numbers: model/known_shapes.h, shared with lumen roofline):
+//   qwen2.5-0.5b, qwen1.5-0.5b, llama-3.2-1b (llama3 RoPE scaling factor 32, low 1, high 4,
+//   original context 8192), smollm2-135m, qwen3-0.6b, qwen3-1.7b, gemma2-2b, gemma3-1b,
+//   phi3-mini (4k: sliding window 2047), mistral-7b (v0.1: sliding window 4096, GGUF "llama")
 // Test presets (tiny-llama, tiny-mistral (llama + a sliding window), tiny-qwen2, tiny-qwen3,
 // tiny-smollm3, tiny-gemma, tiny-gemma2, tiny-gemma3, tiny-phi3, tiny-phi3-longrope,
 // tiny-stablelm, tiny-starcoder2): hidden 64, 3-6 layers, GQA, windows of 16, stories260K's
 // 512-token vocabulary copied from its GGUF; tests/data/arch/FORMAT.md lists their features.
 // Tokenizers (from the shared dir, $LUMEN_SHARED or ../shared): the Qwen2/3 tokenizer.json
-// for the qwen presets, Llama 3's for llama-3.2-1b and smollm2-135m. SmolLM2's own
-// tokenizer is not in the shared dir: its file gets Llama 3's, truncated to 49152 tokens
-// (the first 48896 regular tokens + Llama 3's 256 special tokens, tokenizer_to_gguf.h), so
-// the embedding has the real shape and llama.cpp sees a valid llama-bpe vocabulary.
+// for the qwen presets, Llama 3's for llama-3.2-1b and smollm2-135m, Phi-3's vocab-only
+// GGUF for phi3-mini. Stand-ins where the shared dir lacks the model's own (the embedding
+// keeps the real shape and llama.cpp sees a valid vocabulary): SmolLM2 gets Llama 3's,
+// truncated to 49152 tokens (the first 48896 regular tokens + Llama 3's 256 special
+// tokens, tokenizer_to_gguf.h); Gemma 2 / 3 get Llama 3's padded to 256000 / 262144 with
+// unused tokens; Mistral-7B gets Llama 2's 32000-token SentencePiece vocabulary.
 #pragma once
 
 #include <cstdint>

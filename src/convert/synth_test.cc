@@ -9,6 +9,7 @@
 #include "convert/convert_test_util.h"
 #include "gguf/model_file.h"
 #include "model/hparams.h"
+#include "model/known_shapes.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lumen::convert {
@@ -182,6 +183,20 @@ TEST(SynthModel, PresetsAndValidation) {
   auto q15 = synth_preset("qwen1.5-0.5b", shared_dir());
   EXPECT_FALSE(q15->tied);
   EXPECT_EQ(q15->n_kv_head, 16);
+  // Real shapes come from the table lumen roofline plans with (model/known_shapes.h).
+  for (const char* name : {"qwen3-0.6b", "qwen3-1.7b", "gemma2-2b", "gemma3-1b", "phi3-mini", "mistral-7b"}) {
+    auto c = synth_preset(name, shared_dir());
+    ASSERT_TRUE(c.ok()) << name;
+    const model::KnownShape* shape = model::find_known_shape(name);
+    ASSERT_NE(shape, nullptr) << name;
+    EXPECT_EQ(c->arch, shape->arch);
+    EXPECT_EQ(c->n_embd, shape->n_embd);
+    EXPECT_EQ(c->head_dim(), shape->head_dim) << name;
+    EXPECT_EQ(c->n_vocab, shape->n_vocab);
+    EXPECT_EQ(c->sliding_window, shape->sliding_window);
+  }
+  EXPECT_EQ(synth_preset("gemma2-2b", shared_dir())->final_softcap, 30.0);
+  EXPECT_EQ(synth_preset("mistral-7b", shared_dir())->arch, "llama");
   auto bad = synth_preset("gpt-5", shared_dir());
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.message().find("unknown preset 'gpt-5'"), std::string::npos) << bad.message();

@@ -56,45 +56,8 @@ ParamCounts count_params(const ModelShape& s) {
 }
 
 // ---- presets ----
-//
-// Figures from each model's published Hugging Face config.json (hidden_size,
-// num_hidden_layers, num_attention_heads, num_key_value_heads, intermediate_size,
-// vocab_size, tie_word_embeddings); head_dim = hidden / heads unless the config says
-// otherwise. Qwen1.5 and Qwen2.5 put a bias on q/k/v; Llama and SmolLM2 do not.
 
-std::span<const ModelPreset> model_presets() {
-  static constexpr ModelPreset kPresets[] = {
-      // name             hidden layers heads kv  hd   ffn    vocab   tied   bias
-      {"qwen1.5-0.5b",    1024, 24, 16, 16,  64,  2816, 151936, false, true, "Qwen/Qwen1.5-0.5B config.json"},
-      {"qwen1.5-1.8b",    2048, 24, 16, 16, 128,  5504, 151936, false, true, "Qwen/Qwen1.5-1.8B config.json"},
-      {"qwen1.5-4b",      2560, 40, 20, 20, 128,  6912, 151936, false, true, "Qwen/Qwen1.5-4B config.json"},
-      {"qwen1.5-7b",      4096, 32, 32, 32, 128, 11008, 151936, false, true, "Qwen/Qwen1.5-7B config.json"},
-      {"qwen1.5-14b",     5120, 40, 40, 40, 128, 13696, 152064, false, true, "Qwen/Qwen1.5-14B config.json"},
-      {"qwen1.5-32b",     5120, 64, 40,  8, 128, 27392, 152064, false, true, "Qwen/Qwen1.5-32B config.json"},
-      {"qwen1.5-72b",     8192, 80, 64, 64, 128, 24576, 152064, false, true, "Qwen/Qwen1.5-72B config.json"},
-      {"qwen1.5-110b",    8192, 80, 64,  8, 128, 49152, 152064, false, true, "Qwen/Qwen1.5-110B config.json"},
-      {"qwen2.5-0.5b",     896, 24, 14,  2,  64,  4864, 151936, true,  true, "Qwen/Qwen2.5-0.5B config.json"},
-      {"qwen2.5-1.5b",    1536, 28, 12,  2, 128,  8960, 151936, true,  true, "Qwen/Qwen2.5-1.5B config.json"},
-      {"qwen2.5-3b",      2048, 36, 16,  2, 128, 11008, 151936, true,  true, "Qwen/Qwen2.5-3B config.json"},
-      {"qwen2.5-7b",      3584, 28, 28,  4, 128, 18944, 152064, false, true, "Qwen/Qwen2.5-7B config.json"},
-      {"qwen2.5-14b",     5120, 48, 40,  8, 128, 13824, 152064, false, true, "Qwen/Qwen2.5-14B config.json"},
-      {"qwen2.5-32b",     5120, 64, 40,  8, 128, 27648, 152064, false, true, "Qwen/Qwen2.5-32B config.json"},
-      {"qwen2.5-72b",     8192, 80, 64,  8, 128, 29568, 152064, false, true, "Qwen/Qwen2.5-72B config.json"},
-      {"llama-2-7b",      4096, 32, 32, 32, 128, 11008,  32000, false, false, "meta-llama/Llama-2-7b-hf config.json"},
-      {"llama-2-13b",     5120, 40, 40, 40, 128, 13824,  32000, false, false, "meta-llama/Llama-2-13b-hf config.json"},
-      {"llama-2-70b",     8192, 80, 64,  8, 128, 28672,  32000, false, false, "meta-llama/Llama-2-70b-hf config.json"},
-      {"llama-3-8b",      4096, 32, 32,  8, 128, 14336, 128256, false, false, "meta-llama/Meta-Llama-3-8B config.json"},
-      {"llama-3-70b",     8192, 80, 64,  8, 128, 28672, 128256, false, false, "meta-llama/Meta-Llama-3-70B config.json"},
-      {"llama-3.1-8b",    4096, 32, 32,  8, 128, 14336, 128256, false, false, "meta-llama/Llama-3.1-8B config.json"},
-      {"llama-3.1-70b",   8192, 80, 64,  8, 128, 28672, 128256, false, false, "meta-llama/Llama-3.1-70B config.json"},
-      {"llama-3.2-1b",    2048, 16, 32,  8,  64,  8192, 128256, true,  false, "meta-llama/Llama-3.2-1B config.json"},
-      {"llama-3.2-3b",    3072, 28, 24,  8, 128,  8192, 128256, true,  false, "meta-llama/Llama-3.2-3B config.json"},
-      {"smollm2-135m",     576, 30,  9,  3,  64,  1536,  49152, true,  false, "HuggingFaceTB/SmolLM2-135M config.json"},
-      {"smollm2-360m",     960, 32, 15,  5,  64,  2560,  49152, true,  false, "HuggingFaceTB/SmolLM2-360M config.json"},
-      {"smollm2-1.7b",    2048, 24, 32, 32,  64,  8192,  49152, true,  false, "HuggingFaceTB/SmolLM2-1.7B config.json"},
-  };
-  return kPresets;
-}
+std::span<const ModelPreset> model_presets() { return model::known_shapes(); }
 
 std::string model_preset_names() {
   std::string names;

@@ -30,6 +30,7 @@
 
 #include "base/status.h"
 #include "gguf/model_file.h"
+#include "model/known_shapes.h"
 
 namespace lumen::roofline {
 
@@ -99,13 +100,8 @@ inline int64_t attn_macs_per_pair(const ModelShape& shape) {
 
 // ---- presets ----
 
-struct ModelPreset {
-  const char* name;  // "qwen1.5-0.5b"
-  int32_t n_embd, n_layer, n_head, n_kv_head, head_dim, n_ff, n_vocab;
-  bool tied_output;
-  bool has_qkv_bias;
-  const char* source;  // where the figures come from
-};
+// The shapes of public models: one table with `lumen synth` (model/known_shapes.h).
+using ModelPreset = model::KnownShape;
 std::span<const ModelPreset> model_presets();
 // Error (naming `flag` and the value, listing the valid names) for an unknown name.
 Result<ModelShape> model_preset(std::string_view name, std::string_view flag = "--preset");

@@ -1,0 +1,37 @@
+// Shapes of public models, from each model's published Hugging Face config.json: one table
+// that `lumen roofline --preset` plans for and `lumen synth --preset` writes random-weight
+// files at (synth adds only what a file needs beyond the shape: a tokenizer).
+//
+//   hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim (else
+//   hidden / heads), intermediate_size, vocab_size, max_position_embeddings, rope_theta,
+//   rms_norm_eps, tie_word_embeddings, q/k/v bias (Qwen1.5 / Qwen2.5), sliding_window with
+//   the layers it applies to, and Gemma 2's logit soft-caps.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace lumen::model {
+
+struct KnownShape {
+  const char* name;          // "qwen3-0.6b"
+  const char* arch;          // GGUF general.architecture ("llama", "qwen3", "gemma2", ...)
+  int32_t n_embd, n_layer, n_head, n_kv_head, head_dim, n_ff, n_vocab;
+  int32_t n_ctx;             // max_position_embeddings
+  float rope_theta;
+  float norm_eps;
+  bool tied_output;
+  bool has_qkv_bias;
+  int32_t sliding_window;    // 0: every layer attends to all positions
+  int32_t window_period;     // layer il slides iff il % period < period - 1 (1: all layers;
+                             // Gemma 2: 2, Gemma 3: 6); unused without a window
+  float attn_softcap;        // Gemma 2: scores = cap * tanh(scores / cap); 0 = none
+  float final_softcap;       // Gemma 2: the same on the logits
+  const char* source;        // where the figures come from
+};
+
+std::span<const KnownShape> known_shapes();
+const KnownShape* find_known_shape(std::string_view name);  // nullptr when unknown
+
+}  // namespace lumen::model
