@@ -6,6 +6,9 @@ set -euo pipefail
 PACKAGES=(
   g++ cmake ninja-build pkg-config make git
   nlohmann-json3-dev libpcre2-dev libgtest-dev libbenchmark-dev libcpp-httplib-dev
+  # test references: chat templates rendered by jinja2 (tests/data/chat_templates),
+  # numpy forward passes (tests/ref)
+  python3 python3-jinja2 python3-numpy
 )
 
 missing=()
