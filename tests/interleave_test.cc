@@ -70,7 +70,7 @@ model::Model::InterleaveReport interleave(const std::string& path, const std::st
 }
 
 bool has_interleaved_kernels() {
-  return kernels::best_kernel_table().mm_q8_0.interleaved.layout != nullptr;
+  return kernels::find_matmul_kernels(kernels::best_kernel_table(), DType::kQ8_0)->interleaved.layout != nullptr;
 }
 
 // Prefill (many activation rows) and decode (one) through the copies give the tokens the

@@ -12,6 +12,7 @@
 #include "convert/tokenizer_to_gguf.h"
 #include "gguf/model_file.h"
 #include "kernels/ops.h"
+#include "kernels/type_table.h"
 
 namespace lumen::convert {
 namespace {
@@ -34,21 +35,6 @@ int key_rank(std::string_view key, std::string_view arch) {
   if (!arch.empty() && key.starts_with(arch) && key.size() > arch.size() && key[arch.size()] == '.') return 2;
   if (key.starts_with("tokenizer.")) return 3;
   return 4;
-}
-
-bool can_dequantize(DType t) {
-  switch (t) {
-    case DType::kF32:
-    case DType::kF16:
-    case DType::kBF16:
-    case DType::kQ8_0:
-    case DType::kQ4_0:
-    case DType::kQ4_K:
-    case DType::kQ6_K:
-      return true;
-    default:
-      return false;
-  }
 }
 
 // Output row (or element) -> input row of a head-major q/k tensor stored NeoX-style
@@ -174,7 +160,7 @@ class Quantizer {
       }
       const DType from = t.view.dtype;
       if (from != p.to) {
-        if (!can_dequantize(from))
+        if (!kernels::can_dequantize(from))
           return error("input: tensor '" + t.name + "' has type " + std::string(dtype_name(from)) +
                        ", which lumen cannot convert to " + std::string(dtype_name(p.to)));
         if (dtype_info(from).is_quantized && !opt_.allow_requantize)

@@ -2,8 +2,10 @@
 // CPU. This is the only place that looks at cpu_features().
 #include "kernels/kernel_table.h"
 
+#include "base/check.h"
 #include "base/cpu_features.h"
 #include "kernels/ops.h"
+#include "kernels/type_table.h"
 
 namespace lumen::kernels {
 namespace {
@@ -12,6 +14,7 @@ const KernelTable& avx2_table() {
   static const KernelTable kTable = [] {
     KernelTable t = make_reference_kernel_table();
     override_kernels_avx2(t);
+    fill_matmul_kernels(t, IsaLevel::kAvx2);
     return t;
   }();
   return kTable;
@@ -22,6 +25,7 @@ const KernelTable& avx512_table() {
     KernelTable t = make_reference_kernel_table();
     override_kernels_avx2(t);  // entries without an AVX-512 version keep the AVX2 one
     override_kernels_avx512(t, cpu_features().avx512bf16);
+    fill_matmul_kernels(t, IsaLevel::kAvx512);
     return t;
   }();
   return kTable;
@@ -35,7 +39,11 @@ struct TableList {
 }  // namespace
 
 const KernelTable& reference_kernel_table() {
-  static const KernelTable kTable = make_reference_kernel_table();
+  static const KernelTable kTable = [] {
+    KernelTable t = make_reference_kernel_table();
+    fill_matmul_kernels(t, IsaLevel::kScalar);
+    return t;
+  }();
   return kTable;
 }
 
@@ -56,15 +64,35 @@ const KernelTable& best_kernel_table() { return *available_kernel_tables().back(
 std::string_view kernel_table_name(const KernelTable& table) { return table.name; }
 
 const MatmulKernels* find_matmul_kernels(const KernelTable& table, DType w_dtype) {
-  switch (w_dtype) {
-    case DType::kF32: return &table.mm_f32;
-    case DType::kF16: return &table.mm_f16;
-    case DType::kBF16: return &table.mm_bf16;
-    case DType::kQ8_0: return &table.mm_q8_0;
-    case DType::kQ4_0: return &table.mm_q4_0;
-    case DType::kQ4_K: return &table.mm_q4_k;
-    case DType::kQ6_K: return &table.mm_q6_k;
-    default: return nullptr;
+  const MatmulKernels& mk = table.mm[dtype_index(w_dtype)];
+  return mk.vec_dot != nullptr ? &mk : nullptr;
+}
+
+// Each row's kernels at `level`: the scalar reference, then each ISA level's fill in turn
+// (a level overrides what it implements and keeps the rest). The activation quantizer is
+// the activation type's own row's, at the same level.
+void fill_matmul_kernels(KernelTable& t, IsaLevel level) {
+  const bool avx2 = level >= IsaLevel::kAvx2, avx512 = level >= IsaLevel::kAvx512;
+  std::array<QuantizeRowFn, kDTypeIdLimit> quantize_act{};
+  for (const TypeRow& row : type_rows()) {
+    QuantizeRowFn q = row.as_act.scalar;
+    if (avx2 && row.as_act.avx2) q = row.as_act.avx2;
+    if (avx512 && row.as_act.avx512) q = row.as_act.avx512;
+    quantize_act[dtype_index(row.dtype)] = q;
+  }
+  for (const TypeRow& row : type_rows()) {
+    if (!row_can_multiply(row)) continue;
+    MatmulKernels mk;
+    mk.act_dtype = row.act_dtype;
+    mk.quantize_act = quantize_act[dtype_index(row.act_dtype)];
+    // f32 activations are used as they are; every other activation type has a quantizer.
+    LUMEN_CHECK((row.act_dtype == DType::kF32) == (mk.quantize_act == nullptr));
+    mk.vec_dot = row.matmul.vec_dot;
+    mk.gemm = row.matmul.gemm;
+    if (avx2 && row.matmul.avx2) row.matmul.avx2(mk);
+    if (avx512 && row.matmul.avx512) row.matmul.avx512(mk);
+    if (avx512 && row.matmul.avx512_interleaved) row.matmul.avx512_interleaved(mk);
+    t.mm[dtype_index(row.dtype)] = mk;
   }
 }
 

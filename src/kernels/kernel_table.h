@@ -17,6 +17,7 @@
 // Tables are immutable after construction (function-local statics); pass them by const&.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -151,15 +152,9 @@ using AttnAccumGroupF16Fn = void (*)(const float* p, size_t p_stride, const uint
 
 struct KernelTable {
   const char* name = "scalar";  // "scalar", "avx2", "avx512"
-  // Matmul kernels per weight dtype; act_dtype: F32 -> F32, F16 -> F16, BF16 -> BF16,
-  // Q8_0 and Q4_0 -> Q8_0, Q4_K and Q6_K -> Q8_K.
-  MatmulKernels mm_f32;
-  MatmulKernels mm_f16;
-  MatmulKernels mm_bf16;
-  MatmulKernels mm_q8_0;
-  MatmulKernels mm_q4_0;
-  MatmulKernels mm_q4_k;
-  MatmulKernels mm_q6_k;
+  // Matmul kernels per weight dtype, indexed by dtype_index(); an entry whose vec_dot is
+  // null is not a matmul weight type. Filled from the type table's rows (type_table.h).
+  std::array<MatmulKernels, kDTypeIdLimit> mm{};
   RmsNormRowFn rms_norm_row = nullptr;
   SiluMulFn silu_mul = nullptr;
   AddFn add = nullptr;
@@ -185,14 +180,18 @@ const MatmulKernels* find_matmul_kernels(const KernelTable& table, DType w_dtype
 // benchmarks).
 std::span<const KernelTable* const> available_kernel_tables();
 
-// The scalar reference table (kernels_ref.cc).
+// ISA levels of the tables, each building on the one below.
+enum class IsaLevel : uint8_t { kScalar, kAvx2, kAvx512 };
+
+// The matmul entries (mm) of a table at `level`, from the type table's rows
+// (kernel_table.cc).
+void fill_matmul_kernels(KernelTable& table, IsaLevel level);
+// The scalar reference row ops (kernels_ref.cc).
 KernelTable make_reference_kernel_table();
-// Per-ISA overrides, each defined in its own translation unit. Call only when
+// Per-ISA overrides of the row ops, each defined in its own translation unit. Call only when
 // cpu_features() reports the ISA (has_avx2_fma() / has_avx512_vnni()).
 void override_kernels_avx2(KernelTable& table);
 void override_kernels_avx512(KernelTable& table, bool has_bf16);
-void override_matmul_avx512(KernelTable& table);     // matmul_avx512.cc
-void override_matmul_interleaved_avx512(KernelTable& table);  // matmul_interleaved_avx512.cc
 void override_attention_avx512(KernelTable& table);  // attention_avx512.cc
 
 }  // namespace lumen::kernels

@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "base/fp16.h"
+#include "kernels/isa_kernels.h"
 #include "kernels/kernel_table.h"
 #include "kernels/kernels_isa_common.h"
 #include "kernels/quant_blocks.h"
@@ -584,21 +585,34 @@ void attn_accum_f32(const float* p, const float* v, int64_t n, int32_t hd, float
 
 }  // namespace
 
+// ---- the type table's AVX2 entries (isa_kernels.h) -------------------------------------
+
+void mm_f32_avx2(MatmulKernels& mk) {
+  mk.vec_dot = &vec_dot_f32;
+  mk.gemm = &gemm_from_vec_dot<&vec_dot_f32>;
+}
+void mm_f16_avx2(MatmulKernels& mk) {
+  mk.vec_dot = &vec_dot_f16;
+  mk.gemm = &gemm_from_vec_dot<&vec_dot_f16>;
+}
+void mm_bf16_avx2(MatmulKernels& mk) {
+  mk.vec_dot = &vec_dot_bf16;
+  mk.gemm = &gemm_from_vec_dot<&vec_dot_bf16>;
+}
+template <typename Kernel>
+void set_cols(MatmulKernels& mk) {
+  mk.vec_dot = &vec_dot_cols<Kernel>;
+  mk.gemm = &gemm_cols<Kernel>;
+}
+void mm_q8_0_avx2(MatmulKernels& mk) { set_cols<Q8_0Kernel>(mk); }
+void mm_q4_0_avx2(MatmulKernels& mk) { set_cols<Q4_0Kernel>(mk); }
+void mm_q4_k_avx2(MatmulKernels& mk) { set_cols<Q4_KKernel>(mk); }
+void mm_q6_k_avx2(MatmulKernels& mk) { set_cols<Q6_KKernel>(mk); }
+void quantize_row_q8_0_avx2(const float* x, std::byte* y, int64_t n) { quantize_row_q8_0(x, y, n); }
+void quantize_row_f16_avx2(const float* x, std::byte* y, int64_t n) { quantize_row_f16(x, y, n); }
+
 void override_kernels_avx2(KernelTable& t) {
   t.name = "avx2";
-  t.mm_f32.vec_dot = &vec_dot_f32;
-  t.mm_f32.gemm = &gemm_from_vec_dot<&vec_dot_f32>;
-  t.mm_f16.quantize_act = &quantize_row_f16;
-  t.mm_f16.vec_dot = &vec_dot_f16;
-  t.mm_f16.gemm = &gemm_from_vec_dot<&vec_dot_f16>;
-  t.mm_bf16.vec_dot = &vec_dot_bf16;
-  t.mm_bf16.gemm = &gemm_from_vec_dot<&vec_dot_bf16>;
-  t.mm_q8_0 = {DType::kQ8_0, &quantize_row_q8_0, &vec_dot_cols<Q8_0Kernel>, &gemm_cols<Q8_0Kernel>, {}, {}};
-  t.mm_q4_0 = {DType::kQ8_0, &quantize_row_q8_0, &vec_dot_cols<Q4_0Kernel>, &gemm_cols<Q4_0Kernel>, {}, {}};
-  t.mm_q4_k.vec_dot = &vec_dot_cols<Q4_KKernel>;
-  t.mm_q4_k.gemm = &gemm_cols<Q4_KKernel>;
-  t.mm_q6_k.vec_dot = &vec_dot_cols<Q6_KKernel>;
-  t.mm_q6_k.gemm = &gemm_cols<Q6_KKernel>;
   t.rms_norm_row = &rms_norm_row;
   t.silu_mul = &silu_mul;
   t.add = &add;

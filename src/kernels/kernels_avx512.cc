@@ -2,8 +2,9 @@
 // entries that gain from AVX-512 are overridden here. Compiled with the AVX-512 flags
 // (cmake/lumen.cmake); only reached when cpu_features().has_avx512_vnni().
 //
-//   q8_0 / q4_0 / q4_K / q6_K   matmul_avx512.cc: VNNI decode groups and prefill panels,
-//                               bit-exact with the scalar reference
+//   quantized matmuls           matmul_avx512.cc, matmul_interleaved_avx512.cc: VNNI decode
+//                               groups, prefill panels and interleaved layouts, bit-exact
+//                               with the scalar reference (entries of the type table's rows)
 //   attention group kernels     attention_avx512.cc: all query heads of a GQA group per
 //                               K/V row, bit for bit the AVX2 single-head kernels
 //   f32 / f16 / bf16, row ops   the AVX2 kernels: 16-lane versions measured slower on Zen 4
@@ -15,8 +16,6 @@ namespace lumen::kernels {
 
 void override_kernels_avx512(KernelTable& t, bool /*has_bf16*/) {
   t.name = "avx512";
-  override_matmul_avx512(t);
-  override_matmul_interleaved_avx512(t);
   override_attention_avx512(t);
 }
 

@@ -102,9 +102,10 @@ TEST(KernelsParity, ActivationQuantizersBitExact) {
   const KernelTable& ref = reference_kernel_table();
   FailureLog log;
   for (const KernelTable* t : simd_tables()) {
-    for (DType dt : {DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+    for (DType dt : testing::matmul_types()) {
       const MatmulKernels* mk = find_matmul_kernels(*t, dt);
       const MatmulKernels* mr = find_matmul_kernels(ref, dt);
+      if (mr->quantize_act == nullptr) continue;  // f32 activations
       const int64_t block = dtype_info(mr->act_dtype).block_size;
       for (int64_t n_blocks : {1, 3, 16}) {
         const int64_t n = (block == 1 ? 37 : block) * n_blocks;  // odd length for F16/BF16
@@ -129,25 +130,6 @@ struct Weights {
   std::vector<std::byte> w;  // n_rows rows
 };
 
-// Sets every fp16 scale of the rows to `d` (and q4_K's dmin to `dmin`).
-void set_scales(DType dt, std::vector<std::byte>& w, uint16_t d, uint16_t dmin) {
-  const DTypeInfo& info = dtype_info(dt);
-  const size_t n_blocks = w.size() / info.block_bytes;
-  for (size_t i = 0; i < n_blocks; ++i) {
-    std::byte* b = w.data() + i * info.block_bytes;
-    switch (dt) {
-      case DType::kQ8_0: reinterpret_cast<BlockQ8_0*>(b)->d_f16 = d; break;
-      case DType::kQ4_0: reinterpret_cast<BlockQ4_0*>(b)->d_f16 = d; break;
-      case DType::kQ4_K:
-        reinterpret_cast<BlockQ4_K*>(b)->d_f16 = d;
-        reinterpret_cast<BlockQ4_K*>(b)->dmin_f16 = dmin;
-        break;
-      case DType::kQ6_K: reinterpret_cast<BlockQ6_K*>(b)->d_f16 = d; break;
-      default: break;
-    }
-  }
-}
-
 std::vector<Weights> adversarial_weights(std::mt19937& rng, DType dt, int64_t n_rows, int64_t n) {
   std::vector<Weights> out;
   out.push_back({"random", testing::random_weights(rng, dt, n_rows, n)});
@@ -163,17 +145,17 @@ std::vector<Weights> adversarial_weights(std::mt19937& rng, DType dt, int64_t n_
   Weights sat{"saturated", std::vector<std::byte>(row_bytes(dt, n) * n_rows)};
   // All quant bits set (q8_0: -1 everywhere; others: max nibbles/high bits) and max scales.
   std::memset(sat.w.data(), 0xff, sat.w.size());
-  set_scales(dt, sat.w, f32_to_fp16(1.0f), f32_to_fp16(0.5f));
+  testing::set_f16_scales(dt, sat.w, f32_to_fp16(1.0f), f32_to_fp16(0.5f));
   out.push_back(sat);
   Weights q8min{"min_quants", std::vector<std::byte>(row_bytes(dt, n) * n_rows)};
   std::memset(q8min.w.data(), 0x80, q8min.w.size());  // q8_0: -128; q6_K scales -128
-  set_scales(dt, q8min.w, f32_to_fp16(0.01f), f32_to_fp16(0.02f));
+  testing::set_f16_scales(dt, q8min.w, f32_to_fp16(0.01f), f32_to_fp16(0.02f));
   out.push_back(q8min);
   Weights extreme{"extreme_scales", testing::random_weights(rng, dt, n_rows, n)};
-  set_scales(dt, extreme.w, 0x7bff /* 65504 */, 0x0001 /* smallest subnormal */);
+  testing::set_f16_scales(dt, extreme.w, 0x7bff /* 65504 */, 0x0001 /* smallest subnormal */);
   out.push_back(extreme);
   Weights subnormal{"subnormal_scales", testing::random_weights(rng, dt, n_rows, n)};
-  set_scales(dt, subnormal.w, 0x0003, 0x03ff);
+  testing::set_f16_scales(dt, subnormal.w, 0x0003, 0x03ff);
   out.push_back(subnormal);
   Weights zero{"zero", std::vector<std::byte>(row_bytes(dt, n) * n_rows)};
   out.push_back(zero);
@@ -192,8 +174,7 @@ TEST(KernelsParity, VecDotAndGemm) {
   FailureLog log;
   const int64_t n_rows = 5;
   for (const KernelTable* t : simd_tables()) {
-    for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                     DType::kQ4_K, DType::kQ6_K}) {
+    for (DType dt : testing::matmul_types()) {
       const MatmulKernels* mk = find_matmul_kernels(*t, dt);
       const MatmulKernels* mr = find_matmul_kernels(ref, dt);
       const int64_t block = dtype_info(dt).block_size;
@@ -278,7 +259,7 @@ TEST(KernelsParity, PanelGemm) {
   FailureLog log;
   for (const KernelTable* t : simd_tables()) {
     const bool exact_vs_ref = std::string(t->name) == "avx512";
-    for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+    for (DType dt : testing::matmul_types(/*quantized_only=*/true)) {
       const MatmulKernels* mk = find_matmul_kernels(*t, dt);
       const MatmulKernels* mr = find_matmul_kernels(ref, dt);
       const PanelKernels& pk = mk->panel;
@@ -341,7 +322,7 @@ TEST(KernelsParity, InterleavedGemm) {
   FailureLog log;
   int n_checked = 0;
   for (const KernelTable* t : simd_tables()) {
-    for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+    for (DType dt : testing::matmul_types(/*quantized_only=*/true)) {
       const MatmulKernels* mk = find_matmul_kernels(*t, dt);
       const MatmulKernels* mr = find_matmul_kernels(ref, dt);
       const InterleavedKernels& ik = mk->interleaved;

@@ -27,14 +27,52 @@ Block* blocks(std::byte* p) {
   return reinterpret_cast<Block*>(p);
 }
 
-void dequantize_q8_0(const BlockQ8_0* b, float* y, int64_t n) {
+// The unpacked 6-bit scales and mins of a q4_K block.
+void q4_k_scales_mins(const BlockQ4_K& b, int32_t* sc, int32_t* m) {
+  for (int j = 0; j < 8; ++j) {
+    uint8_t s, mm;
+    q4_k_scale_min(b.scales, j, &s, &mm);
+    sc[j] = s;
+    m[j] = mm;
+  }
+}
+
+}  // namespace
+
+// ---- dequantizers: ggml's dequantize_row_* operation by operation ------------------------
+
+void dequantize_row_f32(const std::byte* src, float* dst, int64_t n) {
+  std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+
+void dequantize_row_f16(const std::byte* src, float* dst, int64_t n) {
+  const auto* h = reinterpret_cast<const uint16_t*>(src);
+  for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(h[i]);
+}
+
+void dequantize_row_bf16(const std::byte* src, float* dst, int64_t n) {
+  const auto* h = reinterpret_cast<const uint16_t*>(src);
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(h[i]);
+}
+
+void dequantize_row_q8_0(const std::byte* src, float* y, int64_t n) {
+  const BlockQ8_0* b = blocks<BlockQ8_0>(src);
   for (int64_t ib = 0; ib < n / kQk; ++ib, y += kQk) {
     const float d = fp16_to_f32(b[ib].d_f16);
     for (int i = 0; i < kQk; ++i) y[i] = b[ib].qs[i] * d;
   }
 }
 
-void dequantize_q4_0(const BlockQ4_0* b, float* y, int64_t n) {
+void dequantize_row_q8_1(const std::byte* src, float* y, int64_t n) {
+  const BlockQ8_1* b = blocks<BlockQ8_1>(src);
+  for (int64_t ib = 0; ib < n / kQk; ++ib, y += kQk) {
+    const float d = fp16_to_f32(b[ib].d_f16);
+    for (int i = 0; i < kQk; ++i) y[i] = b[ib].qs[i] * d;
+  }
+}
+
+void dequantize_row_q4_0(const std::byte* src, float* y, int64_t n) {
+  const BlockQ4_0* b = blocks<BlockQ4_0>(src);
   for (int64_t ib = 0; ib < n / kQk; ++ib, y += kQk) {
     const float d = fp16_to_f32(b[ib].d_f16);
     for (int i = 0; i < kQk / 2; ++i) {
@@ -44,9 +82,91 @@ void dequantize_q4_0(const BlockQ4_0* b, float* y, int64_t n) {
   }
 }
 
+// y = q * d + m (the product rounded first).
+void dequantize_row_q4_1(const std::byte* src, float* y, int64_t n) {
+  const BlockQ4_1* b = blocks<BlockQ4_1>(src);
+  for (int64_t ib = 0; ib < n / kQk; ++ib, y += kQk) {
+    const float d = fp16_to_f32(b[ib].d_f16), m = fp16_to_f32(b[ib].m_f16);
+    for (int i = 0; i < kQk / 2; ++i) {
+      y[i] = (b[ib].qs[i] & 15) * d + m;
+      y[i + kQk / 2] = (b[ib].qs[i] >> 4) * d + m;
+    }
+  }
+}
+
+// The 5-bit quants of a q5_0 / q5_1 block: element i < 16 takes bit i of qh, element
+// 16 + i bit 16 + i.
+template <typename Block>
+void q5_quants(const Block& b, int q[32]) {
+  uint32_t qh;
+  std::memcpy(&qh, b.qh, sizeof(qh));
+  for (int i = 0; i < kQk / 2; ++i) {
+    q[i] = (b.qs[i] & 15) | (((qh >> i) & 1) << 4);
+    q[i + kQk / 2] = (b.qs[i] >> 4) | (((qh >> (i + 16)) & 1) << 4);
+  }
+}
+
+void dequantize_row_q5_0(const std::byte* src, float* y, int64_t n) {
+  const BlockQ5_0* b = blocks<BlockQ5_0>(src);
+  for (int64_t ib = 0; ib < n / kQk; ++ib, y += kQk) {
+    const float d = fp16_to_f32(b[ib].d_f16);
+    int q[kQk];
+    q5_quants(b[ib], q);
+    for (int i = 0; i < kQk; ++i) y[i] = (q[i] - 16) * d;
+  }
+}
+
+void dequantize_row_q5_1(const std::byte* src, float* y, int64_t n) {
+  const BlockQ5_1* b = blocks<BlockQ5_1>(src);
+  for (int64_t ib = 0; ib < n / kQk; ++ib, y += kQk) {
+    const float d = fp16_to_f32(b[ib].d_f16), m = fp16_to_f32(b[ib].m_f16);
+    int q[kQk];
+    q5_quants(b[ib], q);
+    for (int i = 0; i < kQk; ++i) y[i] = q[i] * d + m;
+  }
+}
+
+// y = (d * sc) * q - (dmin * m), both products rounded to f32 first.
+void dequantize_row_q2_k(const std::byte* src, float* y, int64_t n) {
+  const BlockQ2_K* b = blocks<BlockQ2_K>(src);
+  for (int64_t ib = 0; ib < n / kQkK; ++ib) {
+    const float d = fp16_to_f32(b[ib].d_f16), dmin = fp16_to_f32(b[ib].dmin_f16);
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* q = b[ib].qs + 32 * h;
+      for (int j = 0; j < 4; ++j) {
+        for (int part = 0; part < 2; ++part) {
+          const uint8_t sc = b[ib].scales[8 * h + 2 * j + part];
+          const float dl = d * (sc & 15), ml = dmin * (sc >> 4);
+          for (int l = 16 * part; l < 16 * part + 16; ++l) *y++ = dl * ((q[l] >> (2 * j)) & 3) - ml;
+        }
+      }
+    }
+  }
+}
+
+// y = (d * (sc - 32)) * q, q = low 2 bits - (high bit set ? 0 : 4).
+void dequantize_row_q3_k(const std::byte* src, float* y, int64_t n) {
+  const BlockQ3_K* b = blocks<BlockQ3_K>(src);
+  for (int64_t ib = 0; ib < n / kQkK; ++ib) {
+    const float d = fp16_to_f32(b[ib].d_f16);
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* q = b[ib].qs + 32 * h;
+      for (int j = 0; j < 4; ++j) {
+        const int bit = 1 << (4 * h + j);
+        for (int part = 0; part < 2; ++part) {
+          const float dl = d * (q3_k_scale(b[ib].scales, 8 * h + 2 * j + part) - 32);
+          for (int l = 16 * part; l < 16 * part + 16; ++l)
+            *y++ = dl * (((q[l] >> (2 * j)) & 3) - ((b[ib].hmask[l] & bit) ? 0 : 4));
+        }
+      }
+    }
+  }
+}
+
 // As ggml's dequantize_row_q4_K: y = (d * sc) * q - (dmin * m), the two products rounded
 // to f32 first.
-void dequantize_q4_k(const BlockQ4_K* b, float* y, int64_t n) {
+void dequantize_row_q4_k(const std::byte* src, float* y, int64_t n) {
+  const BlockQ4_K* b = blocks<BlockQ4_K>(src);
   for (int64_t ib = 0; ib < n / kQkK; ++ib) {
     const float d = fp16_to_f32(b[ib].d_f16);
     const float dmin = fp16_to_f32(b[ib].dmin_f16);
@@ -63,8 +183,29 @@ void dequantize_q4_k(const BlockQ4_K* b, float* y, int64_t n) {
   }
 }
 
+// q4_K's arithmetic with the fifth bit from qh.
+void dequantize_row_q5_k(const std::byte* src, float* y, int64_t n) {
+  const BlockQ5_K* b = blocks<BlockQ5_K>(src);
+  for (int64_t ib = 0; ib < n / kQkK; ++ib) {
+    const float d = fp16_to_f32(b[ib].d_f16);
+    const float dmin = fp16_to_f32(b[ib].dmin_f16);
+    const uint8_t* q = b[ib].qs;
+    const uint8_t* qh = b[ib].qh;
+    for (int c = 0; c < 4; ++c, q += 32) {
+      uint8_t sc, m;
+      q4_k_scale_min(b[ib].scales, 2 * c, &sc, &m);
+      const float d1 = d * sc, m1 = dmin * m;
+      q4_k_scale_min(b[ib].scales, 2 * c + 1, &sc, &m);
+      const float d2 = d * sc, m2 = dmin * m;
+      for (int l = 0; l < 32; ++l) *y++ = d1 * ((q[l] & 15) | (((qh[l] >> (2 * c)) & 1) << 4)) - m1;
+      for (int l = 0; l < 32; ++l) *y++ = d2 * ((q[l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4)) - m2;
+    }
+  }
+}
+
 // As ggml's dequantize_row_q6_K: y = d * scale * (q - 32), evaluated left to right.
-void dequantize_q6_k(const BlockQ6_K* b, float* y, int64_t n) {
+void dequantize_row_q6_k(const std::byte* src, float* y, int64_t n) {
+  const BlockQ6_K* b = blocks<BlockQ6_K>(src);
   for (int64_t ib = 0; ib < n / kQkK; ++ib) {
     const float d = fp16_to_f32(b[ib].d_f16);
     const uint8_t* ql = b[ib].ql;
@@ -86,44 +227,37 @@ void dequantize_q6_k(const BlockQ6_K* b, float* y, int64_t n) {
   }
 }
 
-void dequantize_q8_k(const BlockQ8_K* b, float* y, int64_t n) {
+void dequantize_row_q8_k(const std::byte* src, float* y, int64_t n) {
+  const BlockQ8_K* b = blocks<BlockQ8_K>(src);
   for (int64_t ib = 0; ib < n / kQkK; ++ib, y += kQkK)
     for (int i = 0; i < kQkK; ++i) y[i] = b[ib].d * b[ib].qs[i];
 }
 
-// The unpacked 6-bit scales and mins of a q4_K block.
-void q4_k_scales_mins(const BlockQ4_K& b, int32_t* sc, int32_t* m) {
-  for (int j = 0; j < 8; ++j) {
-    uint8_t s, mm;
-    q4_k_scale_min(b.scales, j, &s, &mm);
-    sc[j] = s;
-    m[j] = mm;
+void dequantize_row_iq4_nl(const std::byte* src, float* y, int64_t n) {
+  const BlockIQ4_NL* b = blocks<BlockIQ4_NL>(src);
+  for (int64_t ib = 0; ib < n / kQk; ++ib, y += kQk) {
+    const float d = fp16_to_f32(b[ib].d_f16);
+    for (int i = 0; i < kQk / 2; ++i) {
+      y[i] = d * kIq4nlValues[b[ib].qs[i] & 15];
+      y[i + kQk / 2] = d * kIq4nlValues[b[ib].qs[i] >> 4];
+    }
   }
 }
 
-}  // namespace
-
-bool dequantize_row(DType dtype, const std::byte* src, float* dst, int64_t n) {
-  switch (dtype) {
-    case DType::kF32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-      return true;
-    case DType::kF16: {
-      const auto* h = reinterpret_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(h[i]);
-      return true;
+// y = (d * (ls - 32)) * value.
+void dequantize_row_iq4_xs(const std::byte* src, float* y, int64_t n) {
+  const BlockIQ4_XS* b = blocks<BlockIQ4_XS>(src);
+  for (int64_t ib = 0; ib < n / kQkK; ++ib) {
+    const float d = fp16_to_f32(b[ib].d_f16);
+    for (int s = 0; s < 8; ++s, y += 32) {
+      const int ls = ((b[ib].scales_l[s / 2] >> (4 * (s % 2))) & 15) | (((b[ib].scales_h >> (2 * s)) & 3) << 4);
+      const float dl = d * (ls - 32);
+      const uint8_t* q = b[ib].qs + 16 * s;
+      for (int l = 0; l < 16; ++l) {
+        y[l] = dl * kIq4nlValues[q[l] & 15];
+        y[l + 16] = dl * kIq4nlValues[q[l] >> 4];
+      }
     }
-    case DType::kBF16: {
-      const auto* h = reinterpret_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(h[i]);
-      return true;
-    }
-    case DType::kQ8_0: dequantize_q8_0(blocks<BlockQ8_0>(src), dst, n); return true;
-    case DType::kQ4_0: dequantize_q4_0(blocks<BlockQ4_0>(src), dst, n); return true;
-    case DType::kQ4_K: dequantize_q4_k(blocks<BlockQ4_K>(src), dst, n); return true;
-    case DType::kQ6_K: dequantize_q6_k(blocks<BlockQ6_K>(src), dst, n); return true;
-    case DType::kQ8_K: dequantize_q8_k(blocks<BlockQ8_K>(src), dst, n); return true;
-    default: return false;
   }
 }
 
@@ -134,6 +268,12 @@ int8_t saturate_int8_like_cvtps(float r) {
   if (!(std::fabs(r) < 2147483648.0f)) return -128;
   const int32_t v = static_cast<int32_t>(r);
   return static_cast<int8_t>(v < -128 ? -128 : (v > 127 ? 127 : v));
+}
+
+// float -> int32 as vcvtps2dq does it: out-of-range and NaN become INT32_MIN.
+int32_t saturate_int32_like_cvtps(float r) {
+  if (!(std::fabs(r) < 2147483648.0f)) return INT32_MIN;
+  return static_cast<int32_t>(r);
 }
 
 // ggml-cpu's x86 (AVX) quantize_row_q8_0, which is what llama.cpp runs on this hardware:
@@ -149,6 +289,26 @@ void quantize_row_q8_0(const float* x, std::byte* y, int64_t n) {
     b[ib].d_f16 = f32_to_fp16(amax / 127.0f);
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     for (int i = 0; i < kQk; ++i) b[ib].qs[i] = saturate_int8_like_cvtps(std::nearbyint(x[i] * id));
+  }
+}
+
+// ggml-cpu's x86 (AVX2) quantize_row_q8_1: the quants exactly as quantize_row_q8_0 above,
+// plus s = fp16(d * sum(q)) with d = amax / 127 in f32 (not the fp16-rounded d).
+void quantize_row_q8_1(const float* x, std::byte* y, int64_t n) {
+  LUMEN_DCHECK(n % kQk == 0);
+  BlockQ8_1* b = blocks<BlockQ8_1>(y);
+  for (int64_t ib = 0; ib < n / kQk; ++ib, x += kQk) {
+    float amax = 0.0f;
+    for (int i = 0; i < kQk; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+    const float d = amax / 127.0f;
+    b[ib].d_f16 = f32_to_fp16(d);
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    uint32_t sum = 0;  // wraps like the vector adds (only an all-subnormal block overflows)
+    for (int i = 0; i < kQk; ++i) {
+      b[ib].qs[i] = saturate_int8_like_cvtps(std::nearbyint(x[i] * id));
+      sum += static_cast<uint32_t>(saturate_int32_like_cvtps(std::nearbyint(x[i] * id)));
+    }
+    b[ib].s_f16 = f32_to_fp16(d * static_cast<float>(static_cast<int32_t>(sum)));
   }
 }
 
@@ -425,30 +585,11 @@ void scale_round(float* s, int64_t n, float scale, bool round_f16) {
 }  // namespace lumen::kernels::ref
 
 namespace lumen::kernels {
-namespace {
 
-template <VecDotFn kVecDot>
-MatmulKernels make_mm(DType act_dtype, QuantizeRowFn quantize) {
-  MatmulKernels mk;
-  mk.act_dtype = act_dtype;
-  mk.quantize_act = quantize;
-  mk.vec_dot = kVecDot;
-  mk.gemm = &gemm_from_vec_dot<kVecDot>;
-  return mk;
-}
-
-}  // namespace
-
+// The row ops; the matmul entries come from the type table (fill_matmul_kernels).
 KernelTable make_reference_kernel_table() {
   KernelTable t;
   t.name = "scalar";
-  t.mm_f32 = make_mm<&ref::vec_dot_f32_f32>(DType::kF32, nullptr);
-  t.mm_f16 = make_mm<&ref::vec_dot_f16_f16>(DType::kF16, &ref::quantize_row_f16);
-  t.mm_bf16 = make_mm<&ref::vec_dot_bf16_bf16>(DType::kBF16, &ref::quantize_row_bf16);
-  t.mm_q8_0 = make_mm<&ref::vec_dot_q8_0_q8_0>(DType::kQ8_0, &ref::quantize_row_q8_0);
-  t.mm_q4_0 = make_mm<&ref::vec_dot_q4_0_q8_0>(DType::kQ8_0, &ref::quantize_row_q8_0);
-  t.mm_q4_k = make_mm<&ref::vec_dot_q4_k_q8_k>(DType::kQ8_K, &ref::quantize_row_q8_k);
-  t.mm_q6_k = make_mm<&ref::vec_dot_q6_k_q8_k>(DType::kQ8_K, &ref::quantize_row_q8_k);
   t.rms_norm_row = &ref::rms_norm_row;
   t.silu_mul = &ref::silu_mul;
   t.add = &ref::add;

@@ -11,12 +11,29 @@
 
 namespace lumen::kernels::ref {
 
-// Dequantize n elements (n a multiple of the block size) of a row of this dtype to f32.
-// Supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q8_K. Returns false otherwise.
-bool dequantize_row(DType dtype, const std::byte* src, float* dst, int64_t n);
+// Dequantizers (DequantizeRowFn of type_table.h): n elements (a multiple of the block size)
+// of a row to f32.
+void dequantize_row_f32(const std::byte* src, float* dst, int64_t n);
+void dequantize_row_f16(const std::byte* src, float* dst, int64_t n);
+void dequantize_row_bf16(const std::byte* src, float* dst, int64_t n);
+void dequantize_row_q8_0(const std::byte* src, float* dst, int64_t n);
+void dequantize_row_q8_1(const std::byte* src, float* dst, int64_t n);
+void dequantize_row_q4_0(const std::byte* src, float* dst, int64_t n);
+void dequantize_row_q4_1(const std::byte* src, float* dst, int64_t n);
+void dequantize_row_q5_0(const std::byte* src, float* dst, int64_t n);
+void dequantize_row_q5_1(const std::byte* src, float* dst, int64_t n);
+void dequantize_row_q2_k(const std::byte* src, float* dst, int64_t n);
+void dequantize_row_q3_k(const std::byte* src, float* dst, int64_t n);
+void dequantize_row_q4_k(const std::byte* src, float* dst, int64_t n);
+void dequantize_row_q5_k(const std::byte* src, float* dst, int64_t n);
+void dequantize_row_q6_k(const std::byte* src, float* dst, int64_t n);
+void dequantize_row_q8_k(const std::byte* src, float* dst, int64_t n);
+void dequantize_row_iq4_nl(const std::byte* src, float* dst, int64_t n);
+void dequantize_row_iq4_xs(const std::byte* src, float* dst, int64_t n);
 
 // Activation quantizers (QuantizeRowFn).
 void quantize_row_q8_0(const float* x, std::byte* y, int64_t n);
+void quantize_row_q8_1(const float* x, std::byte* y, int64_t n);
 void quantize_row_q8_k(const float* x, std::byte* y, int64_t n);
 void quantize_row_f16(const float* x, std::byte* y, int64_t n);
 void quantize_row_bf16(const float* x, std::byte* y, int64_t n);

@@ -5,12 +5,14 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
+#include "base/check.h"
 #include "base/fp16.h"
-#include "kernels/kernels_ref.h"
 #include "kernels/quant_blocks.h"
+#include "kernels/type_table.h"
 #include "tensor/dtype.h"
 
 namespace lumen::kernels::testing {
@@ -22,9 +24,11 @@ inline std::vector<float> random_floats(std::mt19937& rng, int64_t n, float scal
   return v;
 }
 
-// Random raw bytes for n_rows rows of n elements of `dtype`, with every fp16 scale set to a
-// finite value of magnitude ~`scale` (random bytes would give inf/nan scales). Every
-// bit pattern of the quants is valid, so this covers all nibble / high-bit combinations.
+// Random raw bytes for n_rows rows of n elements of `dtype`, with every fp16 scale field
+// (DTypeInfo::f16_offsets) set to a finite value of magnitude ~`scale`, divided by 16 for
+// a super-block's d and by 32 for its dmin, whose products with 6-bit sub-block scales make
+// the weights (random bytes would give inf/nan scales). Every bit pattern of the quants is
+// valid, so this covers all nibble / high-bit combinations.
 inline std::vector<std::byte> random_weights(std::mt19937& rng, DType dtype, int64_t n_rows,
                                              int64_t n, float scale = 0.05f) {
   const size_t bytes = row_bytes(dtype, n) * static_cast<size_t>(n_rows);
@@ -32,58 +36,64 @@ inline std::vector<std::byte> random_weights(std::mt19937& rng, DType dtype, int
   std::uniform_int_distribution<int> byte_dist(0, 255);
   for (std::byte& b : w) b = static_cast<std::byte>(byte_dist(rng));
   std::uniform_real_distribution<float> sc(0.25f * scale, scale);
-  auto f16 = [&] { return f32_to_fp16(sc(rng)); };
   const int64_t n_elems = n * n_rows;
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const DTypeInfo& info = dtype_info(dtype);
   switch (dtype) {
     case DType::kF32: {
       auto* f = reinterpret_cast<float*>(w.data());
-      std::normal_distribution<float> nd(0.0f, 1.0f);
       for (int64_t i = 0; i < n_elems; ++i) f[i] = nd(rng);
-      break;
+      return w;
     }
     case DType::kF16: {
       auto* h = reinterpret_cast<uint16_t*>(w.data());
-      std::normal_distribution<float> nd(0.0f, 1.0f);
       for (int64_t i = 0; i < n_elems; ++i) h[i] = f32_to_fp16(nd(rng));
-      break;
+      return w;
     }
     case DType::kBF16: {
       auto* h = reinterpret_cast<uint16_t*>(w.data());
-      std::normal_distribution<float> nd(0.0f, 1.0f);
       for (int64_t i = 0; i < n_elems; ++i) h[i] = f32_to_bf16(nd(rng));
-      break;
-    }
-    case DType::kQ8_0: {
-      auto* b = reinterpret_cast<BlockQ8_0*>(w.data());
-      for (int64_t i = 0; i < n_elems / kQk; ++i) b[i].d_f16 = f16();
-      break;
-    }
-    case DType::kQ4_0: {
-      auto* b = reinterpret_cast<BlockQ4_0*>(w.data());
-      for (int64_t i = 0; i < n_elems / kQk; ++i) b[i].d_f16 = f16();
-      break;
-    }
-    case DType::kQ4_K: {
-      auto* b = reinterpret_cast<BlockQ4_K*>(w.data());
-      for (int64_t i = 0; i < n_elems / kQkK; ++i) {
-        b[i].d_f16 = f32_to_fp16(sc(rng) / 16);
-        b[i].dmin_f16 = f32_to_fp16(sc(rng) / 32);
-      }
-      break;
-    }
-    case DType::kQ6_K: {
-      auto* b = reinterpret_cast<BlockQ6_K*>(w.data());
-      for (int64_t i = 0; i < n_elems / kQkK; ++i) b[i].d_f16 = f32_to_fp16(sc(rng) / 16);
-      break;
+      return w;
     }
     default: break;
+  }
+  const bool super = info.block_size == static_cast<uint32_t>(kQkK);
+  for (size_t ib = 0; ib < bytes / info.block_bytes; ++ib) {
+    for (int f = 0; f < 2; ++f) {
+      if (info.f16_offsets[f] < 0) continue;
+      const float v = super ? sc(rng) / (f == 0 ? 16 : 32) : sc(rng);
+      const uint16_t h = f32_to_fp16(v);
+      std::memcpy(w.data() + ib * info.block_bytes + info.f16_offsets[f], &h, 2);
+    }
   }
   return w;
 }
 
+// Sets every fp16 scale field of the blocks in w to `d` (the first field) and `dmin` (the
+// second, where the format has one).
+inline void set_f16_scales(DType dtype, std::vector<std::byte>& w, uint16_t d, uint16_t dmin) {
+  const DTypeInfo& info = dtype_info(dtype);
+  for (size_t ib = 0; ib < w.size() / info.block_bytes; ++ib) {
+    std::byte* b = w.data() + ib * info.block_bytes;
+    if (info.f16_offsets[0] >= 0) std::memcpy(b + info.f16_offsets[0], &d, 2);
+    if (info.f16_offsets[1] >= 0) std::memcpy(b + info.f16_offsets[1], &dmin, 2);
+  }
+}
+
 inline std::vector<float> dequantize(DType dtype, const std::byte* src, int64_t n) {
   std::vector<float> out(static_cast<size_t>(n));
-  ref::dequantize_row(dtype, src, out.data(), n);
+  const TypeRow* row = find_type_row(dtype);
+  LUMEN_CHECK(row != nullptr && row->dequantize != nullptr);
+  row->dequantize(src, out.data(), n);
+  return out;
+}
+
+// The types the type table can multiply (only the quantized ones if quantized_only), in id
+// order: what the parity tests run.
+inline std::vector<DType> matmul_types(bool quantized_only = false) {
+  std::vector<DType> out;
+  for (const TypeRow& r : type_rows())
+    if (row_can_multiply(r) && (!quantized_only || dtype_info(r.dtype).is_quantized)) out.push_back(r.dtype);
   return out;
 }
 

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/isa_kernels.h"
 #include "kernels/kernel_table.h"
 #include "kernels/kernels_isa_common.h"
 #include "kernels/quant_blocks.h"
@@ -809,23 +810,31 @@ constexpr int32_t kPanelMinCols = 8;
 
 }  // namespace
 
-void override_matmul_avx512(KernelTable& t) {
-  t.mm_q8_0.vec_dot = &vec_dot_groups<GroupQ8_0>;
-  t.mm_q8_0.gemm = &gemm_groups<GroupQ8_0>;
-  t.mm_q8_0.panel = {kRows, kPanelMinCols, &q8_panel_bytes, &q8_side_bytes, &prepare_side_q8<7>,
-                     &pack_q8_panel<Q8_0Fmt>, &panel_gemm_q8};
-  t.mm_q4_0.vec_dot = &vec_dot_groups<GroupQ4_0>;
-  t.mm_q4_0.gemm = &gemm_groups<GroupQ4_0>;
-  t.mm_q4_0.panel = {kRows, kPanelMinCols, &q8_panel_bytes, &q8_side_bytes, &prepare_side_q8<3>,
-                     &pack_q8_panel<Q4_0Fmt>, &panel_gemm_q8};
-  t.mm_q4_k.vec_dot = &vec_dot_groups<GroupQ4_K>;
-  t.mm_q4_k.gemm = &gemm_groups<GroupQ4_K>;
-  t.mm_q4_k.panel = {kRows, kPanelMinCols, &q4_k_panel_bytes, &no_side_bytes, nullptr,
-                     &pack_q4_k_panel, &panel_gemm_q4_k};
-  t.mm_q6_k.vec_dot = &vec_dot_groups<GroupQ6_K>;
-  t.mm_q6_k.gemm = &gemm_groups<GroupQ6_K>;
-  t.mm_q6_k.panel = {kRows, kPanelMinCols, &q6_k_panel_bytes, &no_side_bytes, nullptr,
-                     &pack_q6_k_panel, &panel_gemm_q6_k};
+// ---- the type table's AVX-512 entries (isa_kernels.h) ----------------------------------
+
+void mm_q8_0_avx512(MatmulKernels& mk) {
+  mk.vec_dot = &vec_dot_groups<GroupQ8_0>;
+  mk.gemm = &gemm_groups<GroupQ8_0>;
+  mk.panel = {kRows, kPanelMinCols, &q8_panel_bytes, &q8_side_bytes, &prepare_side_q8<7>,
+              &pack_q8_panel<Q8_0Fmt>, &panel_gemm_q8};
+}
+void mm_q4_0_avx512(MatmulKernels& mk) {
+  mk.vec_dot = &vec_dot_groups<GroupQ4_0>;
+  mk.gemm = &gemm_groups<GroupQ4_0>;
+  mk.panel = {kRows, kPanelMinCols, &q8_panel_bytes, &q8_side_bytes, &prepare_side_q8<3>,
+              &pack_q8_panel<Q4_0Fmt>, &panel_gemm_q8};
+}
+void mm_q4_k_avx512(MatmulKernels& mk) {
+  mk.vec_dot = &vec_dot_groups<GroupQ4_K>;
+  mk.gemm = &gemm_groups<GroupQ4_K>;
+  mk.panel = {kRows, kPanelMinCols, &q4_k_panel_bytes, &no_side_bytes, nullptr, &pack_q4_k_panel,
+              &panel_gemm_q4_k};
+}
+void mm_q6_k_avx512(MatmulKernels& mk) {
+  mk.vec_dot = &vec_dot_groups<GroupQ6_K>;
+  mk.gemm = &gemm_groups<GroupQ6_K>;
+  mk.panel = {kRows, kPanelMinCols, &q6_k_panel_bytes, &no_side_bytes, nullptr, &pack_q6_k_panel,
+              &panel_gemm_q6_k};
 }
 
 }  // namespace lumen::kernels

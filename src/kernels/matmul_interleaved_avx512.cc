@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/isa_kernels.h"
 #include "kernels/kernel_table.h"
 #include "kernels/kernels_isa_common.h"
 #include "kernels/quant_blocks.h"
@@ -405,15 +406,23 @@ void gemm_groups(int64_t n, const std::byte* groups, int64_t n_rows, const std::
 
 }  // namespace
 
-void override_matmul_interleaved_avx512(KernelTable& t) {
-  t.mm_q8_0.interleaved = {"q8_0x16", kRows, &group_bytes<kQ8_0GroupBlock, kQk>, &q8_side_bytes,
-                           &prepare_side_q8<7>, &pack_q8_0, &gemm_groups<kQk, kQ8_0GroupBlock, 8, TileQ8_0>};
-  t.mm_q4_0.interleaved = {"q4_0x16", kRows, &group_bytes<kQ4_0GroupBlock, kQk>, &q8_side_bytes,
-                           &prepare_side_q8<3>, &pack_q4_0, &gemm_groups<kQk, kQ4_0GroupBlock, 8, TileQ4_0>};
-  t.mm_q4_k.interleaved = {"q4_Kx16", kRows, &group_bytes<kQ4_KGroupBlock, kQkK>, &q4_k_side_bytes,
-                           &prepare_side_q4_k, &pack_q4_k, &gemm_groups<kQkK, kQ4_KGroupBlock, 4, TileQ4_K>};
-  t.mm_q6_k.interleaved = {"q6_Kx16", kRows, &group_bytes<kQ6_KGroupBlock, kQkK>, &q6_k_side_bytes,
-                           &prepare_side_q6_k, &pack_q6_k, &gemm_groups<kQkK, kQ6_KGroupBlock, 2, TileQ6_K>};
+// ---- the type table's interleaved AVX-512 entries (isa_kernels.h) ----------------------
+
+void mm_q8_0_avx512_interleaved(MatmulKernels& mk) {
+  mk.interleaved = {"q8_0x16", kRows, &group_bytes<kQ8_0GroupBlock, kQk>, &q8_side_bytes, &prepare_side_q8<7>,
+                    &pack_q8_0, &gemm_groups<kQk, kQ8_0GroupBlock, 8, TileQ8_0>};
+}
+void mm_q4_0_avx512_interleaved(MatmulKernels& mk) {
+  mk.interleaved = {"q4_0x16", kRows, &group_bytes<kQ4_0GroupBlock, kQk>, &q8_side_bytes, &prepare_side_q8<3>,
+                    &pack_q4_0, &gemm_groups<kQk, kQ4_0GroupBlock, 8, TileQ4_0>};
+}
+void mm_q4_k_avx512_interleaved(MatmulKernels& mk) {
+  mk.interleaved = {"q4_Kx16", kRows, &group_bytes<kQ4_KGroupBlock, kQkK>, &q4_k_side_bytes, &prepare_side_q4_k,
+                    &pack_q4_k, &gemm_groups<kQkK, kQ4_KGroupBlock, 4, TileQ4_K>};
+}
+void mm_q6_k_avx512_interleaved(MatmulKernels& mk) {
+  mk.interleaved = {"q6_Kx16", kRows, &group_bytes<kQ6_KGroupBlock, kQkK>, &q6_k_side_bytes, &prepare_side_q6_k,
+                    &pack_q6_k, &gemm_groups<kQkK, kQ6_KGroupBlock, 2, TileQ6_K>};
 }
 
 }  // namespace lumen::kernels

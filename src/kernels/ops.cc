@@ -9,7 +9,7 @@
 #include "base/check.h"
 #include "base/fp16.h"
 #include "kernels/kernel_table.h"
-#include "kernels/kernels_ref.h"
+#include "kernels/type_table.h"
 
 namespace lumen::kernels {
 namespace {
@@ -80,8 +80,11 @@ size_t scratch_bytes_for(const MatmulKernels& mk, int64_t n_in, int64_t n_tokens
 }  // namespace
 
 bool matmul_supports(DType w_dtype) {
-  return find_matmul_kernels(reference_kernel_table(), w_dtype) != nullptr;
+  const TypeRow* row = find_type_row(w_dtype);
+  return row != nullptr && row_can_multiply(*row);
 }
+
+std::string matmul_type_names() { return type_names(&row_can_multiply); }
 
 size_t matmul_scratch_bytes(DType w_dtype, int64_t n_in, int64_t n_tokens, int n_threads) {
   size_t bytes = 0;
@@ -234,7 +237,9 @@ void get_rows(const TensorView& w, const int32_t* ids, int64_t n_ids, float* out
 }
 
 void dequantize_row(DType dtype, const std::byte* src, float* dst, int64_t n) {
-  LUMEN_CHECK_MSG(ref::dequantize_row(dtype, src, dst, n), "dequantize_row: unsupported dtype");
+  const TypeRow* row = find_type_row(dtype);
+  LUMEN_CHECK_MSG(row != nullptr && row->dequantize != nullptr, "dequantize_row: unsupported dtype");
+  row->dequantize(src, dst, n);
 }
 
 void rms_norm(const KernelTable& k, const float* x, const float* weight, int64_t n_rows,

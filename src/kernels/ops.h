@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "base/thread_pool.h"
@@ -26,13 +27,15 @@ const KernelTable& best_kernel_table();
 const KernelTable& reference_kernel_table();
 std::string_view kernel_table_name(const KernelTable& table);  // "scalar", "avx2", "avx512"
 
-// True if W's dtype can be used as a matmul weight.
+// True if W's dtype can be used as a matmul weight (its row in type_table.h has kernels).
 bool matmul_supports(DType w_dtype);
+// The types matmul_supports(), for error messages: "f32, f16, q4_0, ...".
+std::string matmul_type_names();
 
 // Scratch bytes matmul() / matmul_fused() need for up to n_tokens rows of n_in activations
 // against weights of this dtype, on a pool of n_threads: the activations quantized to the
-// weight's dot-product type (Q8_0/Q4_0 -> Q8_0 blocks, Q4_K/Q6_K -> Q8_K blocks, F16 -> F16,
-// BF16 -> BF16, F32 -> none), and for prefill the per-thread weight panels (kernel_table.h).
+// weight's dot-product type (its row's act_dtype; none for F32), and for prefill the
+// per-thread weight panels (kernel_table.h).
 size_t matmul_scratch_bytes(DType w_dtype, int64_t n_in, int64_t n_tokens, int n_threads);
 
 // y [n_tokens][n_out] = x [n_tokens][n_in] * W^T. Reads each weight row once for all
@@ -57,6 +60,7 @@ void matmul_fused(const KernelTable& k, ThreadPool& pool, std::span<const Matmul
 void get_rows(const TensorView& w, const int32_t* ids, int64_t n_ids, float* out);
 
 // Dequantizes one row of n elements (n a multiple of the block size) to f32.
+// Precondition: can_dequantize(dtype) (type_table.h).
 void dequantize_row(DType dtype, const std::byte* src, float* dst, int64_t n);
 
 // out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, for n_rows rows of n.

@@ -42,12 +42,13 @@ struct MatmulCase {
 TEST(KernelsMatmul, MatchesNaiveDoubleReference) {
   std::mt19937 rng(4);
   std::vector<MatmulCase> cases;
-  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0})
-    for (int64_t n_tokens : {1, 3, 7, 70})
-      cases.push_back({dt, 32 * 7, 37, n_tokens});
-  for (DType dt : {DType::kQ4_K, DType::kQ6_K})
-    for (int64_t n_tokens : {1, 5, 67})
-      cases.push_back({dt, 256 * 3, 19, n_tokens});
+  for (DType dt : testing::matmul_types()) {
+    if (dtype_info(dt).block_size <= 32) {
+      for (int64_t n_tokens : {1, 3, 7, 70}) cases.push_back({dt, 32 * 7, 37, n_tokens});
+    } else {
+      for (int64_t n_tokens : {1, 5, 67}) cases.push_back({dt, 256 * 3, 19, n_tokens});
+    }
+  }
   ThreadPool pool1(1), pool3(3);
   for (const KernelTable* table : available_kernel_tables()) {
     for (const MatmulCase& c : cases) {
@@ -100,7 +101,8 @@ TEST(KernelsMatmul, ScratchSizes) {
   // Decode: the activations and the interleaved path's side data (8 bytes per block), no panels.
   EXPECT_LE(matmul_scratch_bytes(DType::kQ8_0, 896, 1, 4), 28u * 34 + 28u * 8 + 4 * 64);
   EXPECT_TRUE(matmul_supports(DType::kQ6_K));
-  EXPECT_FALSE(matmul_supports(DType::kQ5_K));
+  EXPECT_FALSE(matmul_supports(DType::kQ8_K));  // an activation type only
+  EXPECT_FALSE(matmul_supports(DType::kI32));
 }
 
 TEST(KernelsOps, GetRowsDequantizes) {

@@ -29,7 +29,7 @@ struct BlockQ4_0 {
 };
 static_assert(sizeof(BlockQ4_0) == 18);
 
-// q4_1: 32 weights per block; w[i] = d * q[i] + m, q[i] = i < 16 ? qs[i] & 15 : qs[i-16] >> 4
+// q4_1: 32 weights per block; w[i] = d * q[i] + m, q[i] 4-bit as in q4_0
 struct BlockQ4_1 {
   uint16_t d_f16;
   uint16_t m_f16;
@@ -37,8 +37,8 @@ struct BlockQ4_1 {
 };
 static_assert(sizeof(BlockQ4_1) == 20);
 
-// q5_0: 32 weights per block; w[i] = d * (q[i] - 16), q[i] 5-bit: low 4 bits as in q4_0's qs,
-// bit 4 = bit i of the little-endian u32 qh
+// q5_0: 32 weights per block; w[i] = d * (q[i] - 16), q[i] = 4-bit nibble as in q4_0 |
+// (bit i of the little-endian u32 qh) << 4
 struct BlockQ5_0 {
   uint16_t d_f16;
   uint8_t qh[4];
@@ -46,7 +46,7 @@ struct BlockQ5_0 {
 };
 static_assert(sizeof(BlockQ5_0) == 22);
 
-// q5_1: 32 weights per block; w[i] = d * q[i] + m, q[i] 5-bit packed as in q5_0
+// q5_1: 32 weights per block; w[i] = d * q[i] + m, q[i] 5-bit as in q5_0
 struct BlockQ5_1 {
   uint16_t d_f16;
   uint16_t m_f16;
@@ -55,35 +55,14 @@ struct BlockQ5_1 {
 };
 static_assert(sizeof(BlockQ5_1) == 24);
 
-// q8_1 (activations for q4_1 / q5_1): x[i] = d * qs[i]; s = d * sum(qs) (fp16)
+// q8_1 (activations for q4_1 / q5_1): x[i] = d * qs[i]; s = fp16(d * sum(qs)), so that the
+// weights' offset m meets the activations' sum without another pass
 struct BlockQ8_1 {
   uint16_t d_f16;
   uint16_t s_f16;
   int8_t qs[32];
 };
 static_assert(sizeof(BlockQ8_1) == 36);
-
-// q2_K: 256 weights in 16 sub-blocks s of 16; w = d * (scales[s] & 15) * q - dmin * (scales[s] >> 4),
-// q 2-bit. Per half h (128 elements), element 128h + 32k + l (k < 4, l < 32) is bits 2k..2k+1
-// of qs[32h + l].
-struct BlockQ2_K {
-  uint8_t scales[16];
-  uint8_t qs[64];
-  uint16_t d_f16;
-  uint16_t dmin_f16;
-};
-static_assert(sizeof(BlockQ2_K) == 84);
-
-// q3_K: 256 weights in 16 sub-blocks s of 16; w = d * (sc[s] - 32) * (q - 4), q 3-bit: the low
-// 2 bits packed in qs as in q2_K, the high bit of element e is bit e / 32 of hmask[e % 32].
-// sc[s] 6-bit packed in `scales` (see q3_k_scale).
-struct BlockQ3_K {
-  uint8_t hmask[32];
-  uint8_t qs[64];
-  uint8_t scales[12];
-  uint16_t d_f16;
-};
-static_assert(sizeof(BlockQ3_K) == 110);
 
 // q4_K: 256 weights in 8 sub-blocks s of 32; w = d * sc[s] * q - dmin * m[s], q 4-bit, sc/m
 // 6-bit packed in `scales` (see q4_k_scale_min). qs[32c + l] holds element 64c + l in the
@@ -96,9 +75,31 @@ struct BlockQ4_K {
 };
 static_assert(sizeof(BlockQ4_K) == 144);
 
-// q5_K: 256 weights in 8 sub-blocks s of 32; w = d * sc[s] * q - dmin * m[s], q 5-bit: the low
-// 4 bits in qs as in q4_K, the high bit of element 64c + l (sub-block 2c, l < 32) is bit 2c of
-// qh[l], of element 64c + 32 + l (sub-block 2c + 1) bit 2c + 1. sc/m as in q4_K.
+// q2_K: 256 weights in 16 sub-blocks s of 16; w = d * (scales[s] & 15) * q - dmin * (scales[s] >> 4),
+// q 2-bit. Per half h (128 elements), shift j (0..3) and l < 32:
+//   element 128h + 32j + l: (qs[32h + l] >> 2j) & 3, sub-block 8h + 2j + l / 16
+struct BlockQ2_K {
+  uint8_t scales[16];
+  uint8_t qs[64];
+  uint16_t d_f16;
+  uint16_t dmin_f16;
+};
+static_assert(sizeof(BlockQ2_K) == 84);
+
+// q3_K: 256 weights in 16 sub-blocks s of 16; w = d * (sc[s] - 32) * q, q in [-4, 3]: the
+// low 2 bits as q2_K's (qs), minus 4 unless the high bit is set. Per half h, shift j, l < 32:
+//   element 128h + 32j + l: (qs[32h + l] >> 2j) & 3, high bit hmask[l] bit 4h + j
+// sc[s] 6-bit, packed in `scales` (see q3_k_scale).
+struct BlockQ3_K {
+  uint8_t hmask[32];
+  uint8_t qs[64];
+  uint8_t scales[12];
+  uint16_t d_f16;
+};
+static_assert(sizeof(BlockQ3_K) == 110);
+
+// q5_K: q4_K plus a fifth bit per weight: w = d * sc[s] * q - dmin * m[s], q = the q4_K
+// nibble | (qh[l] bit 2c for element 64c + l, bit 2c + 1 for element 64c + 32 + l) << 4.
 struct BlockQ5_K {
   uint16_t d_f16;
   uint16_t dmin_f16;
@@ -129,6 +130,95 @@ struct BlockQ8_K {
   int16_t bsums[16];
 };
 static_assert(sizeof(BlockQ8_K) == 292);
+
+// ---- i-quants ---------------------------------------------------------------------------
+// Layouts only; the grids and sign tables that give the weights their values are constants
+// of the format too, and live with the i-quant kernels.
+
+// iq4_nl: 32 weights per block; w[i] = d * kIq4nlValues[q[i]], q[i] 4-bit as in q4_0
+struct BlockIQ4_NL {
+  uint16_t d_f16;
+  uint8_t qs[16];
+};
+static_assert(sizeof(BlockIQ4_NL) == 18);
+
+// iq4_xs: 256 weights in 8 sub-blocks s of 32; w = d * (ls[s] - 32) * kIq4nlValues[q], ls 6-bit:
+// low 4 bits (scales_l[s / 2] >> 4 (s % 2)) & 15, high 2 bits (scales_h >> 2s) & 3.
+// qs[16s + l] holds element 32s + l (low nibble) and 32s + 16 + l (high nibble).
+struct BlockIQ4_XS {
+  uint16_t d_f16;
+  uint16_t scales_h;
+  uint8_t scales_l[4];
+  uint8_t qs[128];
+};
+static_assert(sizeof(BlockIQ4_XS) == 136);
+
+// The 16 values of the iq4_nl / iq4_xs non-linear grid (format constant, ggml-common.h's
+// kvalues_iq4nl).
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+
+// iq2_xxs: 256 weights in 8 groups of 32; per group 4 grid indices (8 bits each) and
+// 4 x 7 sign bits + a 4-bit scale in qs[4g .. 4g+3] (as two u32)
+struct BlockIQ2_XXS {
+  uint16_t d_f16;
+  uint16_t qs[32];
+};
+static_assert(sizeof(BlockIQ2_XXS) == 66);
+
+// iq2_xs: qs[i] = 9-bit grid index | 7 sign bits << 9; scales[g]: two 4-bit scales
+struct BlockIQ2_XS {
+  uint16_t d_f16;
+  uint16_t qs[32];
+  uint8_t scales[8];
+};
+static_assert(sizeof(BlockIQ2_XS) == 74);
+
+// iq2_s: 10-bit grid indices (qs low 8 bits, qh 2 high bits each), explicit signs in
+// qs[32..63], two 4-bit scales per group of 32
+struct BlockIQ2_S {
+  uint16_t d_f16;
+  uint8_t qs[64];
+  uint8_t qh[8];
+  uint8_t scales[8];
+};
+static_assert(sizeof(BlockIQ2_S) == 82);
+
+// iq3_xxs: 8-bit grid indices qs[0..63]; per group of 32, a u32 of 4 x 7 sign bits and a
+// 4-bit scale in qs[64 + 4g ..]
+struct BlockIQ3_XXS {
+  uint16_t d_f16;
+  uint8_t qs[96];
+};
+static_assert(sizeof(BlockIQ3_XXS) == 98);
+
+// iq3_s: 9-bit grid indices (qs low 8 bits, qh high bit), explicit signs, 4-bit scales
+struct BlockIQ3_S {
+  uint16_t d_f16;
+  uint8_t qs[64];
+  uint8_t qh[8];
+  uint8_t signs[32];
+  uint8_t scales[4];
+};
+static_assert(sizeof(BlockIQ3_S) == 110);
+
+// iq1_s: 11-bit grid indices (qs low 8 bits, 3 bits of qh each), per group of 32 a 3-bit
+// scale and the sign of a delta in qh's top bits
+struct BlockIQ1_S {
+  uint16_t d_f16;
+  uint8_t qs[32];
+  uint16_t qh[8];
+};
+static_assert(sizeof(BlockIQ1_S) == 50);
+
+// iq1_m: as iq1_s with per-8 delta signs in qh; 3-bit scales, and the block's fp16 scale
+// spread over the top nibbles of the four u16 of `scales`
+struct BlockIQ1_M {
+  uint8_t qs[32];
+  uint8_t qh[16];
+  uint8_t scales[8];
+};
+static_assert(sizeof(BlockIQ1_M) == 56);
 
 // The 6-bit scale and min of q4_K sub-block j (0..7) from the 12 packed bytes b:
 //   j < 4:  sc = b[j] & 63,                          m = b[j + 4] & 63

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "base/fp16.h"
@@ -14,6 +16,7 @@
 #include "kernels/kernels_test_util.h"
 #include "kernels/ops.h"
 #include "kernels/quant_blocks.h"
+#include "kernels/type_table.h"
 
 namespace lumen::kernels {
 namespace {
@@ -211,13 +214,73 @@ TEST(KernelsQuantize, Q8_KZeroBlock) {
   for (int j = 0; j < 16; ++j) EXPECT_EQ(b.bsums[j], 0);
 }
 
+// Every block struct matches the DType table's format facts: its size, and where its fp16
+// scale fields are (f16_offsets, which the tests and benchmarks use to make sane blocks).
+template <typename Block>
+void expect_block(DType dt, int f16_a, int f16_b) {
+  const DTypeInfo& info = dtype_info(dt);
+  EXPECT_EQ(sizeof(Block), info.block_bytes) << info.name;
+  EXPECT_EQ(info.f16_offsets[0], f16_a) << info.name;
+  EXPECT_EQ(info.f16_offsets[1], f16_b) << info.name;
+}
+
+TEST(KernelsTypes, BlockStructsMatchTheDTypeTable) {
+  expect_block<BlockQ4_0>(DType::kQ4_0, offsetof(BlockQ4_0, d_f16), -1);
+  expect_block<BlockQ4_1>(DType::kQ4_1, offsetof(BlockQ4_1, d_f16), offsetof(BlockQ4_1, m_f16));
+  expect_block<BlockQ5_0>(DType::kQ5_0, offsetof(BlockQ5_0, d_f16), -1);
+  expect_block<BlockQ5_1>(DType::kQ5_1, offsetof(BlockQ5_1, d_f16), offsetof(BlockQ5_1, m_f16));
+  expect_block<BlockQ8_0>(DType::kQ8_0, offsetof(BlockQ8_0, d_f16), -1);
+  expect_block<BlockQ8_1>(DType::kQ8_1, offsetof(BlockQ8_1, d_f16), offsetof(BlockQ8_1, s_f16));
+  expect_block<BlockQ2_K>(DType::kQ2_K, offsetof(BlockQ2_K, d_f16), offsetof(BlockQ2_K, dmin_f16));
+  expect_block<BlockQ3_K>(DType::kQ3_K, offsetof(BlockQ3_K, d_f16), -1);
+  expect_block<BlockQ4_K>(DType::kQ4_K, offsetof(BlockQ4_K, d_f16), offsetof(BlockQ4_K, dmin_f16));
+  expect_block<BlockQ5_K>(DType::kQ5_K, offsetof(BlockQ5_K, d_f16), offsetof(BlockQ5_K, dmin_f16));
+  expect_block<BlockQ6_K>(DType::kQ6_K, offsetof(BlockQ6_K, d_f16), -1);
+  expect_block<BlockQ8_K>(DType::kQ8_K, -1, -1);
+  expect_block<BlockIQ2_XXS>(DType::kIQ2_XXS, offsetof(BlockIQ2_XXS, d_f16), -1);
+  expect_block<BlockIQ2_XS>(DType::kIQ2_XS, offsetof(BlockIQ2_XS, d_f16), -1);
+  expect_block<BlockIQ2_S>(DType::kIQ2_S, offsetof(BlockIQ2_S, d_f16), -1);
+  expect_block<BlockIQ3_XXS>(DType::kIQ3_XXS, offsetof(BlockIQ3_XXS, d_f16), -1);
+  expect_block<BlockIQ3_S>(DType::kIQ3_S, offsetof(BlockIQ3_S, d_f16), -1);
+  expect_block<BlockIQ1_S>(DType::kIQ1_S, offsetof(BlockIQ1_S, d_f16), -1);
+  expect_block<BlockIQ1_M>(DType::kIQ1_M, -1, -1);
+  expect_block<BlockIQ4_NL>(DType::kIQ4_NL, offsetof(BlockIQ4_NL, d_f16), -1);
+  expect_block<BlockIQ4_XS>(DType::kIQ4_XS, offsetof(BlockIQ4_XS, d_f16), -1);
+}
+
+// The rows are consistent: a multipliable type can be read and its activation type has a
+// quantizer; every table has a matmul entry exactly for the multipliable rows; the support
+// list in error messages comes from the rows.
+TEST(KernelsTypes, TableIsDerivedFromTheRows) {
+  for (const TypeRow& r : type_rows()) {
+    SCOPED_TRACE(std::string(dtype_name(r.dtype)));
+    if (!row_can_multiply(r)) continue;
+    EXPECT_NE(r.dequantize, nullptr);
+    EXPECT_NE(r.matmul.gemm, nullptr);
+    EXPECT_EQ(dtype_info(r.dtype).block_size % dtype_info(r.act_dtype).block_size, 0u);
+    if (r.act_dtype != DType::kF32) {
+      EXPECT_NE(find_type_row(r.act_dtype)->as_act.scalar, nullptr);
+    }
+  }
+  for (const KernelTable* t : available_kernel_tables()) {
+    for (size_t i = 0; i < kDTypeIdLimit; ++i) {
+      const TypeRow* r = find_dtype_info(static_cast<uint32_t>(i)) ? find_type_row(static_cast<DType>(i)) : nullptr;
+      EXPECT_EQ(t->mm[i].vec_dot != nullptr, r != nullptr && row_can_multiply(*r)) << t->name << " id " << i;
+    }
+  }
+  const std::string names = type_names(&row_can_multiply);
+  EXPECT_NE(names.find("q4_K"), std::string::npos) << names;
+  EXPECT_EQ(names.find("q8_K"), std::string::npos) << names;  // an activation type only
+  EXPECT_TRUE(can_dequantize(DType::kQ5_K));
+  EXPECT_FALSE(can_dequantize(DType::kI32));
+}
+
 // vec_dot(w, quantize(x)) against a double dot of the dequantized operands: the only
 // differences are f32 scale products and f32 accumulation over blocks.
 TEST(KernelsVecDot, MatchesDequantizedDoubleReference) {
   std::mt19937 rng(3);
   const KernelTable& table = reference_kernel_table();
-  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                   DType::kQ4_K, DType::kQ6_K}) {
+  for (DType dt : testing::matmul_types()) {
     const MatmulKernels* mk = find_matmul_kernels(table, dt);
     ASSERT_NE(mk, nullptr);
     for (int64_t n : {256, 768, 4096}) {

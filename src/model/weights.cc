@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "kernels/ops.h"
+#include "kernels/type_table.h"
 
 namespace lumen::model {
 namespace {
@@ -37,7 +38,7 @@ class Binder {
                    shape_str({n_in, n_out}));
     if (!kernels::matmul_supports(v.dtype))
       return error("model: tensor '" + name + "' has type " + std::string(dtype_name(v.dtype)) +
-                   ", which lumen cannot multiply with (supported: f32, f16, bf16, q8_0, q4_0, q4_K, q6_K)");
+                   ", which lumen cannot multiply with (supported: " + kernels::matmul_type_names() + ")");
     return v;
   }
 
@@ -77,10 +78,10 @@ Result<ModelWeights> bind_weights(const gguf::ModelFile& f, const HParams& hp) {
   {
     const gguf::TensorInfo* t = f.find_tensor("token_embd.weight");
     if (!t) return error("model: tensor 'token_embd.weight' is missing");
-    if (t->view.dtype != DType::kF32 && t->view.dtype != DType::kF16 &&
-        t->view.dtype != DType::kBF16 && !kernels::matmul_supports(t->view.dtype))
-      return error("model: tensor 'token_embd.weight' has unsupported type " +
-                   std::string(dtype_name(t->view.dtype)));
+    if (!kernels::can_dequantize(t->view.dtype))
+      return error("model: tensor 'token_embd.weight' has type " + std::string(dtype_name(t->view.dtype)) +
+                   ", which lumen cannot read (supported: " + kernels::type_names(&kernels::row_can_dequantize) +
+                   ")");
     w.tok_embd = t->view;
   }
   const int64_t e = hp.n_embd, q = hp.n_q_dim(), kv = hp.n_kv_dim();
@@ -106,7 +107,8 @@ Result<ModelWeights> bind_weights(const gguf::ModelFile& f, const HParams& hp) {
   if (hp.tied_output) {
     if (!kernels::matmul_supports(w.tok_embd.dtype))
       return error("model: tied output uses token_embd.weight of type " +
-                   std::string(dtype_name(w.tok_embd.dtype)) + ", which lumen cannot multiply with");
+                   std::string(dtype_name(w.tok_embd.dtype)) + ", which lumen cannot multiply with (supported: " +
+                   kernels::matmul_type_names() + ")");
     w.output = w.tok_embd;
   } else {
     LUMEN_ASSIGN_OR_RETURN(w.output, b.matrix("output.weight", e, hp.n_vocab));

@@ -9,27 +9,46 @@ namespace lumen {
 namespace {
 
 constexpr DTypeInfo kTable[] = {
-    {DType::kF32, "f32", 1, 4, false, true},
-    {DType::kF16, "f16", 1, 2, false, true},
-    {DType::kQ4_0, "q4_0", 32, 18, true, true},
-    {DType::kQ4_1, "q4_1", 32, 20, true, false},
-    {DType::kQ5_0, "q5_0", 32, 22, true, false},
-    {DType::kQ5_1, "q5_1", 32, 24, true, false},
-    {DType::kQ8_0, "q8_0", 32, 34, true, true},
-    {DType::kQ8_1, "q8_1", 32, 36, true, false},
-    {DType::kQ2_K, "q2_K", 256, 84, true, false},
-    {DType::kQ3_K, "q3_K", 256, 110, true, false},
-    {DType::kQ4_K, "q4_K", 256, 144, true, true},
-    {DType::kQ5_K, "q5_K", 256, 176, true, false},
-    {DType::kQ6_K, "q6_K", 256, 210, true, true},
-    {DType::kQ8_K, "q8_K", 256, 292, true, false},
-    {DType::kI8, "i8", 1, 1, false, false},
-    {DType::kI16, "i16", 1, 2, false, false},
-    {DType::kI32, "i32", 1, 4, false, false},
-    {DType::kI64, "i64", 1, 8, false, false},
-    {DType::kF64, "f64", 1, 8, false, false},
-    {DType::kBF16, "bf16", 1, 2, false, true},
+    // dtype          name       block bytes quantized fp16 fields (block offsets)
+    {DType::kF32, "f32", 1, 4, false, {-1, -1}},
+    {DType::kF16, "f16", 1, 2, false, {-1, -1}},
+    {DType::kQ4_0, "q4_0", 32, 18, true, {0, -1}},
+    {DType::kQ4_1, "q4_1", 32, 20, true, {0, 2}},
+    {DType::kQ5_0, "q5_0", 32, 22, true, {0, -1}},
+    {DType::kQ5_1, "q5_1", 32, 24, true, {0, 2}},
+    {DType::kQ8_0, "q8_0", 32, 34, true, {0, -1}},
+    {DType::kQ8_1, "q8_1", 32, 36, true, {0, 2}},
+    {DType::kQ2_K, "q2_K", 256, 84, true, {80, 82}},
+    {DType::kQ3_K, "q3_K", 256, 110, true, {108, -1}},
+    {DType::kQ4_K, "q4_K", 256, 144, true, {0, 2}},
+    {DType::kQ5_K, "q5_K", 256, 176, true, {0, 2}},
+    {DType::kQ6_K, "q6_K", 256, 210, true, {208, -1}},
+    {DType::kQ8_K, "q8_K", 256, 292, true, {-1, -1}},  // d is an f32
+    {DType::kIQ2_XXS, "iq2_xxs", 256, 66, true, {0, -1}},
+    {DType::kIQ2_XS, "iq2_xs", 256, 74, true, {0, -1}},
+    {DType::kIQ3_XXS, "iq3_xxs", 256, 98, true, {0, -1}},
+    {DType::kIQ1_S, "iq1_s", 256, 50, true, {0, -1}},
+    {DType::kIQ4_NL, "iq4_nl", 32, 18, true, {0, -1}},
+    {DType::kIQ3_S, "iq3_s", 256, 110, true, {0, -1}},
+    {DType::kIQ2_S, "iq2_s", 256, 82, true, {0, -1}},
+    {DType::kIQ4_XS, "iq4_xs", 256, 136, true, {0, -1}},
+    {DType::kI8, "i8", 1, 1, false, {-1, -1}},
+    {DType::kI16, "i16", 1, 2, false, {-1, -1}},
+    {DType::kI32, "i32", 1, 4, false, {-1, -1}},
+    {DType::kI64, "i64", 1, 8, false, {-1, -1}},
+    {DType::kF64, "f64", 1, 8, false, {-1, -1}},
+    {DType::kIQ1_M, "iq1_m", 256, 56, true, {-1, -1}},
+    {DType::kBF16, "bf16", 1, 2, false, {-1, -1}},
+    {DType::kTQ1_0, "tq1_0", 256, 54, true, {52, -1}},
+    {DType::kTQ2_0, "tq2_0", 256, 66, true, {64, -1}},
 };
+
+constexpr bool ids_below_limit() {
+  for (const DTypeInfo& info : kTable)
+    if (static_cast<size_t>(info.dtype) >= kDTypeIdLimit) return false;
+  return true;
+}
+static_assert(ids_below_limit(), "kDTypeIdLimit must exceed every type id");
 
 }  // namespace
 

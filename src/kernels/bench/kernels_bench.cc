@@ -5,6 +5,7 @@
 // e.g. build/lumen_kernels_bench --benchmark_filter=Matmul
 #include <benchmark/benchmark.h>
 
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -24,19 +25,10 @@ std::vector<std::byte> random_weight_bytes(DType dt, int64_t n_rows, int64_t n) 
   // Sane fp16 scales so nothing is inf/nan.
   const DTypeInfo& info = dtype_info(dt);
   const size_t n_blocks = w.size() / info.block_bytes;
-  for (size_t i = 0; i < n_blocks; ++i) {
-    std::byte* b = w.data() + i * info.block_bytes;
-    const uint16_t d = f32_to_fp16(0.01f);
-    switch (dt) {
-      case DType::kQ8_0: reinterpret_cast<BlockQ8_0*>(b)->d_f16 = d; break;
-      case DType::kQ4_0: reinterpret_cast<BlockQ4_0*>(b)->d_f16 = d; break;
-      case DType::kQ4_K: reinterpret_cast<BlockQ4_K*>(b)->d_f16 = d; reinterpret_cast<BlockQ4_K*>(b)->dmin_f16 = d; break;
-      case DType::kQ6_K: reinterpret_cast<BlockQ6_K*>(b)->d_f16 = d; break;
-      case DType::kF16: for (int k = 0; k < 1; ++k) reinterpret_cast<uint16_t*>(b)[0] = d; break;
-      case DType::kF32: reinterpret_cast<float*>(b)[0] = 0.01f; break;
-      default: break;
-    }
-  }
+  const uint16_t d = f32_to_fp16(0.01f);
+  for (size_t i = 0; i < n_blocks; ++i)
+    for (int16_t off : info.f16_offsets)
+      if (off >= 0) std::memcpy(w.data() + i * info.block_bytes + off, &d, 2);
   if (dt == DType::kF16) for (size_t i = 0; i < w.size() / 2; ++i) reinterpret_cast<uint16_t*>(w.data())[i] = f32_to_fp16(0.01f * (i % 7));
   if (dt == DType::kF32) for (size_t i = 0; i < w.size() / 4; ++i) reinterpret_cast<float*>(w.data())[i] = 0.01f * (i % 7);
   return w;

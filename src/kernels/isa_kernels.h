@@ -1,0 +1,36 @@
+// The per-ISA entries of the type table's rows (type_table.cc): MatmulFillFn and
+// QuantizeRowFn functions, each defined in its ISA's translation unit and compiled with that
+// ISA's flags. The type table calls them only when cpu_features() reports the ISA.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/kernel_table.h"
+
+namespace lumen::kernels {
+
+// kernels_avx2.cc (AVX2 + FMA + F16C)
+void mm_f32_avx2(MatmulKernels& mk);
+void mm_f16_avx2(MatmulKernels& mk);
+void mm_bf16_avx2(MatmulKernels& mk);
+void mm_q8_0_avx2(MatmulKernels& mk);
+void mm_q4_0_avx2(MatmulKernels& mk);
+void mm_q4_k_avx2(MatmulKernels& mk);
+void mm_q6_k_avx2(MatmulKernels& mk);
+void quantize_row_q8_0_avx2(const float* x, std::byte* y, int64_t n);
+void quantize_row_f16_avx2(const float* x, std::byte* y, int64_t n);
+
+// matmul_avx512.cc (AVX-512 VNNI): decode groups over the GGUF layout, prefill panels
+void mm_q8_0_avx512(MatmulKernels& mk);
+void mm_q4_0_avx512(MatmulKernels& mk);
+void mm_q4_k_avx512(MatmulKernels& mk);
+void mm_q6_k_avx512(MatmulKernels& mk);
+
+// matmul_interleaved_avx512.cc (AVX-512 VNNI): the interleaved decode layouts
+void mm_q8_0_avx512_interleaved(MatmulKernels& mk);
+void mm_q4_0_avx512_interleaved(MatmulKernels& mk);
+void mm_q4_k_avx512_interleaved(MatmulKernels& mk);
+void mm_q6_k_avx512_interleaved(MatmulKernels& mk);
+
+}  // namespace lumen::kernels
