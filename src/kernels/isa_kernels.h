@@ -18,6 +18,12 @@ void mm_q8_0_avx2(MatmulKernels& mk);
 void mm_q4_0_avx2(MatmulKernels& mk);
 void mm_q4_k_avx2(MatmulKernels& mk);
 void mm_q6_k_avx2(MatmulKernels& mk);
+void mm_q4_1_avx2(MatmulKernels& mk);
+void mm_q5_0_avx2(MatmulKernels& mk);
+void mm_q5_1_avx2(MatmulKernels& mk);
+void mm_q2_k_avx2(MatmulKernels& mk);
+void mm_q3_k_avx2(MatmulKernels& mk);
+void mm_q5_k_avx2(MatmulKernels& mk);
 void quantize_row_q8_0_avx2(const float* x, std::byte* y, int64_t n);
 void quantize_row_f16_avx2(const float* x, std::byte* y, int64_t n);
 

@@ -7,7 +7,7 @@
 //
 // Numerics against the scalar reference (kernels_ref.cc):
 //   quantize_row_q8_0          bit-exact
-//   q8_0/q4_0/q4_K/q6_K dots   integer products exact; f32 accumulation in 8 lanes (each
+//   quantized dots             integer products exact; f32 accumulation in 8 lanes (each
 //                              lane sums its share of every block, as ggml's AVX2 kernels)
 //   f32/f16/bf16 dots          4 x 8 f32 lanes with FMA instead of a double sum
 //   rms_norm                   double sum of squares in 4 lanes; then bit-exact
@@ -179,8 +179,71 @@ struct UnpackQ4_0 {  // signed q - 8 in [-8, 7]
     return _mm256_sub_epi8(unpack_q4_0(b.qs), _mm256_set1_epi8(8));
   }
 };
+// The 32 bits of the little-endian u32 at p as 32 bytes: byte i = 0xff if bit i is set.
+__m256i bytes_from_bits(const uint8_t* p) {
+  uint32_t bits;
+  std::memcpy(&bits, p, 4);
+  // Byte i takes source byte i / 8 (both 128-bit lanes hold the broadcast u32), then tests
+  // bit i % 8 of it.
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int32_t>(bits)),
+      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m256i sel = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, sel), sel);
+}
+
+// The 5-bit quants of a q5_0 / q5_1 block as unsigned bytes 0..31 (element order).
+template <typename Block>
+__m256i unpack_q5(const Block& b) {
+  return _mm256_or_si256(unpack_q4_0(b.qs), _mm256_and_si256(bytes_from_bits(b.qh), _mm256_set1_epi8(16)));
+}
+
+struct UnpackQ5_0 {  // signed q - 16 in [-16, 15]
+  using Block = BlockQ5_0;
+  static __m256i quants(const BlockQ5_0& b) { return _mm256_sub_epi8(unpack_q5(b), _mm256_set1_epi8(16)); }
+};
+
 using Q8_0Kernel = Q8_0StyleKernel<UnpackQ8_0>;
 using Q4_0Kernel = Q8_0StyleKernel<UnpackQ4_0>;
+using Q5_0Kernel = Q8_0StyleKernel<UnpackQ5_0>;
+
+// q4_1 / q5_1 against q8_1 (see ref::vec_dot_q4_1_q8_1): the quants go in unsigned
+// (maddubs), (d_w * d_x) * sumi accumulates in 8 lanes, m * s_x in a scalar as the reference.
+template <typename Block, bool kFiveBit>
+struct Q_1Kernel {
+  template <int NC>
+  static void cols(int64_t n, const std::byte* w, const std::byte* x, size_t xs, float* out) {
+    const auto* bw = reinterpret_cast<const Block*>(w);
+    __m256 acc[NC];
+    float acc_m[NC];
+    #pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) {
+      acc[c] = _mm256_setzero_ps();
+      acc_m[c] = 0.0f;
+    }
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t ib = 0; ib < n / kQk; ++ib) {
+      __m256i q;
+      if constexpr (kFiveBit) {
+        q = unpack_q5(bw[ib]);
+      } else {
+        q = unpack_q4_0(bw[ib].qs);
+      }
+      const float dw = f16(bw[ib].d_f16), mw = f16(bw[ib].m_f16);
+      #pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c) {
+        const BlockQ8_1& bx = reinterpret_cast<const BlockQ8_1*>(x + c * xs)[ib];
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, load256(bx.qs)), ones);
+        acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16(bx.d_f16)), _mm256_cvtepi32_ps(p), acc[c]);
+        acc_m[c] += mw * f16(bx.s_f16);
+      }
+    }
+    #pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) out[c] = hsum(acc[c]) + acc_m[c];
+  }
+};
+using Q4_1Kernel = Q_1Kernel<BlockQ4_1, false>;
+using Q5_1Kernel = Q_1Kernel<BlockQ5_1, true>;
 
 struct Q4_KKernel {
   template <int NC>
@@ -221,6 +284,153 @@ struct Q4_KKernel {
       for (int c = 0; c < NC; ++c) {
         const BlockQ8_K& bx = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib];
         // Sub-block sums of the activations from bsums (pairs of 16 -> 8 sums of 32).
+        const __m128i q8s = _mm_hadd_epi16(load128(bx.bsums), load128(bx.bsums + 8));
+        const __m128i prod = _mm_madd_epi16(mins, q8s);
+        acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(-bx.d * dminw), _mm_cvtepi32_ps(prod), acc_m[c]);
+        acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(bx.d * dw), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+      }
+    }
+    #pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) out[c] = hsum(acc[c]) + hsum128(acc_m[c]);
+  }
+};
+
+// The int16 pair (scale of sub-block s in the low 128-bit lane, of s + 1 in the high one)
+// that meets maddubs results over 32 elements = sub-blocks s, s + 1 of 16.
+__m256i scale_pair16(int a, int b) { return _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(b)), _mm_set1_epi16(static_cast<int16_t>(a))); }
+
+// q2_K: per half h and shift j, 32 two-bit quants = sub-blocks 8h + 2j, 8h + 2j + 1 (unsigned,
+// maddubs); the mins' term from bsums; floats as ref::vec_dot_q2_k_q8_k with lanes.
+struct Q2_KKernel {
+  template <int NC>
+  static void cols(int64_t n, const std::byte* w, const std::byte* x, size_t xs, float* out) {
+    const auto* bw = reinterpret_cast<const BlockQ2_K*>(w);
+    const __m256i m3 = _mm256_set1_epi8(3);
+    __m256 acc[NC], acc_m[NC];
+    #pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) acc[c] = acc_m[c] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / kQkK; ++ib) {
+      const BlockQ2_K& b = bw[ib];
+      const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(load128(b.scales), 4), _mm_set1_epi8(15)));
+      __m256i sumi[NC];
+      #pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c) sumi[c] = _mm256_setzero_si256();
+      for (int h = 0; h < 2; ++h) {
+        const __m256i qv = load256(b.qs + 32 * h);
+        for (int j = 0; j < 4; ++j) {
+          const int s = 8 * h + 2 * j;
+          const __m256i q2 = _mm256_and_si256(_mm256_srli_epi16(qv, 2 * j), m3);
+          const __m256i sv = scale_pair16(b.scales[s] & 15, b.scales[s + 1] & 15);
+          #pragma GCC unroll 8
+          for (int c = 0; c < NC; ++c) {
+            const int8_t* q8 = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib].qs + 16 * s;
+            sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(sv, _mm256_maddubs_epi16(q2, load256(q8))));
+          }
+        }
+      }
+      const float dw = f16(b.d_f16), dminw = f16(b.dmin_f16);
+      #pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c) {
+        const BlockQ8_K& bx = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib];
+        const __m256i prod = _mm256_madd_epi16(load256(bx.bsums), mins16);
+        acc_m[c] = _mm256_fmadd_ps(_mm256_set1_ps(-bx.d * dminw), _mm256_cvtepi32_ps(prod), acc_m[c]);
+        acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(bx.d * dw), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+      }
+    }
+    #pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) out[c] = hsum(acc[c]) + hsum(acc_m[c]);
+  }
+};
+
+// q3_K: q = u - 4 with u = low 2 bits + (high bit ? 4 : 0) in 0..7 (unsigned, maddubs);
+// sum (sc - 32) (u - 4) q8 = sum (sc - 32) u q8 - 4 sum (sc - 32) bsums.
+struct Q3_KKernel {
+  template <int NC>
+  static void cols(int64_t n, const std::byte* w, const std::byte* x, size_t xs, float* out) {
+    const auto* bw = reinterpret_cast<const BlockQ3_K*>(w);
+    const __m256i m3 = _mm256_set1_epi8(3);
+    __m256 acc[NC];
+    #pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / kQkK; ++ib) {
+      const BlockQ3_K& b = bw[ib];
+      alignas(32) int16_t sc[16];
+      for (int i = 0; i < 16; ++i) sc[i] = static_cast<int16_t>(q3_k_scale(b.scales, i) - 32);
+      const __m256i scales16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(sc));
+      const __m256i hm = load256(b.hmask);
+      __m256i sumi[NC];
+      #pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c) sumi[c] = _mm256_setzero_si256();
+      for (int h = 0; h < 2; ++h) {
+        const __m256i qv = load256(b.qs + 32 * h);
+        for (int j = 0; j < 4; ++j) {
+          const int s = 8 * h + 2 * j;
+          const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << (4 * h + j)));
+          const __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), _mm256_set1_epi8(4));
+          const __m256i u = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qv, 2 * j), m3), high);
+          const __m256i sv = scale_pair16(sc[s], sc[s + 1]);
+          #pragma GCC unroll 8
+          for (int c = 0; c < NC; ++c) {
+            const int8_t* q8 = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib].qs + 16 * s;
+            sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(sv, _mm256_maddubs_epi16(u, load256(q8))));
+          }
+        }
+      }
+      const float dw = f16(b.d_f16);
+      #pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c) {
+        const BlockQ8_K& bx = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib];
+        const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(load256(bx.bsums), scales16), 2);
+        acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(bx.d * dw), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[c], offset)), acc[c]);
+      }
+    }
+    #pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) out[c] = hsum(acc[c]);
+  }
+};
+
+// q5_K: Q4_KKernel with the fifth bit of each quant from qh.
+struct Q5_KKernel {
+  template <int NC>
+  static void cols(int64_t n, const std::byte* w, const std::byte* x, size_t xs, float* out) {
+    const auto* bw = reinterpret_cast<const BlockQ5_K*>(w);
+    const __m256i m4 = _mm256_set1_epi8(15), m1 = _mm256_set1_epi8(1);
+    __m256 acc[NC];
+    __m128 acc_m[NC];
+    #pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) {
+      acc[c] = _mm256_setzero_ps();
+      acc_m[c] = _mm_setzero_ps();
+    }
+    for (int64_t ib = 0; ib < n / kQkK; ++ib) {
+      const BlockQ5_K& b = bw[ib];
+      uint8_t sc[8], mn[8];
+      unpack_q4_k_scales(b.scales, sc, mn);
+      const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn)));
+      const __m256i qh = load256(b.qh);
+      __m256i sumi[NC];
+      #pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c) sumi[c] = _mm256_setzero_si256();
+      for (int j = 0; j < 4; ++j) {
+        const __m256i q4 = load256(b.qs + 32 * j);
+        const __m256i hl = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), m1), 4);
+        const __m256i hh = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), m1), 4);
+        const __m256i q5l = _mm256_or_si256(_mm256_and_si256(q4, m4), hl);
+        const __m256i q5h = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4, 4), m4), hh);
+        const __m256i scl = _mm256_set1_epi16(sc[2 * j]);
+        const __m256i sch = _mm256_set1_epi16(sc[2 * j + 1]);
+        #pragma GCC unroll 8
+        for (int c = 0; c < NC; ++c) {
+          const int8_t* q8 = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib].qs + 64 * j;
+          const __m256i pl = _mm256_madd_epi16(scl, _mm256_maddubs_epi16(q5l, load256(q8)));
+          const __m256i ph = _mm256_madd_epi16(sch, _mm256_maddubs_epi16(q5h, load256(q8 + 32)));
+          sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(pl, ph));
+        }
+      }
+      const float dw = f16(b.d_f16), dminw = f16(b.dmin_f16);
+      #pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c) {
+        const BlockQ8_K& bx = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib];
         const __m128i q8s = _mm_hadd_epi16(load128(bx.bsums), load128(bx.bsums + 8));
         const __m128i prod = _mm_madd_epi16(mins, q8s);
         acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(-bx.d * dminw), _mm_cvtepi32_ps(prod), acc_m[c]);
@@ -608,6 +818,12 @@ void mm_q8_0_avx2(MatmulKernels& mk) { set_cols<Q8_0Kernel>(mk); }
 void mm_q4_0_avx2(MatmulKernels& mk) { set_cols<Q4_0Kernel>(mk); }
 void mm_q4_k_avx2(MatmulKernels& mk) { set_cols<Q4_KKernel>(mk); }
 void mm_q6_k_avx2(MatmulKernels& mk) { set_cols<Q6_KKernel>(mk); }
+void mm_q4_1_avx2(MatmulKernels& mk) { set_cols<Q4_1Kernel>(mk); }
+void mm_q5_0_avx2(MatmulKernels& mk) { set_cols<Q5_0Kernel>(mk); }
+void mm_q5_1_avx2(MatmulKernels& mk) { set_cols<Q5_1Kernel>(mk); }
+void mm_q2_k_avx2(MatmulKernels& mk) { set_cols<Q2_KKernel>(mk); }
+void mm_q3_k_avx2(MatmulKernels& mk) { set_cols<Q3_KKernel>(mk); }
+void mm_q5_k_avx2(MatmulKernels& mk) { set_cols<Q5_KKernel>(mk); }
 void quantize_row_q8_0_avx2(const float* x, std::byte* y, int64_t n) { quantize_row_q8_0(x, y, n); }
 void quantize_row_f16_avx2(const float* x, std::byte* y, int64_t n) { quantize_row_f16(x, y, n); }
 

@@ -433,6 +433,147 @@ float vec_dot_q4_0_q8_0(int64_t n, const std::byte* w, const std::byte* x) {
   return sumf;
 }
 
+// q4_1 / q5_1 against q8_1: w = d_w * q + m and x = d_x * q8, so per block
+//   sum w x = (d_w * d_x) * sum q q8 + m * (d_x * sum q8) = (d_w * d_x) * sumi + m * s_x
+// with s_x the activation block's stored sum. As ggml's AVX2 kernels: the first terms
+// accumulate in acc, the m * s_x terms in acc_m, and the result is acc + acc_m.
+template <typename Block, bool kFiveBit>
+float vec_dot_q_1_q8_1(int64_t n, const std::byte* w, const std::byte* x) {
+  const Block* bw = blocks<Block>(w);
+  const BlockQ8_1* bx = blocks<BlockQ8_1>(x);
+  float acc = 0.0f, acc_m = 0.0f;
+  for (int64_t ib = 0; ib < n / kQk; ++ib) {
+    int q[kQk];
+    if constexpr (kFiveBit) {
+      q5_quants(bw[ib], q);
+    } else {
+      for (int i = 0; i < kQk / 2; ++i) {
+        q[i] = bw[ib].qs[i] & 15;
+        q[i + kQk / 2] = bw[ib].qs[i] >> 4;
+      }
+    }
+    int32_t sumi = 0;
+    for (int i = 0; i < kQk; ++i) sumi += q[i] * bx[ib].qs[i];
+    acc += (fp16_to_f32(bw[ib].d_f16) * fp16_to_f32(bx[ib].d_f16)) * static_cast<float>(sumi);
+    acc_m += fp16_to_f32(bw[ib].m_f16) * fp16_to_f32(bx[ib].s_f16);
+  }
+  return acc + acc_m;
+}
+
+float vec_dot_q4_1_q8_1(int64_t n, const std::byte* w, const std::byte* x) {
+  return vec_dot_q_1_q8_1<BlockQ4_1, false>(n, w, x);
+}
+float vec_dot_q5_1_q8_1(int64_t n, const std::byte* w, const std::byte* x) {
+  return vec_dot_q_1_q8_1<BlockQ5_1, true>(n, w, x);
+}
+
+// As q4_0: sumf += (float)sumi * (d_w * d_x), sumi = sum (q - 16) q8 exact.
+float vec_dot_q5_0_q8_0(int64_t n, const std::byte* w, const std::byte* x) {
+  const BlockQ5_0* bw = blocks<BlockQ5_0>(w);
+  const BlockQ8_0* bx = blocks<BlockQ8_0>(x);
+  float sumf = 0.0f;
+  for (int64_t ib = 0; ib < n / kQk; ++ib) {
+    int q[kQk];
+    q5_quants(bw[ib], q);
+    int32_t sumi = 0;
+    for (int i = 0; i < kQk; ++i) sumi += (q[i] - 16) * bx[ib].qs[i];
+    sumf += static_cast<float>(sumi) * (fp16_to_f32(bw[ib].d_f16) * fp16_to_f32(bx[ib].d_f16));
+  }
+  return sumf;
+}
+
+// The K formats with a min (q2_K, q4_K, q5_K), per super-block: sumi = sum_s sc[s] * (q . q8
+// over sub-block s) and summ = sum_s m[s] * (sum of q8 over sub-block s, from bsums), both
+// exact integers; then as ggml's AVX2 kernels: acc += (d_x * d) * sumi,
+// acc_m += (-d_x * dmin) * summ, and the result is acc + acc_m.
+struct KMinAcc {
+  float acc = 0.0f, acc_m = 0.0f;
+  void add(const BlockQ8_K& bx, uint16_t d_f16, uint16_t dmin_f16, int32_t sumi, int32_t summ) {
+    const float d = bx.d * fp16_to_f32(d_f16);
+    const float dmin = -bx.d * fp16_to_f32(dmin_f16);
+    acc += d * static_cast<float>(sumi);
+    acc_m += dmin * static_cast<float>(summ);
+  }
+  float result() const { return acc + acc_m; }
+};
+
+// q2_K: 16 sub-blocks of 16, sc = scales & 15, m = scales >> 4.
+float vec_dot_q2_k_q8_k(int64_t n, const std::byte* w, const std::byte* x) {
+  const BlockQ2_K* bw = blocks<BlockQ2_K>(w);
+  const BlockQ8_K* bx = blocks<BlockQ8_K>(x);
+  KMinAcc a;
+  for (int64_t ib = 0; ib < n / kQkK; ++ib) {
+    int32_t summ = 0;
+    for (int s = 0; s < 16; ++s) summ += bx[ib].bsums[s] * (bw[ib].scales[s] >> 4);
+    int32_t sumi = 0;
+    const int8_t* q8 = bx[ib].qs;
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* q = bw[ib].qs + 32 * h;
+      for (int j = 0; j < 4; ++j, q8 += 32) {
+        for (int part = 0; part < 2; ++part) {
+          int32_t sub = 0;
+          for (int l = 16 * part; l < 16 * part + 16; ++l) sub += ((q[l] >> (2 * j)) & 3) * q8[l];
+          sumi += (bw[ib].scales[8 * h + 2 * j + part] & 15) * sub;
+        }
+      }
+    }
+    a.add(bx[ib], bw[ib].d_f16, bw[ib].dmin_f16, sumi, summ);
+  }
+  return a.result();
+}
+
+// q3_K: sumi = sum_s (sc[s] - 32) * (q . q8 over sub-block s), q in [-4, 3]; acc += (d_x * d) * sumi.
+float vec_dot_q3_k_q8_k(int64_t n, const std::byte* w, const std::byte* x) {
+  const BlockQ3_K* bw = blocks<BlockQ3_K>(w);
+  const BlockQ8_K* bx = blocks<BlockQ8_K>(x);
+  float acc = 0.0f;
+  for (int64_t ib = 0; ib < n / kQkK; ++ib) {
+    int32_t sumi = 0;
+    const int8_t* q8 = bx[ib].qs;
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* q = bw[ib].qs + 32 * h;
+      for (int j = 0; j < 4; ++j, q8 += 32) {
+        const int bit = 1 << (4 * h + j);
+        for (int part = 0; part < 2; ++part) {
+          int32_t sub = 0;
+          for (int l = 16 * part; l < 16 * part + 16; ++l)
+            sub += (((q[l] >> (2 * j)) & 3) - ((bw[ib].hmask[l] & bit) ? 0 : 4)) * q8[l];
+          sumi += (q3_k_scale(bw[ib].scales, 8 * h + 2 * j + part) - 32) * sub;
+        }
+      }
+    }
+    acc += (bx[ib].d * fp16_to_f32(bw[ib].d_f16)) * static_cast<float>(sumi);
+  }
+  return acc;
+}
+
+// q5_K: q4_K's sums with 5-bit quants.
+float vec_dot_q5_k_q8_k(int64_t n, const std::byte* w, const std::byte* x) {
+  const BlockQ5_K* bw = blocks<BlockQ5_K>(w);
+  const BlockQ8_K* bx = blocks<BlockQ8_K>(x);
+  KMinAcc a;
+  for (int64_t ib = 0; ib < n / kQkK; ++ib) {
+    uint8_t sc[8], m[8];
+    for (int j = 0; j < 8; ++j) q4_k_scale_min(bw[ib].scales, j, &sc[j], &m[j]);
+    int32_t summ = 0;
+    for (int j = 0; j < 16; ++j) summ += bx[ib].bsums[j] * m[j / 2];
+    int32_t sumi = 0;
+    const uint8_t* q = bw[ib].qs;
+    const uint8_t* qh = bw[ib].qh;
+    const int8_t* q8 = bx[ib].qs;
+    for (int c = 0; c < 4; ++c, q += 32, q8 += 64) {
+      int32_t lo = 0, hi = 0;
+      for (int l = 0; l < 32; ++l) {
+        lo += ((q[l] & 15) | (((qh[l] >> (2 * c)) & 1) << 4)) * q8[l];
+        hi += ((q[l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4)) * q8[l + 32];
+      }
+      sumi += sc[2 * c] * lo + sc[2 * c + 1] * hi;
+    }
+    a.add(bx[ib], bw[ib].d_f16, bw[ib].dmin_f16, sumi, summ);
+  }
+  return a.result();
+}
+
 // Per super-block: sumi = sum_s sc[s] * (q4 . q8 over sub-block s) and
 // summ = sum_s m[s] * (sum of q8 over sub-block s, from bsums), both exact integers; then
 // as ggml's AVX2 kernel: acc += (d_x * d) * sumi, acc_m += (-d_x * dmin) * summ, and the
@@ -440,7 +581,7 @@ float vec_dot_q4_0_q8_0(int64_t n, const std::byte* w, const std::byte* x) {
 float vec_dot_q4_k_q8_k(int64_t n, const std::byte* w, const std::byte* x) {
   const BlockQ4_K* bw = blocks<BlockQ4_K>(w);
   const BlockQ8_K* bx = blocks<BlockQ8_K>(x);
-  float acc = 0.0f, acc_m = 0.0f;
+  KMinAcc a;
   for (int64_t ib = 0; ib < n / kQkK; ++ib) {
     int32_t sc[8], m[8];
     q4_k_scales_mins(bw[ib], sc, m);
@@ -457,12 +598,9 @@ float vec_dot_q4_k_q8_k(int64_t n, const std::byte* w, const std::byte* x) {
       }
       sumi += sc[2 * c] * lo + sc[2 * c + 1] * hi;
     }
-    const float d = bx[ib].d * fp16_to_f32(bw[ib].d_f16);
-    const float dmin = -bx[ib].d * fp16_to_f32(bw[ib].dmin_f16);
-    acc += d * static_cast<float>(sumi);
-    acc_m += dmin * static_cast<float>(summ);
+    a.add(bx[ib], bw[ib].d_f16, bw[ib].dmin_f16, sumi, summ);
   }
-  return acc + acc_m;
+  return a.result();
 }
 
 // Per super-block: sumi = sum_s scales[s] * ((q6 - 32) . q8 over sub-block s), exact;

@@ -44,6 +44,12 @@ float vec_dot_f16_f16(int64_t n, const std::byte* w, const std::byte* x);
 float vec_dot_bf16_bf16(int64_t n, const std::byte* w, const std::byte* x);
 float vec_dot_q8_0_q8_0(int64_t n, const std::byte* w, const std::byte* x);
 float vec_dot_q4_0_q8_0(int64_t n, const std::byte* w, const std::byte* x);
+float vec_dot_q4_1_q8_1(int64_t n, const std::byte* w, const std::byte* x);
+float vec_dot_q5_0_q8_0(int64_t n, const std::byte* w, const std::byte* x);
+float vec_dot_q5_1_q8_1(int64_t n, const std::byte* w, const std::byte* x);
+float vec_dot_q2_k_q8_k(int64_t n, const std::byte* w, const std::byte* x);
+float vec_dot_q3_k_q8_k(int64_t n, const std::byte* w, const std::byte* x);
+float vec_dot_q5_k_q8_k(int64_t n, const std::byte* w, const std::byte* x);
 float vec_dot_q4_k_q8_k(int64_t n, const std::byte* w, const std::byte* x);
 float vec_dot_q6_k_q8_k(int64_t n, const std::byte* w, const std::byte* x);
 

@@ -97,6 +97,44 @@ inline std::vector<DType> matmul_types(bool quantized_only = false) {
   return out;
 }
 
+// q8_1 activations carry their block sums as s = fp16(d * sum(q)), with the f32 d, and the
+// q4_1 / q5_1 dots use s for the weights' offset m (as ggml does), not the dequantized
+// activations' sum d_f16 * sum(q). This is what a dot of the dequantized rows misses:
+//   sum over blocks of m * (s - d_f16 * sum(q)),
+// zero unless act_dtype is q8_1 (w_dtype's second fp16 field is its m).
+inline double q8_1_sum_correction(DType w_dtype, const std::byte* w, DType act_dtype, const std::byte* xq,
+                                  int64_t n) {
+  if (act_dtype != DType::kQ8_1) return 0.0;
+  const DTypeInfo& info = dtype_info(w_dtype);
+  const auto* bx = reinterpret_cast<const BlockQ8_1*>(xq);
+  double out = 0.0;
+  for (int64_t ib = 0; ib < n / kQk; ++ib) {
+    uint16_t m16;
+    std::memcpy(&m16, w + ib * info.block_bytes + info.f16_offsets[1], 2);
+    int32_t sum = 0;
+    for (int i = 0; i < kQk; ++i) sum += bx[ib].qs[i];
+    out += static_cast<double>(fp16_to_f32(m16)) *
+           (static_cast<double>(fp16_to_f32(bx[ib].s_f16)) - static_cast<double>(fp16_to_f32(bx[ib].d_f16)) * sum);
+  }
+  return out;
+}
+
+// sum over blocks of |m * s|: the magnitude of the offset terms of a q4_1 / q5_1 dot (zero
+// unless act_dtype is q8_1), which a dot of the dequantized rows' magnitude does not count.
+inline double q8_1_offset_magnitude(DType w_dtype, const std::byte* w, DType act_dtype, const std::byte* xq,
+                                    int64_t n) {
+  if (act_dtype != DType::kQ8_1) return 0.0;
+  const DTypeInfo& info = dtype_info(w_dtype);
+  const auto* bx = reinterpret_cast<const BlockQ8_1*>(xq);
+  double out = 0.0;
+  for (int64_t ib = 0; ib < n / kQk; ++ib) {
+    uint16_t m16;
+    std::memcpy(&m16, w + ib * info.block_bytes + info.f16_offsets[1], 2);
+    out += std::fabs(static_cast<double>(fp16_to_f32(m16)) * fp16_to_f32(bx[ib].s_f16));
+  }
+  return out;
+}
+
 inline double dot_double(const float* a, const float* b, int64_t n) {
   double s = 0.0;
   for (int64_t i = 0; i < n; ++i) s += static_cast<double>(a[i]) * b[i];

@@ -67,8 +67,8 @@ TEST(KernelsMatmul, MatchesNaiveDoubleReference) {
       for (int64_t t = 0; t < c.n_tokens; ++t) {
         const float* xt = x.data() + t * c.n_in;
         std::vector<float> xd(xt, xt + c.n_in);
+        std::vector<std::byte> xq(row_bytes(mk->act_dtype, c.n_in));
         if (mk->quantize_act) {
-          std::vector<std::byte> xq(row_bytes(mk->act_dtype, c.n_in));
           mk->quantize_act(xt, xq.data(), c.n_in);
           xd = testing::dequantize(mk->act_dtype, xq.data(), c.n_in);
         }
@@ -78,7 +78,8 @@ TEST(KernelsMatmul, MatchesNaiveDoubleReference) {
         for (int64_t o = 0; o < c.n_out; ++o) {
           const std::vector<float> wd =
               testing::dequantize(c.dtype, w.row(o), c.n_in);
-          const double want = testing::dot_double(wd.data(), xd.data(), c.n_in);
+          const double want = testing::dot_double(wd.data(), xd.data(), c.n_in) +
+                              testing::q8_1_sum_correction(c.dtype, w.row(o), mk->act_dtype, xq.data(), c.n_in);
           const double mag = testing::abs_dot_double(wd.data(), xd.data(), c.n_in);
           const float got = y1[t * c.n_out + o];
           ASSERT_NEAR(got, want, 1e-5 * mag + 1e-30) << "t=" << t << " o=" << o;

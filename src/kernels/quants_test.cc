@@ -294,7 +294,8 @@ TEST(KernelsVecDot, MatchesDequantizedDoubleReference) {
       }
       const std::vector<float> wd = dequantize(dt, w.data(), n);
       const std::vector<float> xd = dequantize(mk->act_dtype, xp, n);
-      const double want = testing::dot_double(wd.data(), xd.data(), n);
+      const double want = testing::dot_double(wd.data(), xd.data(), n) +
+                          testing::q8_1_sum_correction(dt, w.data(), mk->act_dtype, xp, n);
       const double mag = testing::abs_dot_double(wd.data(), xd.data(), n);
       const float got = mk->vec_dot(n, w.data(), xp);
       EXPECT_NEAR(got, want, 2e-6 * mag + 1e-30) << dtype_name(dt) << " n=" << n;
