@@ -27,6 +27,12 @@
 // So a token's result depends only on its context length, never on the batch it came in,
 // the path, or the thread count.
 //
+// Sliding windows (AttentionParams::window): a token at position q sees keys
+// [q - window + 1, q]; both paths run over exactly those keys (chunks still cut at absolute
+// multiples of kChunkKeys), so a sliding layer's decode reads window keys, not the whole
+// context, and never touches a block the KV manager has released. Soft-capping
+// (AttentionParams::softcap) is applied to the scaled scores before the max.
+//
 // GQA: all query heads that read one kv head go through a task together, so each K/V row
 // is fetched and (F16 cache) widened to f32 once for the whole group. Tables with f16
 // group kernels (AVX-512) widen the rows in registers as they load them; the others widen
@@ -248,39 +254,63 @@ void chunk_pv(const KernelTable& k, const PagedKvView& kv, const Heads& hs, cons
 }
 
 
+// ---- key ranges ------------------------------------------------------------------------
+
+// Keys visible to the query at position pos: [key_begin(p, pos), pos + 1). Chunks are cut at
+// absolute key indices (multiples of kChunkKeys), so a token's chunks, and with them its
+// arithmetic, depend only on its own key range.
+int64_t key_begin(const AttentionParams& p, int64_t pos) {
+  return p.window > 0 ? std::max<int64_t>(0, pos - p.window + 1) : 0;
+}
+
+// Calls fn(j0, j1) for the pieces of [lo, hi) cut at chunk boundaries, in key order.
+template <typename Fn>
+void for_chunks_in(int64_t lo, int64_t hi, Fn&& fn) {
+  for (int64_t c = lo / kChunkKeys; c * kChunkKeys < hi; ++c)
+    fn(std::max(lo, c * kChunkKeys), std::min(hi, (c + 1) * kChunkKeys));
+}
+
+// Softmax of one row's scores over its keys [lo, hi), in place: soft-capping, max, the
+// exponentials' double sum per chunk then over chunks in order, P = e / sum (rounded to
+// F16 for an F16 cache, as ggml's P.V sees it).
+void softmax_row(const KernelTable& k, const AttentionParams& p, float* sc, int64_t lo, int64_t hi, bool f16) {
+  if (p.softcap > 0.0f) k.softcap(sc + lo, hi - lo, p.softcap);
+  const float max = k.row_max(sc + lo, hi - lo);
+  double sum = 0;
+  for_chunks_in(lo, hi, [&](int64_t j0, int64_t j1) { sum += k.exp_sum(sc + j0, j1 - j0, max); });
+  k.scale_round(sc + lo, hi - lo, static_cast<float>(1.0 / sum), f16);
+}
+
 // ---- per-token path --------------------------------------------------------------------
 
-// Row i (token t = i / n_heads) sees keys [0, n_kv0 + t). The tile's scores and P.V run
-// over the last token's keys; a row's keys past its own end get p = 0, which adds exact
-// zeros: every row's result is bit for bit that of its token alone.
-void attend_tile(const KernelTable& k, const PagedKvView& kv, const Heads& hs, int64_t n_kv0, float scale,
-                 float* out, int64_t out_tok_stride, const ThreadScratch& ts) {
+// Row i (token t = i / n_heads, at position n_kv0 - 1 + t) sees keys [lo_t, n_kv0 + t). The
+// tile's scores and P.V run over the union of its rows' keys; a row's keys outside its own
+// range get p = 0, which adds exact zeros: every row's result is bit for bit that of its
+// token alone.
+void attend_tile(const KernelTable& k, const AttentionParams& p, const PagedKvView& kv, const Heads& hs,
+                 int64_t n_kv0, float* out, int64_t out_tok_stride, const ThreadScratch& ts) {
   const int32_t hd = kv.head_dim;
   const bool f16 = kv.dtype == DType::kF16;
-  const int64_t n_kv_last = n_kv0 + hs.n_tok - 1;
+  const int64_t j_begin = key_begin(p, n_kv0 - 1), j_end = n_kv0 + hs.n_tok - 1;
   load_queries(k, kv, hs, ts.qf);
-  chunk_scores(k, kv, hs, ts.qf, 0, n_kv_last, scale, ts.scores, ts.scores_stride, ts.kf);
+  chunk_scores(k, kv, hs, ts.qf, j_begin, j_end, p.scale, ts.scores, ts.scores_stride, ts.kf);
   for (int32_t i = 0; i < hs.n_rows(); ++i) {
-    const int64_t n_kv = n_kv0 + i / hs.n_heads;
+    const int64_t hi = n_kv0 + i / hs.n_heads, lo = key_begin(p, hi - 1);
     float* sc = ts.scores + i * ts.scores_stride;
-    const float max = k.row_max(sc, n_kv);
-    double sum = 0;
-    for (int64_t c = 0; c < n_chunks_of(n_kv); ++c) {
-      const int64_t j0 = c * kChunkKeys, j1 = std::min(n_kv, j0 + kChunkKeys);
-      sum += k.exp_sum(sc + j0, j1 - j0, max);
-    }
-    k.scale_round(sc, n_kv, static_cast<float>(1.0 / sum), f16);  // P, as ggml's F16 P.V sees it
-    std::fill(sc + n_kv, sc + n_kv_last, 0.0f);
+    softmax_row(k, p, sc, lo, hi, f16);
+    std::fill(sc + j_begin, sc + lo, 0.0f);
+    std::fill(sc + hi, sc + j_end, 0.0f);
   }
   const size_t n_out = static_cast<size_t>(hs.n_rows()) * hd;
-  for (int64_t c = 0; c < n_chunks_of(n_kv_last); ++c) {
-    const int64_t j0 = c * kChunkKeys, j1 = std::min(n_kv_last, j0 + kChunkKeys);
-    float* acc = c == 0 ? ts.out : ts.part;
+  bool first = true;
+  for_chunks_in(j_begin, j_end, [&](int64_t j0, int64_t j1) {
+    float* acc = first ? ts.out : ts.part;
     std::fill(acc, acc + n_out, 0.0f);
     chunk_pv(k, kv, hs, ts.scores, ts.scores_stride, j0, j1, acc, hd, ts.vf);
-    if (c > 0)
+    if (!first)
       for (size_t d = 0; d < n_out; ++d) ts.out[d] += ts.part[d];
-  }
+    first = false;
+  });
   const size_t n_tok_out = static_cast<size_t>(hs.n_heads) * hd;
   for (int32_t t = 0; t < hs.n_tok; ++t)
     std::memcpy(out + t * out_tok_stride + static_cast<int64_t>(hs.h_begin) * hd, ts.out + t * n_tok_out,
@@ -289,12 +319,14 @@ void attend_tile(const KernelTable& k, const PagedKvView& kv, const Heads& hs, i
 
 // ---- split path (flash-decoding) -------------------------------------------------------
 
+// One token at position n_kv - 1 over its keys [lo, n_kv), cut into chunks c0, c0 + 1, ...
 void attend_split(const KernelTable& k, ThreadPool& pool, int n_active, const AttentionParams& p,
-                  const PagedKvView& kv, const float* q, int64_t n_kv, float* out, std::byte* scratch) {
+                  const PagedKvView& kv, const float* q, int64_t lo, int64_t n_kv, float* out, std::byte* scratch) {
   const int32_t hd = p.head_dim;
   const int32_t group = p.n_head / p.n_kv_head;
   const bool f16 = kv.dtype == DType::kF16;
-  const int64_t n_chunks = n_chunks_of(n_kv);
+  const int64_t c0 = lo / kChunkKeys;
+  const int64_t n_chunks = (n_kv - 1) / kChunkKeys + 1 - c0;
   std::byte* base = aligned(scratch);
   const SplitScratch ss = carve_split(base, p.n_head, hd, n_kv);
   base += split_bytes(p.n_head, hd, n_kv);
@@ -302,10 +334,11 @@ void attend_split(const KernelTable& k, ThreadPool& pool, int n_active, const At
   const int64_t n_tasks = p.n_kv_head * n_chunks;
   auto task = [&](int64_t t, int thread_idx, auto&& step) {
     const int32_t g = static_cast<int32_t>(t / n_chunks);
-    const int64_t c = t % n_chunks;
+    const int64_t ci = t % n_chunks;  // the task's chunk, counted from c0
     const Heads hs{q, g * group, group, g};
     const ThreadScratch ts = carve_thread(base + thread_idx * per_thread, group, hd, n_kv, false);
-    step(hs, c, c * kChunkKeys, std::min(n_kv, (c + 1) * kChunkKeys), ts);
+    const int64_t c = c0 + ci;
+    step(hs, ci, std::max(lo, c * kChunkKeys), std::min(n_kv, (c + 1) * kChunkKeys), ts);
   };
   // The three steps split the tasks the same way (a contiguous range per thread, one task
   // claimed at a time, the ends stolen): unless a thread falls behind, each thread's
@@ -315,14 +348,17 @@ void attend_split(const KernelTable& k, ThreadPool& pool, int n_active, const At
       for (int64_t t = b; t < e; ++t) fn(t, thread_idx);
     });
   };
-  // A: scores of the chunk, and the chunk's max per head.
+  // A: scores of the chunk (soft-capped), and the chunk's max per head.
   for_tasks([&](int64_t t, int thread_idx) {
     task(t, thread_idx, [&](const Heads& hs, int64_t c, int64_t j0, int64_t j1, const ThreadScratch& ts) {
       load_queries(k, kv, hs, ts.qf);
       float* sc = ss.scores + hs.h_begin * ss.scores_stride;
       chunk_scores(k, kv, hs, ts.qf, j0, j1, p.scale, sc, ss.scores_stride, ts.kf);
-      for (int32_t i = 0; i < hs.n_heads; ++i)
-        ss.cmax[(hs.h_begin + i) * ss.n_chunks_max + c] = k.row_max(sc + i * ss.scores_stride + j0, j1 - j0);
+      for (int32_t i = 0; i < hs.n_heads; ++i) {
+        float* row = sc + i * ss.scores_stride + j0;
+        if (p.softcap > 0.0f) k.softcap(row, j1 - j0, p.softcap);
+        ss.cmax[(hs.h_begin + i) * ss.n_chunks_max + c] = k.row_max(row, j1 - j0);
+      }
     });
   });
   // B: exponentials with the global max, and the chunk's sum per head.
@@ -382,16 +418,20 @@ void attention(const KernelTable& k, ThreadPool& pool, const AttentionParams& p,
   LUMEN_CHECK(kv.dtype == DType::kF16 || kv.dtype == DType::kF32);
   LUMEN_DCHECK((pos0 + n_tokens + kv.block_size - 1) / kv.block_size <=
                static_cast<int64_t>(kv.block_table.size()));
+  LUMEN_CHECK(p.window >= 0 && p.softcap >= 0.0f);
   const int32_t hd = p.head_dim;
   const int32_t group = p.n_head / p.n_kv_head;
   const int64_t n_kv_max = pos0 + n_tokens;
-  // Multiply-adds of the whole call (Q.K and P.V over the causal window), to decide
+  // Multiply-adds of the whole call (Q.K and P.V over each token's keys), to decide
   // whether more than one thread is worth waking.
-  const double work = 2.0 * p.n_head * hd * n_tokens * (pos0 + (n_tokens + 1) / 2.0);
+  const double keys_per_token = p.window > 0 ? std::min<double>(p.window, pos0 + (n_tokens + 1) / 2.0)
+                                             : pos0 + (n_tokens + 1) / 2.0;
+  const double work = 2.0 * p.n_head * hd * n_tokens * keys_per_token;
   const int n_active = pool.threads_for(work, 128 * 1024);
 
-  if (n_tokens == 1 && n_kv_max > kChunkKeys && n_active > 1) {
-    attend_split(k, pool, n_active, p, kv, q, n_kv_max, out, scratch);
+  const int64_t lo = key_begin(p, pos0);
+  if (n_tokens == 1 && (n_kv_max - 1) / kChunkKeys > lo / kChunkKeys && n_active > 1) {
+    attend_split(k, pool, n_active, p, kv, q, lo, n_kv_max, out, scratch);
     return;
   }
 
@@ -418,7 +458,7 @@ void attention(const KernelTable& k, ThreadPool& pool, const AttentionParams& p,
     hs.n_tok = static_cast<int32_t>(std::min(kTileTokens, n_tokens - t0));
     hs.q_tok_stride = tok_stride;
     const ThreadScratch ts = carve_thread(base + thread_idx * per_thread, group, hd, n_kv_max, true);
-    attend_tile(k, kv, hs, pos0 + t0 + 1, p.scale, out + t0 * tok_stride, tok_stride, ts);
+    attend_tile(k, p, kv, hs, pos0 + t0 + 1, out + t0 * tok_stride, tok_stride, ts);
   });
 }
 

@@ -10,6 +10,8 @@
 //     blocks differs (relative error ~ n_blocks * 2^-24 of sum |block terms|);
 //   * f32/f16/bf16 dots, rms_norm: f32 lanes instead of a double accumulator;
 //   * silu, softmax exponentials: a polynomial expf (<= 2 ulp from libm's expf);
+//   * softcap: a polynomial / expf-based tanhf (a few ulp from libm's tanhf);
+//   * gelu: bit-exact (the same f16 table); layer_norm: double sums in lanes, ~1 ulp;
 //   * attention: f32 lanes and FMA instead of a double dot / separate multiply-add.
 // The parity tests (kernels_parity_test.cc) check every entry of every table the host can
 // run against the scalar table with those tolerances.
@@ -106,6 +108,18 @@ struct MatmulKernels {
 using RmsNormRowFn = void (*)(const float* x, const float* w, int64_t n, float eps, float* out);
 // gate[i] = gate[i] / (1 + exp(-gate[i])) * up[i]
 using SiluMulFn = void (*)(float* gate, const float* up, int64_t n);
+// LayerNorm of one row as ggml_norm + ggml_mul + ggml_add compute it: mean and variance
+// summed in double, v = x - mean, out = ((v * (1 / sqrt(var + eps))) * w) + b, each
+// product rounded to f32; w and b may be null (no scale / no shift).
+using LayerNormRowFn = void (*)(const float* x, const float* w, const float* b, int64_t n, float eps,
+                                float* out);
+// gate[i] = gelu(gate[i]) * up[i] (up null: gelu alone), GELU with the tanh approximation as
+// ggml-cpu evaluates it: through an f16 table, i.e. fp16(gelu(fp16(x))) for |x| < 10, x
+// itself from 10 up, 0 from -10 down (gelu_f16_table(), kernels_ref.h).
+using GeluMulFn = void (*)(float* gate, const float* up, int64_t n);
+// s[i] = tanh(s[i] * (1 / cap)) * cap: logit soft-capping (Gemma 2), as ggml's scale, tanh,
+// scale ops round it. cap > 0.
+using SoftcapFn = void (*)(float* s, int64_t n, float cap);
 // x[i] += y[i]
 using AddFn = void (*)(float* x, const float* y, int64_t n);
 
@@ -157,6 +171,9 @@ struct KernelTable {
   std::array<MatmulKernels, kDTypeIdLimit> mm{};
   RmsNormRowFn rms_norm_row = nullptr;
   SiluMulFn silu_mul = nullptr;
+  LayerNormRowFn layer_norm_row = nullptr;
+  GeluMulFn gelu_mul = nullptr;
+  SoftcapFn softcap = nullptr;
   AddFn add = nullptr;
   AttnScoresF16Fn attn_scores_f16 = nullptr;
   AttnScoresF32Fn attn_scores_f32 = nullptr;
@@ -191,6 +208,7 @@ KernelTable make_reference_kernel_table();
 // Per-ISA overrides of the row ops, each defined in its own translation unit. Call only when
 // cpu_features() reports the ISA (has_avx2_fma() / has_avx512_vnni()).
 void override_kernels_avx2(KernelTable& table);
+void override_activations_avx2(KernelTable& table);  // activations_avx2.cc
 void override_kernels_avx512(KernelTable& table, bool has_bf16);
 void override_attention_avx512(KernelTable& table);  // attention_avx512.cc
 

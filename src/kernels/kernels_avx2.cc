@@ -23,6 +23,7 @@
 #include "kernels/isa_kernels.h"
 #include "kernels/kernel_table.h"
 #include "kernels/kernels_isa_common.h"
+#include "kernels/math_avx2.h"
 #include "kernels/quant_blocks.h"
 
 namespace lumen::kernels {
@@ -43,12 +44,6 @@ float hsum128(__m128 s) {
   return _mm_cvtss_f32(s);
 }
 
-double hsum_pd(__m256d v) {
-  __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
-  s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
-  return _mm_cvtsd_f64(s);
-}
-
 float f16(uint16_t h) { return _cvtsh_ss(h); }
 
 __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
@@ -67,32 +62,6 @@ __m256i unpack_q4_0(const uint8_t* qs) {
   const __m128i b = load128(qs);
   const __m256i both = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
   return _mm256_and_si256(both, _mm256_set1_epi8(15));
-}
-
-// expf for 8 lanes (Cephes expf): n = round(x log2 e), r = x - n ln2 (two-part ln2),
-// exp(r) by a degree-7 polynomial, times 2^n (as 2^(n-1) * 2 so that n = 128 works).
-// x > ln(FLT_MAX) gives +inf and x < -87.3 gives 0 (the true result is then below
-// FLT_MIN), like expf up to that flush. Max error ~2 ulp.
-__m256 exp_ps(__m256 x) {
-  const __m256 zero_mask = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ);
-  const __m256 inf_mask = _mm256_cmp_ps(x, _mm256_set1_ps(88.7228394f), _CMP_GT_OQ);
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.7228394f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
-  p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(126)), 23);
-  __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), _mm256_set1_ps(2.0f));
-  y = _mm256_blendv_ps(y, _mm256_set1_ps(__builtin_huge_valf()), inf_mask);
-  return _mm256_andnot_ps(zero_mask, y);
 }
 
 // ---- activation quantizer --------------------------------------------------------------
@@ -843,6 +812,7 @@ void override_kernels_avx2(KernelTable& t) {
   t.scale_round = &scale_round;
   t.attn_scores_group_f32 = &attn_scores_group_loop<&attn_scores_f32>;
   t.attn_accum_group_f32 = &attn_accum_group_loop<&attn_accum_f32>;
+  override_activations_avx2(t);
 }
 
 }  // namespace lumen::kernels

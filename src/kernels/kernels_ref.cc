@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "base/check.h"
 #include "base/fp16.h"
@@ -658,6 +659,62 @@ void silu_mul(float* gate, const float* up, int64_t n) {
   }
 }
 
+// ggml_norm (mean and the sum of squared deviations in double, v = x - mean kept in f32),
+// then ggml_mul by the weight and ggml_add of the bias, each rounding to f32.
+void layer_norm_row(const float* x, const float* w, const float* b, int64_t n, float eps, float* out) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]);
+  const float mean = static_cast<float>(sum / static_cast<double>(n));
+  double sum2 = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i] - mean;
+    sum2 += static_cast<double>(v * v);
+  }
+  const float variance = static_cast<float>(sum2 / static_cast<double>(n));
+  const float scale = 1.0f / std::sqrt(variance + eps);
+  for (int64_t i = 0; i < n; ++i) {
+    float y = (x[i] - mean) * scale;
+    if (w) y = y * w[i];
+    if (b) y = y + b[i];
+    out[i] = y;
+  }
+}
+
+const float* gelu_f16_table() {
+  static const std::vector<float> kTable = [] {
+    constexpr float kCoefA = 0.044715f;
+    constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+    std::vector<float> t(65536);
+    for (uint32_t h = 0; h < 65536; ++h) {
+      const float x = fp16_to_f32(static_cast<uint16_t>(h));
+      const float g = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoefA * x * x)));
+      t[h] = fp16_to_f32(f32_to_fp16(g));
+    }
+    return t;
+  }();
+  return kTable.data();
+}
+
+// ggml_vec_gelu_f32 with GGML_GELU_FP16 (what ggml-cpu builds): the input rounded to fp16
+// indexes the table; outside (-10, 10) the function is taken as 0 or x. Then ggml_mul.
+void gelu_mul(float* gate, const float* up, int64_t n) {
+  const float* table = gelu_f16_table();
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    float g;
+    if (x <= -10.0f) g = 0.0f;
+    else if (x >= 10.0f) g = x;
+    else g = table[f32_to_fp16(x)];
+    gate[i] = up ? g * up[i] : g;
+  }
+}
+
+// ggml_scale(1 / cap), ggml_tanh (tanhf), ggml_scale(cap).
+void softcap(float* s, int64_t n, float cap) {
+  const float inv = 1.0f / cap;
+  for (int64_t i = 0; i < n; ++i) s[i] = std::tanh(s[i] * inv) * cap;
+}
+
 void add(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
@@ -730,6 +787,9 @@ KernelTable make_reference_kernel_table() {
   t.name = "scalar";
   t.rms_norm_row = &ref::rms_norm_row;
   t.silu_mul = &ref::silu_mul;
+  t.layer_norm_row = &ref::layer_norm_row;
+  t.gelu_mul = &ref::gelu_mul;
+  t.softcap = &ref::softcap;
   t.add = &ref::add;
   t.attn_scores_f16 = &ref::attn_scores_f16;
   t.attn_scores_f32 = &ref::attn_scores_f32;

@@ -56,6 +56,9 @@ float vec_dot_q6_k_q8_k(int64_t n, const std::byte* w, const std::byte* x);
 // Elementwise / row kernels.
 void rms_norm_row(const float* x, const float* w, int64_t n, float eps, float* out);
 void silu_mul(float* gate, const float* up, int64_t n);
+void layer_norm_row(const float* x, const float* w, const float* b, int64_t n, float eps, float* out);
+void gelu_mul(float* gate, const float* up, int64_t n);
+void softcap(float* s, int64_t n, float cap);
 void add(float* x, const float* y, int64_t n);
 void attn_scores_f16(const uint16_t* k, int64_t n, const uint16_t* q, int32_t head_dim,
                      float scale, float* scores);
@@ -64,5 +67,10 @@ void attn_scores_f32(const float* k, int64_t n, const float* q, int32_t head_dim
 void attn_accum_f16(const float* p, const uint16_t* v, int64_t n, int32_t head_dim, float* acc);
 void attn_accum_f32(const float* p, const float* v, int64_t n, int32_t head_dim, float* acc);
 double exp_sum(float* s, int64_t n, float max);
+
+// ggml-cpu's GELU table (GGML_GELU_FP16): entry h (an fp16 bit pattern) holds
+// fp16(gelu_tanh(fp16 value h)) widened to f32, gelu_tanh(x) = 0.5 x (1 + tanhf(sqrt(2/pi) x
+// (1 + 0.044715 x^2))) in f32. 65536 entries, built once (function-local static, immutable).
+const float* gelu_f16_table();
 
 }  // namespace lumen::kernels::ref

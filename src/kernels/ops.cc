@@ -247,28 +247,31 @@ void rms_norm(const KernelTable& k, const float* x, const float* weight, int64_t
   for (int64_t r = 0; r < n_rows; ++r) k.rms_norm_row(x + r * n, weight, n, eps, out + r * n);
 }
 
-// RoPE pair layouts for head_dim d (pair i rotates by angle_i = pos * theta^(-2i/d)):
+// RoPE pair layouts for r = rotated_dims() (= head_dim d unless partial); pair i rotates by
+// angle_i = pos * theta^(-2i/r), dims [r, d) are left as they are:
 //
-//   kInterleaved:  [x0 x1][x2 x3] ... [x(d-2) x(d-1)]      pair i = (x[2i], x[2i+1])
-//   kNeox:         [x0 x1 ... x(d/2-1)][x(d/2) ... x(d-1)]  pair i = (x[i], x[i + d/2])
+//   kInterleaved:  [x0 x1][x2 x3] ... [x(r-2) x(r-1)] | x(r) .. x(d-1)
+//                  pair i = (x[2i], x[2i+1])
+//   kNeox:         [x0 x1 ... x(r/2-1)][x(r/2) ... x(r-1)] | x(r) .. x(d-1)
+//                  pair i = (x[i], x[i + r/2])
 //
 //   (a, b) -> (a cos - b sin, a sin + b cos)
 //
 // The angles follow ggml's rope cache exactly: theta_i is built by repeated f32
-// multiplication (theta_0 = pos, theta_{i+1} = theta_i * powf(base, -2/d)), divided by
-// the frequency factor, times freq_scale, then cosf / sinf in f32.
+// multiplication (theta_0 = pos, theta_{i+1} = theta_i * powf(base, -2/r)), divided by
+// the frequency factor, times freq_scale, then cosf / sinf in f32, each times attn_factor.
 void rope_angles(const RopeParams& p, const int32_t* pos, int64_t n_tokens, float* cos_out, float* sin_out) {
-  const int32_t d = p.head_dim;
-  LUMEN_CHECK(d > 0 && d % 2 == 0 && d <= kMaxRopeDim);
-  const int32_t half = d / 2;
-  const float theta_scale = std::pow(p.theta, -2.0f / static_cast<float>(d));
+  const int32_t r = p.rotated_dims();
+  LUMEN_CHECK(r > 0 && r % 2 == 0 && r <= p.head_dim && r <= kMaxRopeDim);
+  const int32_t half = r / 2;
+  const float theta_scale = std::pow(p.theta, -2.0f / static_cast<float>(r));
   for (int64_t t = 0; t < n_tokens; ++t) {
     float theta = static_cast<float>(pos[t]);
     for (int32_t i = 0; i < half; ++i) {
       const float ff = p.freq_factors ? p.freq_factors[i] : 1.0f;
       const float angle = p.freq_scale * (theta / ff);
-      cos_out[t * half + i] = std::cos(angle);
-      sin_out[t * half + i] = std::sin(angle);
+      cos_out[t * half + i] = std::cos(angle) * p.attn_factor;
+      sin_out[t * half + i] = std::sin(angle) * p.attn_factor;
       theta *= theta_scale;
     }
   }
@@ -277,7 +280,7 @@ void rope_angles(const RopeParams& p, const int32_t* pos, int64_t n_tokens, floa
 void rope_rotate(const RopeParams& p, const float* cos_t, const float* sin_t, float* x, int64_t n_tokens,
                  int32_t n_heads) {
   const int32_t d = p.head_dim;
-  const int32_t half = d / 2;
+  const int32_t half = p.rotated_dims() / 2;
   const int32_t stride = p.layout == RopeLayout::kInterleaved ? 2 : 1;
   const int32_t offset = p.layout == RopeLayout::kInterleaved ? 1 : half;
   for (int64_t t = 0; t < n_tokens; ++t) {
@@ -308,6 +311,21 @@ void rope(const KernelTable& k, const RopeParams& p, float* x, int64_t n_tokens,
 
 void silu_mul(const KernelTable& k, float* gate, const float* up, int64_t n) {
   k.silu_mul(gate, up, n);
+}
+
+void gelu_mul(const KernelTable& k, float* gate, const float* up, int64_t n) { k.gelu_mul(gate, up, n); }
+
+void layer_norm(const KernelTable& k, const float* x, const float* weight, const float* bias, int64_t n_rows,
+                int64_t n, float eps, float* out) {
+  for (int64_t r = 0; r < n_rows; ++r) k.layer_norm_row(x + r * n, weight, bias, n, eps, out + r * n);
+}
+
+void softcap(const KernelTable& k, float* s, int64_t n, float cap) {
+  if (cap > 0.0f) k.softcap(s, n, cap);
+}
+
+void scale_in_place(float* x, int64_t n, float scale) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= scale;
 }
 
 void add_in_place(const KernelTable& k, float* x, const float* y, int64_t n) { k.add(x, y, n); }

@@ -73,11 +73,16 @@ enum class RopeLayout : uint8_t {
 };
 
 struct RopeParams {
-  int32_t head_dim = 0;       // rotated dims = head_dim (full rotation)
+  int32_t head_dim = 0;       // elements per head (the stride between heads)
+  int32_t n_rot = 0;          // rotated dims, even, <= head_dim (0: all of them). Partial
+                              // rotary (StableLM, Phi-2): dims [n_rot, head_dim) pass through
   float theta = 10000.0f;     // rope_theta (freq_base)
   float freq_scale = 1.0f;    // linear scaling: position * freq_scale
-  const float* freq_factors = nullptr;  // [head_dim/2] or null: theta_i /= factor[i] (llama3)
+  const float* freq_factors = nullptr;  // [n_rot/2] or null: theta_i /= factor[i] (llama3, longrope)
+  float attn_factor = 1.0f;   // cos and sin are multiplied by it (ggml's mscale; Phi-3 longrope)
   RopeLayout layout = RopeLayout::kInterleaved;
+
+  int32_t rotated_dims() const { return n_rot > 0 ? n_rot : head_dim; }
 };
 
 // Rotates x [n_tokens][n_heads][head_dim] in place; token t is at position pos[t].
@@ -92,6 +97,16 @@ void rope_rotate(const RopeParams& p, const float* cos_t, const float* sin_t, fl
 
 // gate[i] = silu(gate[i]) * up[i]
 void silu_mul(const KernelTable& k, float* gate, const float* up, int64_t n);
+// gate[i] = gelu(gate[i]) * up[i], or gelu alone when up is null (tanh approximation, as
+// ggml-cpu computes it; kernel_table.h).
+void gelu_mul(const KernelTable& k, float* gate, const float* up, int64_t n);
+// out[t] = LayerNorm(x[t]) * weight + bias for n_rows rows of n (weight, bias may be null).
+void layer_norm(const KernelTable& k, const float* x, const float* weight, const float* bias, int64_t n_rows,
+                int64_t n, float eps, float* out);
+// s[i] = cap * tanh(s[i] / cap) (logit soft-capping); nothing when cap == 0.
+void softcap(const KernelTable& k, float* s, int64_t n, float cap);
+// x[i] *= scale
+void scale_in_place(float* x, int64_t n, float scale);
 // x[i] += y[i]
 void add_in_place(const KernelTable& k, float* x, const float* y, int64_t n);
 // x [n_rows][n] += bias[n]
@@ -107,11 +122,17 @@ struct AttentionParams {
   int32_t n_kv_head = 0;      // n_head % n_kv_head == 0 (GQA / MQA: head h reads kv head h / (n_head / n_kv_head))
   int32_t head_dim = 0;
   float scale = 1.0f;         // usually 1/sqrt(head_dim)
+  int32_t window = 0;         // 0: full causal attention. > 0: sliding window, the query at
+                              // position q sees the keys k with q - window < k <= q
+  float softcap = 0.0f;       // > 0: s = softcap * tanh(s / softcap) on the scaled scores,
+                              // before the softmax (Gemma 2)
 };
 
 // Causal attention of one sequence. q [n_tokens][n_head][head_dim] holds queries at
 // positions pos0 .. pos0+n_tokens-1; the cache already holds K/V for positions
-// 0 .. pos0+n_tokens-1. out [n_tokens][n_head * head_dim].
+// 0 .. pos0+n_tokens-1 (with a window: for the positions some query can see; blocks
+// wholly before pos0 - window + 1 are never read and may be absent, -1 in the table).
+// out [n_tokens][n_head * head_dim].
 // With an F16 cache, Q and the softmax probabilities are rounded to F16 before the two
 // dot products (F32 accumulation), which is what ggml-cpu does, so logits track llama.cpp.
 // No S x S matrix is materialised (online softmax).

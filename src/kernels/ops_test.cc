@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -161,21 +162,53 @@ TEST(KernelsOps, SiluMulAndAdd) {
   EXPECT_EQ(x, (std::vector<float>{11, 22, 33, 14, 25, 36}));
 }
 
-// Direct formula: pair i rotates by pos * freq_scale * theta^(-2i/d) / ff[i].
+// Direct formula: pair i < r/2 rotates by pos * freq_scale * theta^(-2i/r) / ff[i] (r the
+// rotated dims), cos and sin scaled by attn_factor; dims [r, d) are left alone.
 void rope_reference(const RopeParams& p, std::vector<double>& x, int64_t n_tokens, int32_t n_heads,
                     const int32_t* pos) {
-  const int32_t d = p.head_dim;
+  const int32_t d = p.head_dim, r = p.rotated_dims();
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int32_t h = 0; h < n_heads; ++h) {
       double* v = x.data() + (t * n_heads + h) * d;
-      for (int32_t i = 0; i < d / 2; ++i) {
+      for (int32_t i = 0; i < r / 2; ++i) {
         const double ff = p.freq_factors ? p.freq_factors[i] : 1.0;
-        const double angle = pos[t] * double(p.freq_scale) * std::pow(double(p.theta), -2.0 * i / d) / ff;
+        const double angle = pos[t] * double(p.freq_scale) * std::pow(double(p.theta), -2.0 * i / r) / ff;
+        const double c = std::cos(angle) * p.attn_factor, sn = std::sin(angle) * p.attn_factor;
         const int32_t ia = p.layout == RopeLayout::kInterleaved ? 2 * i : i;
-        const int32_t ib = p.layout == RopeLayout::kInterleaved ? 2 * i + 1 : i + d / 2;
+        const int32_t ib = p.layout == RopeLayout::kInterleaved ? 2 * i + 1 : i + r / 2;
         const double a = v[ia], b = v[ib];
-        v[ia] = a * std::cos(angle) - b * std::sin(angle);
-        v[ib] = a * std::sin(angle) + b * std::cos(angle);
+        v[ia] = a * c - b * sn;
+        v[ib] = a * sn + b * c;
+      }
+    }
+  }
+}
+
+// Partial rotary (StableLM: 25% of the head) and a magnitude factor (Phi-3 longrope):
+// the first n_rot dims rotate as a head of n_rot would, the rest pass through unchanged.
+TEST(KernelsRope, PartialRotaryAndAttnFactor) {
+  std::mt19937 rng(18);
+  const int32_t n_heads = 3, d = 80;
+  const int64_t n_tokens = 3;
+  const int32_t pos[3] = {0, 9, 300};
+  for (RopeLayout layout : {RopeLayout::kInterleaved, RopeLayout::kNeox}) {
+    for (int32_t n_rot : {20, 32, 80}) {
+      RopeParams p;
+      p.head_dim = d;
+      p.n_rot = n_rot;
+      p.theta = 10000.0f;
+      p.attn_factor = n_rot == 32 ? 1.19f : 1.0f;
+      p.layout = layout;
+      const std::vector<float> x0 = testing::random_floats(rng, n_tokens * n_heads * d);
+      std::vector<float> x = x0;
+      rope(best_kernel_table(), p, x.data(), n_tokens, n_heads, pos);
+      std::vector<double> want(x0.begin(), x0.end());
+      rope_reference(p, want, n_tokens, n_heads, pos);
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (int32_t(i % d) >= n_rot) {
+          ASSERT_EQ(x[i], x0[i]) << i;
+        }
+        EXPECT_NEAR(x[i], want[i], 2e-4) << "n_rot " << n_rot << " i " << i;
       }
     }
   }
@@ -262,10 +295,26 @@ struct KvFixture {
     view.k_base = k_storage.data();
     view.v_base = v_storage.data();
     view.block_table = block_table;
+    // A spare physical block filled with NaN (f16 0x7e00 / f32 0x7fc00000).
+    nan_block = perm[n_blocks];
+    for (size_t i = 0; i < view.block_stride_bytes; i += view.elem_bytes()) {
+      std::byte* kb = k_storage.data() + nan_block * view.block_stride_bytes + i;
+      std::byte* vb = v_storage.data() + nan_block * view.block_stride_bytes + i;
+      if (dtype == DType::kF16) {
+        const uint16_t h = 0x7e00;
+        std::memcpy(kb, &h, 2);
+        std::memcpy(vb, &h, 2);
+      } else {
+        const float f = NAN;
+        std::memcpy(kb, &f, 4);
+        std::memcpy(vb, &f, 4);
+      }
+    }
   }
+  int32_t nan_block = 0;
 };
 
-// Naive causal attention in double. With round_f16, Q, K, V and the normalised P are
+// Naive causal attention in double (with the window and soft-capping of p). With round_f16, Q, K, V and the normalised P are
 // rounded to f16 (what ggml's F16-cache path does); K and V come from the f32 inputs.
 std::vector<double> attention_reference(const AttentionParams& p, const std::vector<float>& q,
                                         const std::vector<float>& k, const std::vector<float>& v,
@@ -275,22 +324,24 @@ std::vector<double> attention_reference(const AttentionParams& p, const std::vec
   std::vector<double> out(n_tokens * p.n_head * hd, 0.0);
   for (int64_t t = 0; t < n_tokens; ++t) {
     const int64_t n_kv = pos0 + t + 1;
+    const int64_t lo = p.window > 0 ? std::max<int64_t>(0, n_kv - p.window) : 0;
     for (int32_t h = 0; h < p.n_head; ++h) {
       const int32_t kvh = h / (p.n_head / p.n_kv_head);
       const float* qv = q.data() + (t * p.n_head + h) * hd;
       std::vector<double> s(n_kv);
       double max = -INFINITY;
-      for (int64_t j = 0; j < n_kv; ++j) {
+      for (int64_t j = lo; j < n_kv; ++j) {
         const float* kj = k.data() + (j * p.n_kv_head + kvh) * hd;
         double dot = 0;
         for (int32_t i = 0; i < hd; ++i) dot += r(qv[i]) * r(kj[i]);
         s[j] = dot * p.scale;
+        if (p.softcap > 0) s[j] = p.softcap * std::tanh(s[j] / p.softcap);
         max = std::max(max, s[j]);
       }
       double sum = 0;
-      for (int64_t j = 0; j < n_kv; ++j) sum += std::exp(s[j] - max);
+      for (int64_t j = lo; j < n_kv; ++j) sum += std::exp(s[j] - max);
       double* o = out.data() + (t * p.n_head + h) * hd;
-      for (int64_t j = 0; j < n_kv; ++j) {
+      for (int64_t j = lo; j < n_kv; ++j) {
         double pj = std::exp(s[j] - max) / sum;
         if (round_f16) pj = round_fp16(float(pj));
         const float* vj = v.data() + (j * p.n_kv_head + kvh) * hd;
@@ -304,6 +355,8 @@ std::vector<double> attention_reference(const AttentionParams& p, const std::vec
 struct AttentionCase {
   int32_t n_head, n_kv_head, head_dim, block_size;
   int64_t pos0, n_tokens;
+  int32_t window = 0;
+  float softcap = 0.0f;
 };
 
 void check_attention_cases(std::span<const AttentionCase> cases, std::mt19937& rng) {
@@ -314,8 +367,10 @@ void check_attention_cases(std::span<const AttentionCase> cases, std::mt19937& r
         SCOPED_TRACE(std::string(table->name) + (dtype == DType::kF16 ? " f16" : " f32") +
                      " n_head=" + std::to_string(c.n_head) + " n_kv_head=" +
                      std::to_string(c.n_kv_head) + " pos0=" + std::to_string(c.pos0) +
-                     " n_tokens=" + std::to_string(c.n_tokens));
+                     " n_tokens=" + std::to_string(c.n_tokens) + " window=" + std::to_string(c.window));
         AttentionParams p;
+        p.window = c.window;
+        p.softcap = c.softcap;
         p.n_head = c.n_head;
         p.n_kv_head = c.n_kv_head;
         p.head_dim = c.head_dim;
@@ -330,6 +385,12 @@ void check_attention_cases(std::span<const AttentionCase> cases, std::mt19937& r
         kv_store(best_kernel_table(), kv.view, 0, c.pos0, k.data(), v.data());
         const size_t off = size_t(c.pos0) * c.n_kv_head * c.head_dim;
         kv_store(best_kernel_table(), kv.view, c.pos0, c.n_tokens, k.data() + off, v.data() + off);
+        // With a window, the blocks no query of the call can see are released: point them
+        // at a block of NaNs, which would poison any result that read them (even with p = 0).
+        if (c.window > 0) {
+          const int64_t first_seen = std::max<int64_t>(0, c.pos0 - c.window + 1);
+          for (int64_t b = 0; b < first_seen / c.block_size; ++b) kv.block_table[b] = kv.nan_block;
+        }
 
         std::vector<std::byte> scratch(attention_scratch_bytes(p, c.n_tokens, n_ctx, pool.n_threads()));
         std::vector<float> out(c.n_tokens * c.n_head * c.head_dim);
@@ -383,6 +444,24 @@ TEST(KernelsAttention, LongContextsAcrossChunks) {
       {4, 1, 128, 32, 1030, 2},  // MQA, two tokens at a long context
   };
   std::mt19937 rng(12);
+  check_attention_cases(cases, rng);
+}
+
+// Sliding windows (q - window < k <= q) on both paths and across chunk boundaries, and
+// soft-capped scores; blocks wholly before every query's window are NaN (never read).
+TEST(KernelsAttention, SlidingWindowAndSoftcap) {
+  const AttentionCase cases[] = {
+      {4, 2, 32, 8, 0, 40, 8},              // prefill longer than the window
+      {4, 2, 32, 8, 0, 40, 8, 30.0f},       // ... soft-capped
+      {8, 2, 64, 16, 37, 1, 16},            // decode, window = one block
+      {8, 2, 64, 16, 100, 13, 20},          // chunked prefill, window not a block multiple
+      {4, 1, 64, 16, 0, 30, 0, 5.0f},       // full attention, soft-capped
+      {14, 2, 64, 16, 1000, 1, 300},        // decode over 2 chunks (split path) of a window
+      {14, 2, 64, 16, 1000, 1, 300, 20.0f},
+      {8, 2, 64, 16, 700, 6, 260},          // tile of tokens whose windows straddle chunks
+      {4, 2, 32, 16, 50, 3, 1},             // window 1: each token sees only itself
+  };
+  std::mt19937 rng(14);
   check_attention_cases(cases, rng);
 }
 
