@@ -1,5 +1,5 @@
 # lumen_add_layer(NAME DEPS ... [TEST_DEPS ...])
-#   Builds src/NAME/*.cc (except *_test.cc, *_fuzz.cc and main.cc) into the static
+#   Builds src/NAME/*.cc and src/NAME/arch/*.cc (except *_test.cc, *_fuzz.cc and main.cc) into the static
 #   library lumen_NAME, and src/NAME/*_test.cc into the gtest binary lumen_NAME_tests.
 #   Per-ISA translation units are recognised by suffix and get their own flags:
 #     *_avx2.cc    -mavx2 -mfma -mf16c
@@ -8,7 +8,7 @@
 function(lumen_add_layer NAME)
   cmake_parse_arguments(ARG "" "" "DEPS;TEST_DEPS" ${ARGN})
   set(dir ${CMAKE_SOURCE_DIR}/src/${NAME})
-  file(GLOB srcs CONFIGURE_DEPENDS ${dir}/*.cc)
+  file(GLOB srcs CONFIGURE_DEPENDS ${dir}/*.cc ${dir}/arch/*.cc)
   file(GLOB tests CONFIGURE_DEPENDS ${dir}/*_test.cc)
   list(FILTER srcs EXCLUDE REGEX "(_test|_fuzz)\\.cc$")
   list(FILTER srcs EXCLUDE REGEX "/main\\.cc$")

@@ -9,6 +9,14 @@ std::string_view arch_name(Arch arch) {
   switch (arch) {
     case Arch::kLlama: return "llama";
     case Arch::kQwen2: return "qwen2";
+    case Arch::kQwen3: return "qwen3";
+    case Arch::kSmollm3: return "smollm3";
+    case Arch::kGemma: return "gemma";
+    case Arch::kGemma2: return "gemma2";
+    case Arch::kGemma3: return "gemma3";
+    case Arch::kPhi3: return "phi3";
+    case Arch::kStarcoder2: return "starcoder2";
+    case Arch::kStablelm: return "stablelm";
   }
   return "?";
 }
@@ -24,21 +32,44 @@ Result<int32_t> get_count(const gguf::ModelFile& f, const std::string& key, int6
   return static_cast<int32_t>(*v);
 }
 
+struct ArchName {
+  std::string_view key;  // general.architecture
+  Arch arch;
+};
+constexpr ArchName kArchNames[] = {
+    {"llama", Arch::kLlama},     {"mistral", Arch::kLlama},       {"qwen2", Arch::kQwen2},
+    {"qwen3", Arch::kQwen3},     {"smollm3", Arch::kSmollm3},     {"gemma", Arch::kGemma},
+    {"gemma2", Arch::kGemma2},   {"gemma3", Arch::kGemma3},       {"phi3", Arch::kPhi3},
+    {"starcoder2", Arch::kStarcoder2}, {"stablelm", Arch::kStablelm},
+};
+
+Result<float> get_positive(const gguf::ModelFile& f, const std::string& key, float fallback, float max_value) {
+  std::optional<double> v = f.get_float(key);
+  if (!v) return fallback;
+  if (!(*v > 0 && *v <= max_value))
+    return error("model metadata: '" + key + "' = " + std::to_string(*v) + " is out of range (0, " +
+                 std::to_string(max_value) + "]");
+  return static_cast<float>(*v);
+}
+
 }  // namespace
 
 Result<HParams> read_hparams(const gguf::ModelFile& f) {
   HParams hp;
   std::optional<std::string_view> arch = f.get_string("general.architecture");
   if (!arch) return error("model metadata: missing 'general.architecture'");
-  if (*arch == "llama" || *arch == "mistral") {
-    hp.arch = Arch::kLlama;
-  } else if (*arch == "qwen2") {
-    hp.arch = Arch::kQwen2;
-    hp.has_qkv_bias = true;
-  } else {
-    return error("model metadata: architecture '" + std::string(*arch) +
-                 "' is not supported (supported: llama, mistral, qwen2)");
+  const ArchName* found = nullptr;
+  std::string supported;
+  for (const ArchName& n : kArchNames) {
+    if (n.key == *arch) found = &n;
+    supported += (supported.empty() ? "" : ", ") + std::string(n.key);
   }
+  if (!found)
+    return error("model metadata: architecture '" + std::string(*arch) + "' is not supported (supported: " +
+                 supported + ")");
+  hp.arch = found->arch;
+  hp.arch_key = std::string(*arch);
+  hp.has_qkv_bias = hp.arch == Arch::kQwen2;
   const std::string a(*arch);
   constexpr int64_t kMaxDim = 1 << 20;
   LUMEN_ASSIGN_OR_RETURN(hp.n_embd, get_count(f, a + ".embedding_length", kMaxDim));
@@ -62,10 +93,13 @@ Result<HParams> read_hparams(const gguf::ModelFile& f) {
   }
   if (hp.head_dim % 2 != 0)
     return error("model metadata: head dimension " + std::to_string(hp.head_dim) + " must be even");
-  if (auto rope_dims = f.get_int(a + ".rope.dimension_count"); rope_dims && *rope_dims != hp.head_dim)
-    return error("model metadata: partial rotary embeddings (rope.dimension_count " +
-                 std::to_string(*rope_dims) + " != head dim " + std::to_string(hp.head_dim) +
-                 ") are not supported");
+  hp.rope_dims = hp.head_dim;
+  if (auto rope_dims = f.get_int(a + ".rope.dimension_count")) {
+    if (*rope_dims <= 0 || *rope_dims > hp.head_dim || *rope_dims % 2 != 0)
+      return error("model metadata: rope.dimension_count " + std::to_string(*rope_dims) +
+                   " must be even and in [2, head dim " + std::to_string(hp.head_dim) + "]");
+    hp.rope_dims = static_cast<int32_t>(*rope_dims);
+  }
   hp.n_ctx_train = 2048;
   if (f.find(a + ".context_length")) {
     LUMEN_ASSIGN_OR_RETURN(hp.n_ctx_train, get_count(f, a + ".context_length", 1 << 24));
@@ -74,11 +108,24 @@ Result<HParams> read_hparams(const gguf::ModelFile& f) {
     if (!(*eps > 0 && *eps < 1)) return error("model metadata: layer_norm_rms_epsilon out of range");
     hp.rms_eps = static_cast<float>(*eps);
   }
+  if (auto eps = f.get_float(a + ".attention.layer_norm_epsilon")) {
+    if (!(*eps > 0 && *eps < 1)) return error("model metadata: layer_norm_epsilon out of range");
+    hp.norm_eps = static_cast<float>(*eps);
+  }
+  const bool gemma = hp.arch == Arch::kGemma || hp.arch == Arch::kGemma2 || hp.arch == Arch::kGemma3;
+  if (gemma) hp.embd_scale = std::sqrt(static_cast<float>(hp.n_embd));  // sqrtf, as llama.cpp
+  if (hp.arch == Arch::kGemma2) {  // llama.cpp's defaults when the keys are absent
+    LUMEN_ASSIGN_OR_RETURN(hp.final_softcap, get_positive(f, a + ".final_logit_softcapping", 30.0f, 1e6f));
+  } else if (hp.arch == Arch::kGemma3) {
+    LUMEN_ASSIGN_OR_RETURN(hp.final_softcap, get_positive(f, a + ".final_logit_softcapping", 0.0f, 1e6f));
+  }
   if (auto theta = f.get_float(a + ".rope.freq_base")) {
     if (!(*theta > 1)) return error("model metadata: rope.freq_base must be > 1");
     hp.rope_theta = static_cast<float>(*theta);
   }
-  if (hp.arch == Arch::kQwen2) hp.rope_layout = kernels::RopeLayout::kNeox;
+  // NeoX-layout RoPE (pairs (i, i + d/2)) for every family but llama and smollm3, whose
+  // converters permute q/k rows into the interleaved layout.
+  if (hp.arch != Arch::kLlama && hp.arch != Arch::kSmollm3) hp.rope_layout = kernels::RopeLayout::kNeox;
   if (auto layout = f.get_string("lumen.rope_layout"); layout && *layout == "neox")
     hp.rope_layout = kernels::RopeLayout::kNeox;
 
@@ -96,12 +143,22 @@ Result<HParams> read_hparams(const gguf::ModelFile& f) {
       hp.rope_original_ctx = static_cast<int32_t>(f.get_int(a + ".rope.scaling.original_context_length").value_or(8192));
       if (!(hp.rope_high_freq_factor > hp.rope_low_freq_factor) || hp.rope_original_ctx <= 0)
         return error("model metadata: invalid llama3 rope scaling parameters");
+    } else if (*type == "longrope" || *type == "su") {
+      hp.rope_freq_scale = 1.0f;  // Phi-3: per-dimension factors (tensors) + attn_factor
     } else if (*type != "none") {
       return error("model metadata: rope scaling type '" + hp.rope_scaling_type + "' is not supported");
     }
   } else if (auto scale = f.get_float(a + ".rope.scale_linear")) {
     if (!(*scale >= 1.0)) return error("model metadata: rope.scale_linear must be >= 1");
     hp.rope_freq_scale = static_cast<float>(1.0 / *scale);
+  }
+
+  LUMEN_ASSIGN_OR_RETURN(hp.rope_attn_factor, get_positive(f, a + ".rope.scaling.attn_factor", 1.0f, 100.0f));
+  if (hp.arch == Arch::kPhi3) {  // the context the short factors were made for
+    hp.rope_original_ctx = hp.n_ctx_train;
+    if (f.find(a + ".rope.scaling.original_context_length")) {
+      LUMEN_ASSIGN_OR_RETURN(hp.rope_original_ctx, get_count(f, a + ".rope.scaling.original_context_length", 1 << 24));
+    }
   }
 
   const gguf::TensorInfo* embd = f.find_tensor("token_embd.weight");
@@ -117,12 +174,12 @@ Result<HParams> read_hparams(const gguf::ModelFile& f) {
 }
 
 std::vector<float> llama3_rope_freq_factors(const HParams& hp) {
-  const int32_t n = hp.head_dim / 2;
+  const int32_t n = hp.rope_dims / 2;
   std::vector<float> factors(n, 1.0f);
   const double low_wavelen = hp.rope_original_ctx / hp.rope_low_freq_factor;
   const double high_wavelen = hp.rope_original_ctx / hp.rope_high_freq_factor;
   for (int32_t i = 0; i < n; ++i) {
-    const double freq = std::pow(static_cast<double>(hp.rope_theta), -2.0 * i / hp.head_dim);
+    const double freq = std::pow(static_cast<double>(hp.rope_theta), -2.0 * i / hp.rope_dims);
     const double wavelen = 2.0 * std::numbers::pi / freq;
     if (wavelen < high_wavelen) {
       factors[i] = 1.0f;  // high frequencies: unchanged

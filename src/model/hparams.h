@@ -1,5 +1,7 @@
 // Model hyper-parameters, read from a ModelFile's GGUF-named metadata (whatever the
-// container: GGUF, Hugging Face or llama2.c all present the same keys).
+// container: GGUF, Hugging Face or llama2.c all present the same keys). HParams holds what
+// is model-wide; what may differ per layer (attention window, RoPE, norms, ...) is in the
+// LayerSpecs (layer_spec.h), derived from these and the file's metadata.
 #pragma once
 
 #include <cstdint>
@@ -13,15 +15,25 @@
 
 namespace lumen::model {
 
-// Architectures are an enum with a switch (STYLE 17), not an interface.
+// Architectures are an enum with a switch (STYLE 17), not an interface. Each family has
+// one forward file in model/arch/.
 enum class Arch : uint8_t {
-  kLlama,  // Llama 2/3, TinyLlama, SmolLM, Mistral (no sliding window): RMSNorm, SwiGLU, RoPE
-  kQwen2,  // as llama + bias on q/k/v projections, NeoX RoPE
+  kLlama,       // Llama 2/3, TinyLlama, SmolLM, Mistral (window honoured): RMSNorm, SwiGLU, RoPE
+  kQwen2,       // as llama + bias on q/k/v projections, NeoX RoPE
+  kQwen3,       // as llama + per-head RMSNorm of q and k, NeoX RoPE
+  kSmollm3,     // as llama with every 4th layer NoPE (no rotary embedding)
+  kGemma,       // embeddings * sqrt(n_embd), GELU-gated MLP, norm weights stored as 1 + w
+  kGemma2,      // + post-attention / post-MLP norms, sliding window on even layers, soft-capping
+  kGemma3,      // + q/k norms, 5 local : 1 global layers, local RoPE base 10000
+  kPhi3,        // fused qkv and gate_up, optional sliding window, long-context RoPE factors
+  kStarcoder2,  // LayerNorm with bias, biases everywhere, plain GELU MLP
+  kStablelm,    // LayerNorm with bias, partial rotary, optional parallel MLP and q/k norms
 };
 std::string_view arch_name(Arch arch);
 
 struct HParams {
   Arch arch = Arch::kLlama;
+  std::string arch_key;     // general.architecture as written ("mistral" reads as kLlama)
   int32_t n_vocab = 0;
   int32_t n_embd = 0;       // hidden size
   int32_t n_layer = 0;
@@ -30,19 +42,24 @@ struct HParams {
   int32_t head_dim = 0;     // per-head size (key_length)
   int32_t n_ff = 0;         // MLP inner size
   int32_t n_ctx_train = 0;  // context length the model was trained with
-  float rms_eps = 1e-5f;
-  bool has_qkv_bias = false;
-  bool tied_output = false;  // output matrix is token_embd
+  float rms_eps = 1e-5f;    // RMSNorm epsilon
+  float norm_eps = 1e-5f;   // LayerNorm epsilon (attention.layer_norm_epsilon)
+  bool has_qkv_bias = false;  // q/k/v biases required (qwen2)
+  bool tied_output = false;   // output matrix is token_embd
+  float embd_scale = 1.0f;    // token embeddings are multiplied by it (Gemma: sqrtf(n_embd))
+  float final_softcap = 0.0f; // > 0: logits = cap * tanh(logits / cap) (Gemma 2)
 
-  // RoPE
+  // RoPE as the file states it (LayerSpec::rope says what each layer uses)
+  int32_t rope_dims = 0;                // rotated dims (rope.dimension_count; default head_dim)
   float rope_theta = 10000.0f;
   float rope_freq_scale = 1.0f;         // linear scaling: pos * freq_scale
+  float rope_attn_factor = 1.0f;        // rope.scaling.attn_factor (Phi-3 longrope)
   kernels::RopeLayout rope_layout = kernels::RopeLayout::kInterleaved;
   std::string rope_scaling_type;        // "", "linear", "llama3"
   float rope_scaling_factor = 1.0f;     // llama3
   float rope_low_freq_factor = 1.0f;    // llama3
   float rope_high_freq_factor = 4.0f;   // llama3
-  int32_t rope_original_ctx = 8192;     // llama3
+  int32_t rope_original_ctx = 8192;     // llama3; Phi-3: rope.scaling.original_context_length
 
   int32_t n_q_dim() const { return n_head * head_dim; }
   int32_t n_kv_dim() const { return n_kv_head * head_dim; }
@@ -51,7 +68,7 @@ struct HParams {
 // Reads and validates the hyper-parameters; the message names the key at fault.
 Result<HParams> read_hparams(const gguf::ModelFile& file);
 
-// Llama-3 RoPE frequency factors ([head_dim/2]; theta_i is divided by factor[i]),
+// Llama-3 RoPE frequency factors ([rope_dims/2]; theta_i is divided by factor[i]),
 // computed from the scaling parameters as Llama 3.1 defines them.
 std::vector<float> llama3_rope_freq_factors(const HParams& hp);
 

@@ -22,10 +22,13 @@
 #include "kernels/ops.h"
 #include "model/hparams.h"
 #include "model/kv_layout.h"
+#include "model/layer_spec.h"
 #include "model/weights.h"
 #include "tensor/paged_kv_view.h"
 
 namespace lumen::model {
+
+struct Workspace;  // blocks.h
 
 // One sequence's slice of a batch: tokens [token_begin, token_begin + n_tokens) of the
 // batch, at positions pos0 .. pos0 + n_tokens - 1. Each of its block tables must already
@@ -74,6 +77,7 @@ class Model {
   static Result<Model> load(gguf::ModelFile file, const ModelLimits& limits);
 
   const HParams& hparams() const { return hp_; }
+  const std::vector<LayerSpec>& layer_specs() const { return specs_; }  // [n_layer]
   const ModelWeights& weights() const { return weights_; }
   const gguf::ModelFile& file() const { return *file_; }
   const ModelLimits& limits() const { return limits_; }
@@ -104,11 +108,11 @@ class Model {
   void set_tap(TapFn tap) { tap_ = std::move(tap); }
 
  private:
-  struct Workspace;
   Model();
 
   std::unique_ptr<gguf::ModelFile> file_;
   HParams hp_;
+  std::vector<LayerSpec> specs_;
   KvLayout kv_layout_;
   ModelWeights weights_;
   HugeBuffer interleaved_memory_;  // the interleaved copies, when packed in memory

@@ -4,10 +4,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <utility>
 
+#include "base/check.h"
 #include "kernels/ops.h"
 #include "kernels/type_table.h"
 
@@ -42,17 +44,19 @@ class Binder {
     return v;
   }
 
-  // A 1-D f32 vector; converted from f16/bf16 if needed. nullptr + ok when optional and absent.
-  Result<const float*> vector(const std::string& name, int64_t n, bool optional = false) {
+  // A 1-D f32 vector of n elements (or of alt_n, when given: a per-head norm); converted
+  // from f16/bf16 if needed. nullptr + ok when optional and absent.
+  Result<const float*> vector(const std::string& name, int64_t n, bool optional = false, int64_t alt_n = 0) {
     const gguf::TensorInfo* t = f_.find_tensor(name);
     if (!t) {
       if (optional) return static_cast<const float*>(nullptr);
       return error("model: tensor '" + name + "' is missing");
     }
     const TensorView& v = t->view;
-    if (v.n_elements() != n || v.ne[0] != n)
+    if (alt_n > 0 && v.n_elements() == alt_n) n = alt_n;
+    if (v.n_elements() != n || (v.ne[0] != n && alt_n == 0))
       return error("model: tensor '" + name + "' has shape " + v.shape_string() + ", expected " +
-                   shape_str({n}));
+                   shape_str({n}) + (alt_n > 0 ? " or " + std::to_string(alt_n) + " elements" : ""));
     if (v.dtype != DType::kF32 && v.dtype != DType::kF16 && v.dtype != DType::kBF16)
       return error("model: tensor '" + name + "' has type " + std::string(dtype_name(v.dtype)) +
                    " (norms and biases must be f32, f16 or bf16)");
@@ -64,6 +68,15 @@ class Binder {
     return static_cast<const float*>(out.data());
   }
 
+  // Rows [row0, row0 + n_rows) of a matrix: a view into it (fused tensors).
+  static TensorView rows(const TensorView& m, int64_t row0, int64_t n_rows) {
+    TensorView v = m;
+    v.data = m.data + row0 * m.row_stride_bytes();
+    v.ne[1] = n_rows;
+    v.n_bytes = n_rows * m.row_stride_bytes();
+    return v;
+  }
+
  private:
   const gguf::ModelFile& f_;
   ModelWeights& w_;
@@ -71,10 +84,99 @@ class Binder {
 
 }  // namespace
 
-Result<ModelWeights> bind_weights(const gguf::ModelFile& f, const HParams& hp) {
+namespace {
+
+// The attention weights of layer il: separate q/k/v, or one fused attn_qkv split by rows.
+Status bind_attention(Binder& b, const gguf::ModelFile& f, const HParams& hp, const LayerSpec& spec,
+                      const std::string& p, LayerWeights& l) {
+  const int64_t e = hp.n_embd, q = hp.n_q_dim(), kv = hp.n_kv_dim();
+  const bool own_kv = spec.kv_source_layer < 0;
+  if (f.find_tensor(p + "attn_qkv.weight")) {
+    if (!own_kv) return error("model: tensor '" + p + "attn_qkv.weight' of a layer that reads another layer's KV");
+    LUMEN_ASSIGN_OR_RETURN(TensorView qkv, b.matrix(p + "attn_qkv.weight", e, q + 2 * kv));
+    l.wq = Binder::rows(qkv, 0, q);
+    l.wk = Binder::rows(qkv, q, kv);
+    l.wv = Binder::rows(qkv, q + kv, kv);
+  } else {
+    LUMEN_ASSIGN_OR_RETURN(l.wq, b.matrix(p + "attn_q.weight", e, q));
+    if (own_kv) {
+      LUMEN_ASSIGN_OR_RETURN(l.wk, b.matrix(p + "attn_k.weight", e, kv));
+      LUMEN_ASSIGN_OR_RETURN(l.wv, b.matrix(p + "attn_v.weight", e, kv));
+    }
+  }
+  const bool bias_optional = !hp.has_qkv_bias;
+  LUMEN_ASSIGN_OR_RETURN(l.bq, b.vector(p + "attn_q.bias", q, bias_optional));
+  if (own_kv) {
+    LUMEN_ASSIGN_OR_RETURN(l.bk, b.vector(p + "attn_k.bias", kv, bias_optional));
+    LUMEN_ASSIGN_OR_RETURN(l.bv, b.vector(p + "attn_v.bias", kv, bias_optional));
+  }
+  if (spec.qk_norm) {
+    LUMEN_ASSIGN_OR_RETURN(l.q_norm, b.vector(p + "attn_q_norm.weight", hp.head_dim, false, q));
+    l.qk_norm_per_head = f.find_tensor(p + "attn_q_norm.weight")->view.n_elements() == q && hp.n_head > 1;
+    if (own_kv) {
+      LUMEN_ASSIGN_OR_RETURN(l.k_norm, b.vector(p + "attn_k_norm.weight", l.qk_norm_per_head ? kv : hp.head_dim));
+    }
+  }
+  LUMEN_ASSIGN_OR_RETURN(l.wo, b.matrix(p + "attn_output.weight", q, e));
+  LUMEN_ASSIGN_OR_RETURN(l.bo, b.vector(p + "attn_output.bias", e, true));
+  return Status();
+}
+
+// The MLP weights: gate (separate, or the first half of a fused ffn_up), up, down, biases.
+Status bind_mlp(Binder& b, const gguf::ModelFile& f, const HParams& hp, const LayerSpec& spec, const std::string& p,
+                LayerWeights& l) {
+  const int64_t e = hp.n_embd, ff = hp.n_ff;
+  if (spec.mlp == MlpKind::kGelu) {
+    LUMEN_ASSIGN_OR_RETURN(l.w_up, b.matrix(p + "ffn_up.weight", e, ff));
+  } else if (f.find_tensor(p + "ffn_gate.weight") == nullptr && f.find_tensor(p + "ffn_up.weight") != nullptr &&
+             f.find_tensor(p + "ffn_up.weight")->view.ne[1] == 2 * ff) {
+    // Phi-3: ffn_up holds [gate; up] (ggml's swiglu: silu of the first half times the second).
+    LUMEN_ASSIGN_OR_RETURN(TensorView gate_up, b.matrix(p + "ffn_up.weight", e, 2 * ff));
+    l.w_gate = Binder::rows(gate_up, 0, ff);
+    l.w_up = Binder::rows(gate_up, ff, ff);
+  } else {
+    LUMEN_ASSIGN_OR_RETURN(l.w_gate, b.matrix(p + "ffn_gate.weight", e, ff));
+    LUMEN_ASSIGN_OR_RETURN(l.w_up, b.matrix(p + "ffn_up.weight", e, ff));
+  }
+  LUMEN_ASSIGN_OR_RETURN(l.w_down, b.matrix(p + "ffn_down.weight", ff, e));
+  const bool biases = hp.arch == Arch::kStarcoder2;  // required there, optional elsewhere
+  LUMEN_ASSIGN_OR_RETURN(l.b_up, b.vector(p + "ffn_up.bias", ff, !biases));
+  LUMEN_ASSIGN_OR_RETURN(l.b_down, b.vector(p + "ffn_down.bias", e, !biases));
+  return Status();
+}
+
+// RoPE frequency factors: rope_freqs.weight (llama.cpp's converter writes it for Llama
+// 3.1+), computed from llama3 scaling metadata, or Phi-3's long / short factors.
+Status bind_rope_factors(const gguf::ModelFile& f, const HParams& hp, int64_t n_ctx, ModelWeights& w) {
+  const int64_t n = hp.rope_dims / 2;
+  const char* name = "rope_freqs.weight";
+  if (hp.arch == Arch::kPhi3 && f.find_tensor("rope_factors_long.weight") != nullptr)
+    name = n_ctx > hp.rope_original_ctx ? "rope_factors_long.weight" : "rope_factors_short.weight";
+  if (const gguf::TensorInfo* t = f.find_tensor(name)) {
+    if (t->view.dtype != DType::kF32 || t->view.n_elements() != n)
+      return error("model: tensor '" + std::string(name) + "' must be f32 with " + std::to_string(n) +
+                   " elements, got " + std::string(dtype_name(t->view.dtype)) + " " + t->view.shape_string());
+    const float* p = reinterpret_cast<const float*>(t->view.data);
+    for (int64_t i = 0; i < n; ++i)
+      if (!(p[i] > 0) || !std::isfinite(p[i]))
+        return error("model: tensor '" + std::string(name) + "' has a factor that is not positive and finite");
+    w.rope_freq_factors.assign(p, p + n);
+  } else if (std::string_view(name) != "rope_freqs.weight") {
+    return error("model: tensor '" + std::string(name) + "' is missing (the file has rope_factors_long)");
+  } else if (hp.rope_scaling_type == "llama3") {
+    w.rope_freq_factors = llama3_rope_freq_factors(hp);
+  }
+  return Status();
+}
+
+}  // namespace
+
+Result<ModelWeights> bind_weights(const gguf::ModelFile& f, const HParams& hp, const std::vector<LayerSpec>& specs,
+                                  int64_t n_ctx) {
+  LUMEN_CHECK(static_cast<int32_t>(specs.size()) == hp.n_layer);
   ModelWeights w;
   Binder b(f, w);
-  w.owned_f32.reserve(4 * hp.n_layer + 4);  // pointers into these vectors must stay valid
+  w.owned_f32.reserve(24 * hp.n_layer + 8);  // pointers into these vectors must stay valid
   {
     const gguf::TensorInfo* t = f.find_tensor("token_embd.weight");
     if (!t) return error("model: tensor 'token_embd.weight' is missing");
@@ -84,26 +186,31 @@ Result<ModelWeights> bind_weights(const gguf::ModelFile& f, const HParams& hp) {
                    ")");
     w.tok_embd = t->view;
   }
-  const int64_t e = hp.n_embd, q = hp.n_q_dim(), kv = hp.n_kv_dim();
+  const int64_t e = hp.n_embd;
   w.layers.resize(hp.n_layer);
   for (int32_t il = 0; il < hp.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
+    const LayerSpec& spec = specs[il];
     LayerWeights& l = w.layers[il];
+    const bool layer_norm = spec.norm == NormKind::kLayer;
     LUMEN_ASSIGN_OR_RETURN(l.attn_norm, b.vector(p + "attn_norm.weight", e));
-    LUMEN_ASSIGN_OR_RETURN(l.wq, b.matrix(p + "attn_q.weight", e, q));
-    LUMEN_ASSIGN_OR_RETURN(l.wk, b.matrix(p + "attn_k.weight", e, kv));
-    LUMEN_ASSIGN_OR_RETURN(l.wv, b.matrix(p + "attn_v.weight", e, kv));
-    const bool bias_optional = !hp.has_qkv_bias;
-    LUMEN_ASSIGN_OR_RETURN(l.bq, b.vector(p + "attn_q.bias", q, bias_optional));
-    LUMEN_ASSIGN_OR_RETURN(l.bk, b.vector(p + "attn_k.bias", kv, bias_optional));
-    LUMEN_ASSIGN_OR_RETURN(l.bv, b.vector(p + "attn_v.bias", kv, bias_optional));
-    LUMEN_ASSIGN_OR_RETURN(l.wo, b.matrix(p + "attn_output.weight", q, e));
-    LUMEN_ASSIGN_OR_RETURN(l.ffn_norm, b.vector(p + "ffn_norm.weight", e));
-    LUMEN_ASSIGN_OR_RETURN(l.w_gate, b.matrix(p + "ffn_gate.weight", e, hp.n_ff));
-    LUMEN_ASSIGN_OR_RETURN(l.w_up, b.matrix(p + "ffn_up.weight", e, hp.n_ff));
-    LUMEN_ASSIGN_OR_RETURN(l.w_down, b.matrix(p + "ffn_down.weight", hp.n_ff, e));
+    LUMEN_ASSIGN_OR_RETURN(l.attn_norm_b, b.vector(p + "attn_norm.bias", e, !layer_norm));
+    LUMEN_TRY(bind_attention(b, f, hp, spec, p, l));
+    if (spec.post_attn_norm) {
+      LUMEN_ASSIGN_OR_RETURN(l.attn_post_norm, b.vector(p + "post_attention_norm.weight", e));
+    }
+    if (!spec.parallel_mlp) {
+      LUMEN_ASSIGN_OR_RETURN(l.ffn_norm, b.vector(p + "ffn_norm.weight", e));
+      LUMEN_ASSIGN_OR_RETURN(l.ffn_norm_b, b.vector(p + "ffn_norm.bias", e, !layer_norm));
+    }
+    LUMEN_TRY(bind_mlp(b, f, hp, spec, p, l));
+    if (spec.post_ffn_norm) {
+      LUMEN_ASSIGN_OR_RETURN(l.ffn_post_norm, b.vector(p + "post_ffw_norm.weight", e));
+    }
   }
+  const bool layer_norm = !specs.empty() && specs[0].norm == NormKind::kLayer;
   LUMEN_ASSIGN_OR_RETURN(w.output_norm, b.vector("output_norm.weight", e));
+  LUMEN_ASSIGN_OR_RETURN(w.output_norm_b, b.vector("output_norm.bias", e, !layer_norm));
   if (hp.tied_output) {
     if (!kernels::matmul_supports(w.tok_embd.dtype))
       return error("model: tied output uses token_embd.weight of type " +
@@ -113,17 +220,9 @@ Result<ModelWeights> bind_weights(const gguf::ModelFile& f, const HParams& hp) {
   } else {
     LUMEN_ASSIGN_OR_RETURN(w.output, b.matrix("output.weight", e, hp.n_vocab));
   }
-  // RoPE frequency factors: stored by llama.cpp's converter as rope_freqs.weight for
-  // Llama 3.1+; computed from the scaling metadata otherwise.
-  if (const gguf::TensorInfo* t = f.find_tensor("rope_freqs.weight")) {
-    if (t->view.dtype != DType::kF32 || t->view.n_elements() != hp.head_dim / 2)
-      return error("model: tensor 'rope_freqs.weight' must be f32 with " +
-                   std::to_string(hp.head_dim / 2) + " elements, got " + t->view.shape_string());
-    const float* p = reinterpret_cast<const float*>(t->view.data);
-    w.rope_freq_factors.assign(p, p + hp.head_dim / 2);
-  } else if (hp.rope_scaling_type == "llama3") {
-    w.rope_freq_factors = llama3_rope_freq_factors(hp);
-  }
+  LUMEN_ASSIGN_OR_RETURN(w.output_b, b.vector("output.bias", hp.n_vocab, true));
+  LUMEN_TRY(bind_rope_factors(f, hp, n_ctx, w));
+  LUMEN_CHECK(w.owned_f32.size() <= w.owned_f32.capacity());
   return w;
 }
 
@@ -134,7 +233,8 @@ template <typename View, typename Weights>
 std::vector<View*> matrices_of(Weights& w) {
   std::vector<View*> out;
   for (auto& l : w.layers)
-    for (View* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) out.push_back(t);
+    for (View* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      if (t->data != nullptr) out.push_back(t);
   out.push_back(&w.output);
   return out;
 }

@@ -10,40 +10,61 @@
 #include "gguf/model_file.h"
 #include "kernels/kernel_table.h"
 #include "model/hparams.h"
+#include "model/layer_spec.h"
 #include "tensor/tensor_view.h"
 
 namespace lumen::model {
 
+// One layer's weights. Optional tensors are null / empty views when the file has none.
+// A fused matrix of the file (Phi-3's attn_qkv, ffn_up holding gate and up) is bound as
+// row ranges of it: wq, wk, wv (w_gate, w_up) are then views into the one tensor, so the
+// forward pass and the kernels see the same three (two) matrices as for any other file.
 struct LayerWeights {
-  const float* attn_norm = nullptr;  // [n_embd]
-  TensorView wq;                     // [n_embd] -> [n_head * head_dim]
-  TensorView wk;                     // [n_embd] -> [n_kv_head * head_dim]
-  TensorView wv;                     // [n_embd] -> [n_kv_head * head_dim]
-  const float* bq = nullptr;         // [n_head * head_dim] (qwen2)
-  const float* bk = nullptr;         // [n_kv_head * head_dim] (qwen2)
-  const float* bv = nullptr;         // [n_kv_head * head_dim] (qwen2)
-  TensorView wo;                     // [n_head * head_dim] -> [n_embd]
-  const float* ffn_norm = nullptr;   // [n_embd]
-  TensorView w_gate;                 // [n_embd] -> [n_ff]
-  TensorView w_up;                   // [n_embd] -> [n_ff]
-  TensorView w_down;                 // [n_ff] -> [n_embd]
+  const float* attn_norm = nullptr;    // [n_embd]
+  const float* attn_norm_b = nullptr;  // [n_embd] LayerNorm bias
+  TensorView wq;                       // [n_embd] -> [n_head * head_dim]
+  TensorView wk;                       // [n_embd] -> [n_kv_head * head_dim]; empty: KV from another layer
+  TensorView wv;                       // [n_embd] -> [n_kv_head * head_dim]; empty: KV from another layer
+  const float* bq = nullptr;           // [n_head * head_dim]
+  const float* bk = nullptr;           // [n_kv_head * head_dim]
+  const float* bv = nullptr;           // [n_kv_head * head_dim]
+  const float* q_norm = nullptr;       // [head_dim], or [n_head][head_dim] when qk_norm_per_head
+  const float* k_norm = nullptr;       // [head_dim], or [n_kv_head][head_dim] when qk_norm_per_head
+  bool qk_norm_per_head = false;       // StableLM 2 12B: one weight row per head
+  TensorView wo;                       // [n_head * head_dim] -> [n_embd]
+  const float* bo = nullptr;           // [n_embd]
+  const float* attn_post_norm = nullptr;  // [n_embd] (Gemma 2/3)
+  const float* ffn_norm = nullptr;     // [n_embd]; null: parallel MLP (StableLM)
+  const float* ffn_norm_b = nullptr;   // [n_embd] LayerNorm bias
+  TensorView w_gate;                   // [n_embd] -> [n_ff]; empty for a plain MLP
+  TensorView w_up;                     // [n_embd] -> [n_ff]
+  TensorView w_down;                   // [n_ff] -> [n_embd]
+  const float* b_up = nullptr;         // [n_ff]
+  const float* b_down = nullptr;       // [n_embd]
+  const float* ffn_post_norm = nullptr;  // [n_embd] (Gemma 2/3)
 };
 
 struct ModelWeights {
   TensorView tok_embd;                 // [n_embd] x n_vocab rows
   std::vector<LayerWeights> layers;    // [n_layer]
   const float* output_norm = nullptr;  // [n_embd]
+  const float* output_norm_b = nullptr;  // [n_embd] LayerNorm bias
   TensorView output;                   // [n_embd] -> [n_vocab]; == tok_embd when tied
-  std::vector<float> rope_freq_factors;  // [head_dim/2] or empty
+  const float* output_b = nullptr;     // [n_vocab]
+  std::vector<float> rope_freq_factors;  // [rope_dims/2] or empty (llama3, Phi-3 long/short)
 
   // f32 copies of the small tensors (kept alive here).
   std::vector<std::vector<float>> owned_f32;
 };
 
-Result<ModelWeights> bind_weights(const gguf::ModelFile& file, const HParams& hp);
+// Binds every tensor the layers' specs need, by llama.cpp's names (blk.N.attn_q, attn_qkv,
+// attn_q_norm, post_attention_norm, ffn_up, ...). n_ctx is the longest sequence the model
+// will run: Phi-3 uses its long-context RoPE factors when it exceeds the original context.
+Result<ModelWeights> bind_weights(const gguf::ModelFile& file, const HParams& hp, const std::vector<LayerSpec>& specs,
+                                  int64_t n_ctx);
 
 // Every matrix the forward pass multiplies with, in forward order: each layer's q, k, v, o,
-// gate, up, down, then the output.
+// gate, up, down (those it has), then the output.
 std::vector<TensorView*> matrices(ModelWeights& w);
 std::vector<const TensorView*> matrices(const ModelWeights& w);
 

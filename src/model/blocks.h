@@ -1,0 +1,101 @@
+// The building blocks every forward file (model/arch/*.cc) is made of: embedding, norms,
+// the attention block, the MLP block and the output head. They read the layer's LayerSpec
+// and weights, so an architecture file is only the order in which its paper composes them.
+//
+// Internal to the model layer (not included outside src/model/). Single-threaded by
+// contract like Model::forward; compute parallelism goes through Pass::pool.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "kernels/kernel_table.h"
+#include "kernels/ops.h"
+#include "model/hparams.h"
+#include "model/layer_spec.h"
+#include "model/model.h"
+#include "model/weights.h"
+
+namespace lumen::model {
+
+// Work buffers and per-model constants of the forward pass, sized at load for
+// limits.max_batch_tokens tokens (T) and max_logit_rows rows (R): nothing allocates per token.
+struct Workspace {
+  std::vector<float> x;        // [T][n_embd] residual stream
+  std::vector<float> xn;       // [T][n_embd] normed input of a block
+  std::vector<float> y;        // [T][n_embd] a block's output (before the residual add)
+  std::vector<float> y2;       // [T][n_embd] the MLP's output beside y (parallel MLP)
+  std::vector<float> q;        // [T][n_head * head_dim]
+  std::vector<float> k;        // [T][n_kv_head * head_dim]
+  std::vector<float> v;        // [T][n_kv_head * head_dim]
+  std::vector<float> attn;     // [T][n_head * head_dim]
+  std::vector<float> gate;     // [T][n_ff]
+  std::vector<float> up;       // [T][n_ff]
+  std::vector<float> sel;      // [R][n_embd] rows selected for logits
+  std::vector<float> logits;   // [R][n_vocab]
+  std::vector<std::byte> scratch;  // max(matmul scratch, attention scratch)
+  std::vector<int32_t> pos;        // [T] position of each token
+
+  // RoPE: the distinct RopeSpecs of the layers ("sets"), the set of each layer (-1: NoPE),
+  // and each set's angles for this pass ([T][n_rot / 2] cos and sin), computed once per
+  // pass for all layers' q and k.
+  std::vector<kernels::RopeParams> rope_sets;
+  std::vector<int32_t> rope_set_of_layer;   // [n_layer]
+  std::vector<std::vector<float>> rope_cos;  // [n_sets][T * n_rot / 2]
+  std::vector<std::vector<float>> rope_sin;
+};
+
+// Builds the workspace of a model (every buffer at its largest size).
+Workspace make_workspace(const HParams& hp, const std::vector<LayerSpec>& specs, const ModelWeights& w,
+                         const ModelLimits& limits);
+
+// One forward() call: everything the blocks read, by reference.
+struct Pass {
+  const kernels::KernelTable& k;
+  ThreadPool& pool;
+  const HParams& hp;
+  const std::vector<LayerSpec>& specs;
+  const ModelWeights& w;
+  const KvLayout& kv_layout;
+  Workspace& ws;
+  const ForwardBatch& batch;
+  std::span<const KvStorageView> kv_groups;  // [kv_layout.n_groups()]
+  const TapFn& tap_fn;
+  int64_t n_tokens;  // T of this pass
+
+  // Named debug tap (STYLE 16): n floats at p, when a tap is set.
+  void tap(std::string_view name, int32_t layer_idx, const float* p, int64_t n) const {
+    if (tap_fn) tap_fn(name, layer_idx, std::span<const float>(p, n));
+  }
+};
+
+// Positions of the batch's tokens, every RoPE set's angles for them, and
+// x = token_embd[ids] * embd_scale.
+void embed_tokens(Pass& p);
+
+// out = norm(x) of the given kind with weight w and bias b (b may be null): n_rows rows of
+// n elements (0: n_embd). RMSNorm uses rms_eps, LayerNorm norm_eps. out may be x.
+void norm(const Pass& p, NormKind kind, const float* x, const float* w, const float* b, int64_t n_rows,
+          float* out, int64_t n = 0);
+
+// out [T][n_embd] = attention of layer il over xn [T][n_embd] (q, k, v projections and
+// biases, q/k norms, RoPE, the KV store, attention over the layer's window, output
+// projection and bias). Writes this layer's K/V into the cache unless it reads another's.
+void attention_block(Pass& p, int32_t il, const float* xn, float* out);
+
+// out [T][n_embd] = MLP of layer il over xn [T][n_embd] (gated SiLU / GELU, or plain GELU
+// with biases).
+void mlp_block(Pass& p, int32_t il, const float* xn, float* out);
+
+// Logits of the batch's logit rows: the output norm, the output matrix (+ bias), final
+// soft-capping. [R][n_vocab], in the workspace.
+std::span<const float> output_logits(Pass& p);
+
+// The forward passes, one per architecture family (model/arch/*.cc).
+std::span<const float> forward_llama(Pass& p);     // llama, mistral, qwen2, qwen3, smollm3, phi3
+std::span<const float> forward_gemma(Pass& p);     // gemma, gemma2, gemma3
+std::span<const float> forward_stablelm(Pass& p);  // stablelm, starcoder2
+
+}  // namespace lumen::model

@@ -1,0 +1,178 @@
+#include "model/layer_spec.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace lumen::model {
+
+std::string_view attn_kind_name(AttnKind kind) {
+  switch (kind) {
+    case AttnKind::kFull: return "full";
+    case AttnKind::kSliding: return "sliding";
+  }
+  return "?";
+}
+
+std::string_view mlp_kind_name(MlpKind kind) {
+  switch (kind) {
+    case MlpKind::kSiluGated: return "silu-gated";
+    case MlpKind::kGeluGated: return "gelu-gated";
+    case MlpKind::kGelu: return "gelu";
+  }
+  return "?";
+}
+
+namespace {
+
+bool has_tensor(const gguf::ModelFile& f, int32_t il, const char* suffix) {
+  return f.find_tensor("blk." + std::to_string(il) + "." + suffix) != nullptr;
+}
+
+// The sliding window of the file, 0 when it has none. Gemma 2 and Phi-3 get llama.cpp's
+// defaults when the key is absent (c392e5094: Gemma 2 4096; Phi-3-mini/medium 4k 2047).
+Result<int32_t> read_window(const gguf::ModelFile& f, const HParams& hp) {
+  const std::string key = hp.arch_key + ".attention.sliding_window";
+  if (std::optional<int64_t> w = f.get_int(key)) {
+    if (*w < 0 || *w > (int64_t{1} << 30))
+      return error("model metadata: '" + key + "' = " + std::to_string(*w) + " is out of range");
+    return static_cast<int32_t>(*w);
+  }
+  if (f.find(key)) return error("model metadata: '" + key + "' must be an integer");
+  if (hp.arch == Arch::kGemma2) return 4096;
+  if (hp.arch == Arch::kGemma3) return error("model metadata: missing integer key '" + key + "'");
+  if (hp.arch == Arch::kPhi3 && (hp.n_layer == 32 || hp.n_layer == 40) && hp.n_ctx_train == 4096) return 2047;
+  return 0;
+}
+
+// Which layers slide: every layer (Llama / Mistral, Phi-3), or a period: layer il slides
+// iff il % period < period - 1 (Gemma 2: period 2, even layers; Gemma 3: 6, five local to
+// one global). `<arch>.attention.sliding_window_pattern` overrides the period.
+Result<int32_t> read_window_period(const gguf::ModelFile& f, const HParams& hp) {
+  int32_t period = hp.arch == Arch::kGemma2 ? 2 : hp.arch == Arch::kGemma3 ? 6 : 1;
+  const std::string key = hp.arch_key + ".attention.sliding_window_pattern";
+  if (std::optional<int64_t> p = f.get_int(key)) {
+    if (*p < 1 || *p > 4096) return error("model metadata: '" + key + "' = " + std::to_string(*p) + " is out of range");
+    period = static_cast<int32_t>(*p);
+  }
+  return period;
+}
+
+Result<float> read_float(const gguf::ModelFile& f, const std::string& key, float fallback) {
+  std::optional<double> v = f.get_float(key);
+  if (!v) {
+    if (f.find(key)) return error("model metadata: '" + key + "' must be a number");
+    return fallback;
+  }
+  if (!(*v > 0 && *v < 1e9)) return error("model metadata: '" + key + "' = " + std::to_string(*v) + " must be positive");
+  return static_cast<float>(*v);
+}
+
+// Cross-layer KV sharing: kv_source_layers[il] (see layer_spec.h).
+Status read_kv_sources(const gguf::ModelFile& f, const HParams& hp, std::vector<LayerSpec>& specs) {
+  const std::string key = hp.arch_key + ".attention.kv_source_layers";
+  const std::vector<int64_t>* src = f.get_int_array(key);
+  if (!src) {
+    if (f.find(key)) return error("model metadata: '" + key + "' must be an integer array");
+    return Status();
+  }
+  if (static_cast<int64_t>(src->size()) != hp.n_layer)
+    return error("model metadata: '" + key + "' has " + std::to_string(src->size()) + " entries, expected " +
+                 std::to_string(hp.n_layer) + " (one per layer)");
+  for (int32_t il = 0; il < hp.n_layer; ++il) {
+    const int64_t j = (*src)[il];
+    if (j == -1) continue;
+    const std::string where = "model metadata: '" + key + "'[" + std::to_string(il) + "] = " + std::to_string(j);
+    if (j < 0 || j >= il) return error(where + " must be -1 or an earlier layer");
+    if ((*src)[j] != -1) return error(where + " names a layer that itself reads another layer's KV");
+    specs[il].kv_source_layer = static_cast<int32_t>(j);  // windows: checked by make_kv_layout
+  }
+  return Status();
+}
+
+}  // namespace
+
+Result<std::vector<LayerSpec>> read_layer_specs(const gguf::ModelFile& f, const HParams& hp) {
+  const std::string& a = hp.arch_key;
+  std::vector<LayerSpec> specs(hp.n_layer);
+  LUMEN_ASSIGN_OR_RETURN(const int32_t window, read_window(f, hp));
+  LUMEN_ASSIGN_OR_RETURN(const int32_t period, read_window_period(f, hp));
+
+  // Attention scale: 1/sqrt(head_dim); llama.cpp's Gemma 2/3 27B use 1/sqrt(n_embd / n_head)
+  // (query_pre_attn_scalar), recognised by their layer counts; the file may state its own.
+  float scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
+  if ((hp.arch == Arch::kGemma2 && hp.n_layer == 46) || (hp.arch == Arch::kGemma3 && hp.n_layer == 62))
+    scale = 1.0f / std::sqrt(static_cast<float>(hp.n_embd / hp.n_head));
+  LUMEN_ASSIGN_OR_RETURN(scale, read_float(f, a + ".attention.scale", scale));
+  float attn_softcap = 0.0f;
+  if (hp.arch == Arch::kGemma2) {
+    LUMEN_ASSIGN_OR_RETURN(attn_softcap, read_float(f, a + ".attn_logit_softcapping", 50.0f));
+  }
+
+  RopeSpec rope;
+  rope.n_rot = hp.rope_dims;
+  rope.theta = hp.rope_theta;
+  rope.freq_scale = hp.rope_freq_scale;
+  rope.attn_factor = hp.rope_attn_factor;
+  rope.freq_factors = f.find_tensor("rope_freqs.weight") != nullptr || hp.rope_scaling_type == "llama3" ||
+                      (hp.arch == Arch::kPhi3 && f.find_tensor("rope_factors_long.weight") != nullptr);
+
+  for (int32_t il = 0; il < hp.n_layer; ++il) {
+    LayerSpec& s = specs[il];
+    s.rope = rope;
+    s.attn_scale = scale;
+    s.attn_softcap = attn_softcap;
+    const bool slides = period == 1 || il % period < period - 1;
+    if (window > 0 && slides) {
+      s.attn = AttnKind::kSliding;
+      s.window = window;
+    }
+    switch (hp.arch) {
+      case Arch::kLlama:
+      case Arch::kQwen2:
+        break;
+      case Arch::kQwen3:
+        s.qk_norm = true;
+        break;
+      case Arch::kSmollm3:
+        if ((il + 1) % 4 == 0) s.rope.n_rot = 0;  // NoPE: llama.cpp's n_no_rope_layer_step = 4
+        break;
+      case Arch::kGemma:
+      case Arch::kGemma2:
+      case Arch::kGemma3:
+        s.mlp = MlpKind::kGeluGated;
+        s.scale_q = true;
+        s.post_attn_norm = s.post_ffn_norm = hp.arch != Arch::kGemma;
+        s.qk_norm = hp.arch == Arch::kGemma3;
+        if (hp.arch == Arch::kGemma3 && s.attn == AttnKind::kSliding) {
+          s.rope.theta = 10000.0f;  // local layers: base 10000, no scaling
+          s.rope.freq_scale = 1.0f;
+        }
+        break;
+      case Arch::kPhi3:
+        s.scale_q = true;
+        break;
+      case Arch::kStarcoder2:
+        s.norm = NormKind::kLayer;
+        s.mlp = MlpKind::kGelu;
+        break;
+      case Arch::kStablelm:
+        s.norm = NormKind::kLayer;
+        s.qk_norm = has_tensor(f, il, "attn_q_norm.weight");
+        s.parallel_mlp = !has_tensor(f, il, "ffn_norm.weight");
+        break;
+    }
+  }
+  LUMEN_TRY(read_kv_sources(f, hp, specs));
+  return specs;
+}
+
+Result<KvLayout> make_kv_layout(const HParams& hp, const std::vector<LayerSpec>& specs) {
+  std::vector<LayerAttn> attn(specs.size());
+  for (size_t il = 0; il < specs.size(); ++il) {
+    attn[il].window = specs[il].attn == AttnKind::kSliding ? specs[il].window : 0;
+    attn[il].kv_source_layer = specs[il].kv_source_layer;
+  }
+  return build_kv_layout(attn, hp.n_kv_head, hp.head_dim);
+}
+
+}  // namespace lumen::model
