@@ -382,6 +382,7 @@ Result<std::unique_ptr<TokenizerImpl>> load(std::string_view tokenizer_json, std
   bool byte_level = false, strip_space = false;
   if (const json* d = field(root, "decoder")) scan_decoder(*d, &byte_level, &strip_space);
   vocab.piece_style = byte_level ? PieceStyle::kByteLevel : PieceStyle::kMetaspace;
+  vocab.unescape_user_defined = true;
   vocab.decode_strip_space = strip_space;
   vocab.clean_spaces = get_bool(config, "clean_up_tokenization_spaces", false);
   vocab.eog_names_force_control = false;  // tokenizer.json says which added tokens are special

@@ -21,11 +21,12 @@ std::string byte_level_to_bytes(std::string_view text) {
   return out;
 }
 
-std::string compute_piece(const TokenData& t, PieceStyle style) {
+std::string compute_piece(const TokenData& t, PieceStyle style, bool unescape_user_defined) {
   switch (t.type) {
+    case TokenType::kUserDefined:
+      return unescape_user_defined && style == PieceStyle::kMetaspace ? unescape_metaspace(t.text) : t.text;
     case TokenType::kControl:
     case TokenType::kUnknown:
-    case TokenType::kUserDefined:
       return t.text;
     case TokenType::kNormal:
       return style == PieceStyle::kMetaspace ? unescape_metaspace(t.text) : byte_level_to_bytes(t.text);
@@ -161,7 +162,7 @@ void Vocab::finalize() {
   text_to_id = TextIdMap();
 
   pieces.resize(static_cast<size_t>(n));
-  for (int32_t id = 0; id < n; ++id) pieces[id] = compute_piece(tokens[id], piece_style);
+  for (int32_t id = 0; id < n; ++id) pieces[id] = compute_piece(tokens[id], piece_style, unescape_user_defined);
 
   byte_ids.assign(256, -1);
   static constexpr char kHex[] = "0123456789ABCDEF";

@@ -102,6 +102,10 @@ struct Vocab {
   bool eog_names_force_control = true;  // llama.cpp's type override for GGUF; HF keeps its types
   bool clean_spaces = false;        // decode removes " ," " ." " 's" ... (llama.cpp clean_spaces)
   PieceStyle piece_style = PieceStyle::kMetaspace;
+  // Added (user-defined) tokens decode through the metaspace decoder as well: a Hugging Face
+  // tokenizer runs its decoder over every token, added ones included (Gemma's whitespace-run
+  // tokens "▁▁▁" decode to spaces); llama.cpp copies a GGUF's user-defined tokens raw.
+  bool unescape_user_defined = false;
   // No mergeable token contains "▁" right after another character (true for SentencePiece
   // vocabs that split on whitespace, e.g. Llama 2). Then no merge can cross the boundary in
   // front of a word's "▁", and the merge encoders may run word by word: the same result as
