@@ -52,6 +52,7 @@ struct TinyPreset {
   bool tied = true, qkv_bias = false;
   int64_t n_head_dim = 0, n_rot = 0, sliding_window = 0, longrope_original_ctx = 0;
   double attn_softcap = 0.0, final_softcap = 0.0, rope_linear_factor = 0.0;
+  bool cla_pairs = false;  // odd layers read the K/V of the layer before them
 };
 
 // Test models ("tiny-*"): a few hundred KiB at f32, vocabulary 512, context 512, windows
@@ -62,6 +63,8 @@ constexpr double kTinyStd = 0.15, kTinyNormStd = 0.1;
 constexpr TinyPreset kTinyPresets[] = {
     {.name = "tiny-llama", .arch = "llama", .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_ff = 128,
      .rope_theta = 10000.0, .norm_eps = 1e-5, .tied = false},
+    {.name = "tiny-llama-cla", .arch = "llama", .n_embd = 64, .n_layer = 4, .n_head = 4, .n_kv_head = 2,
+     .n_ff = 128, .rope_theta = 10000.0, .norm_eps = 1e-5, .tied = true, .cla_pairs = true},
     {.name = "tiny-mistral", .arch = "llama", .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 1, .n_ff = 128,
      .rope_theta = 10000.0, .norm_eps = 1e-5, .tied = false, .sliding_window = 16},
     {.name = "tiny-qwen2", .arch = "qwen2", .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_ff = 128,
@@ -187,6 +190,8 @@ Result<SynthConfig> synth_preset(std::string_view name, const std::string& share
     c.attn_softcap = p.attn_softcap;
     c.final_softcap = p.final_softcap;
     c.longrope_original_ctx = p.longrope_original_ctx;
+    if (p.cla_pairs)
+      for (int64_t il = 0; il < p.n_layer; ++il) c.kv_source_layers.push_back(il % 2 == 1 ? static_cast<int32_t>(il - 1) : -1);
     c.weight_std = kTinyStd;
     c.norm_std = kTinyNormStd;
     c.tokenizer_path = shared_dir + "/" + std::string(kTinyVocab);

@@ -17,7 +17,8 @@
 //   qwen2.5-0.5b, qwen1.5-0.5b, llama-3.2-1b (llama3 RoPE scaling factor 32, low 1, high 4,
 //   original context 8192), smollm2-135m, qwen3-0.6b, qwen3-1.7b, gemma2-2b, gemma3-1b,
 //   phi3-mini (4k: sliding window 2047), mistral-7b (v0.1: sliding window 4096, GGUF "llama")
-// Test presets (tiny-llama, tiny-mistral (llama + a sliding window), tiny-qwen2, tiny-qwen3,
+// Test presets (tiny-llama, tiny-mistral (llama + a sliding window), tiny-llama-cla (layers 1
+// and 3 read the K/V of layers 0 and 2), tiny-qwen2, tiny-qwen3,
 // tiny-smollm3, tiny-gemma, tiny-gemma2, tiny-gemma3, tiny-phi3, tiny-phi3-longrope,
 // tiny-stablelm, tiny-starcoder2): hidden 64, 3-6 layers, GQA, windows of 16, stories260K's
 // 512-token vocabulary copied from its GGUF; tests/data/arch/FORMAT.md lists their features.
@@ -70,6 +71,10 @@ struct SynthConfig {
   double attn_softcap = 0.0;           // gemma2: attention logit soft-capping
   double final_softcap = 0.0;          // gemma2: final logit soft-capping
   int64_t longrope_original_ctx = 0;   // phi3: > 0 writes LongRoPE factor tensors + attention factor
+  // Cross-layer KV sharing, [n_layer] or empty: -1 for a layer with its own K/V, j for one
+  // that attends over layer j's (no attn_k / attn_v tensors); written as the array
+  // "<arch>.attention.kv_source_layers" (lumen's key, model/layer_spec.h).
+  std::vector<int32_t> kv_source_layers;
 
   // Weight values: matrices and biases N(0, weight_std); norm weights 1 + N(0, norm_std)
   // (as stored in the GGUF: a Gemma file stores 1 + w), norm biases N(0, weight_std).

@@ -102,6 +102,19 @@ Status validate_synth_arch(const SynthConfig& c) {
   if (c.longrope_original_ctx > 0 && c.arch != "phi3") return error(a + "LongRoPE is phi3's only");
   if (c.rope_linear_factor != 0 && c.arch != "gemma3") return error(a + "linear RoPE scaling is gemma3's only here");
   if (c.rope_scaling_factor != 0 && c.arch != "llama") return error(a + "llama3 RoPE scaling is llama's only");
+  if (!c.kv_source_layers.empty()) {
+    if (t->fused_qkv) return error(a + "fused q/k/v weights cannot leave out K/V for shared layers");
+    if (static_cast<int64_t>(c.kv_source_layers.size()) != c.n_layer)
+      return error(a + "kv_source_layers has " + std::to_string(c.kv_source_layers.size()) + " entries for " +
+                   std::to_string(c.n_layer) + " layers");
+    for (size_t il = 0; il < c.kv_source_layers.size(); ++il) {
+      const int32_t j = c.kv_source_layers[il];
+      if (j >= 0 && (j >= static_cast<int32_t>(il) || c.kv_source_layers[j] != -1))
+        return error(a + "kv_source_layers[" + std::to_string(il) + "] = " + std::to_string(j) +
+                     " must name an earlier layer with its own K/V");
+      if (j < -1) return error(a + "kv_source_layers[" + std::to_string(il) + "] = " + std::to_string(j));
+    }
+  }
   return Status();
 }
 
@@ -129,6 +142,11 @@ std::vector<std::pair<std::string, MetaValue>> synth_arch_metadata(const SynthCo
   if (c.arch == "gemma2") {
     f32(".attn_logit_softcapping", c.attn_softcap);
     f32(".final_logit_softcapping", c.final_softcap);
+  }
+  if (!c.kv_source_layers.empty()) {
+    m.emplace_back(a + ".attention.kv_source_layers",
+                   MetaValue::of_int_array(gguf::ValueType::kI32,
+                                           std::vector<int64_t>(c.kv_source_layers.begin(), c.kv_source_layers.end())));
   }
   if (c.rope_linear_factor > 0) {
     m.emplace_back(a + ".rope.scaling.type", MetaValue::of_string("linear"));
@@ -178,7 +196,9 @@ std::vector<SynthTensorPlan> synth_arch_tensors(const SynthConfig& c) {
     if (t.fused_qkv) {
       add(p + "attn_qkv.weight", {e, q + 2 * kv}, SynthInit::kWeight);
     } else {
+      const bool shares_kv = !c.kv_source_layers.empty() && c.kv_source_layers[il] >= 0;
       for (auto [name, rows] : {std::pair{"attn_q", q}, std::pair{"attn_k", kv}, std::pair{"attn_v", kv}}) {
+        if (shares_kv && name != std::string_view("attn_q")) continue;  // reads another layer's K/V
         add(p + name + ".weight", {e, rows}, SynthInit::kWeight);
         if (qkv_bias) add(p + name + ".bias", {rows}, SynthInit::kBias);
       }

@@ -256,6 +256,8 @@ TEST(SynthModel, TinyPresetsWriteEachArchitecturesTensors) {
        {"blk.0.ffn_gate.weight"}, {"starcoder2.attention.layer_norm_epsilon"}},
       {"tiny-smollm3", "smollm3", {"blk.3.attn_q.weight"}, {}, {}},
       {"tiny-mistral", "llama", {"blk.0.attn_q.weight"}, {}, {"llama.attention.sliding_window"}},
+      {"tiny-llama-cla", "llama", {"blk.0.attn_k.weight", "blk.1.attn_q.weight", "blk.2.attn_v.weight"},
+       {"blk.1.attn_k.weight", "blk.1.attn_v.weight", "blk.3.attn_k.weight"}, {"llama.attention.kv_source_layers"}},
   };
   for (const Want& w : wants) {
     SCOPED_TRACE(w.preset);
@@ -290,6 +292,11 @@ TEST(SynthModel, TinyPresetsWriteEachArchitecturesTensors) {
   st = validate_synth_config(*c);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("must equal --hidden"), std::string::npos) << st.message();
+  c = synth_preset("tiny-llama-cla", shared_dir());
+  c->kv_source_layers = {-1, 0, 1, -1};  // layer 2 would read layer 1, which stores nothing
+  st = validate_synth_config(*c);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("kv_source_layers[2] = 1"), std::string::npos) << st.message();
   c = synth_preset("tiny-llama", shared_dir());
   c->n_vocab = 600;  // a GGUF vocabulary is copied as it is: its size must match
   st = synth_model(*c, temp_path("never.gguf"), nullptr);

@@ -21,9 +21,10 @@ NLC_BINS=${NLC_BINS:-/tmp/nlc/bins}
 export LUMEN_SHARED=${LUMEN_SHARED:-$root/../shared}
 
 OLD_NAME="llama.cpp c392e5094 (build 4748), native CPU build"
+NUMPY_NAME="numpy reference tests/ref/arch_ref.py (float64, no f16 rounding: the harness uses an f32 KV cache)"
 NLC_NAME="llama.cpp of node-llama-cpp 3.22.1 (bundle de3ff81, release v0.5.0), prebuilt linux-x64 CPU libraries"
 
-# name | synth preset | seed | extra synth flags | reference (old|nlc) | why this reference
+# name | synth preset | seed | extra synth flags | reference (old|nlc|numpy) | why this reference
 CASES=(
   "llama-gqa|tiny-llama|1||old|"
   "qwen2|tiny-qwen2|2||old|"
@@ -36,6 +37,8 @@ CASES=(
   "stablelm-partial-rotary|tiny-stablelm|9||old|"
   "starcoder2|tiny-starcoder2|10||old|"
   "smollm3-nope|tiny-smollm3|11||nlc|c392e5094 has no smollm3"
+  "mistral-swa|tiny-mistral|12||numpy|no llama.cpp honours a llama (Mistral) file's sliding window"
+  "llama-cla|tiny-llama-cla|13||numpy|no llama.cpp has cross-layer KV sharing"
 )
 
 want=("$@")
@@ -48,8 +51,20 @@ for row in "${CASES[@]}"; do
   "$lumen" synth --preset "$preset" --type f32 --seed "$seed" $extra -t 1 -o "$dir/model.gguf" >/dev/null
   rm -rf "$dir/hf"
   # shellcheck disable=SC2086
-  "$lumen" synth --preset "$preset" --type f32 --seed "$seed" $extra -t 1 --format hf -o "$dir/hf" >/dev/null
-  if [ "$ref" = old ]; then
+  "$lumen" synth --preset "$preset" --type f32 --seed "$seed" $extra -t 1 --format hf -o "$dir/hf" >/dev/null 2>&1 ||
+    rm -rf "$dir/hf"  # cross-layer KV sharing has no Hugging Face form
+  tol=""
+  golden_cmd="tools/llamacpp_golden.cc --prompts prompts.json (defaults: 24 greedy steps, top-8, full rows every 24 positions, f16 KV, flash attention off)"
+  if [ "$ref" = numpy ]; then
+    golden_cmd="tests/ref/arch_ref.py model.gguf llama-gqa/golden.json golden.json (its prompts; 24 greedy steps, top-8, full rows every 24)"
+    # The prompts' ids from a llama.cpp golden of the same vocabulary (the reference has no
+    # tokenizer); lumen with an f32 KV cache is within 1e-5 of it (llama-gqa's weights).
+    /usr/bin/python3 "$here/../../ref/arch_ref.py" "$dir/model.gguf" "$here/llama-gqa/golden.json" "$dir/golden.json"
+    refname=$NUMPY_NAME
+    tol='
+  "tol": 1e-3,
+  "tol_why": "float64 reference without f16 rounding vs lumen with an f32 KV cache: measured 1e-5 on llama-gqa'"'"'s weights",'
+  elif [ "$ref" = old ]; then
     "$GOLDEN_OLD" -m "$dir/model.gguf" --prompts "$here/prompts.json" -o "$dir/golden.json" \
       --reference-name "$OLD_NAME" 2>/dev/null
     refname=$OLD_NAME
@@ -59,10 +74,10 @@ for row in "${CASES[@]}"; do
     refname=$NLC_NAME
   fi
   cat >"$dir/case.json" <<JSON
-{
+{$tol
   "preset": "$preset",
-  "synth": "lumen synth --preset $preset --type f32 --seed $seed${extra:+ $extra} (and --format hf -o hf)",
-  "golden": "tools/llamacpp_golden.cc --prompts prompts.json (defaults: 24 greedy steps, top-8, full rows every 24 positions, f16 KV, flash attention off)",
+  "synth": "lumen synth --preset $preset --type f32 --seed $seed${extra:+ $extra}$([ -d "$dir/hf" ] && echo ' (and --format hf -o hf)')",
+  "golden": "$golden_cmd",
   "reference": "$refname",
   "reference_why": "${why:-the llama.cpp build beside the repository}"
 }
