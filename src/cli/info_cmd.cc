@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/cpu_features.h"
+#include "base/hash.h"
 #include "cli/common.h"
 #include "gguf/model_file.h"
 #include "kernels/ops.h"
@@ -13,12 +14,21 @@
 #include "tokenizer/tokenizer.h"
 
 namespace lumen::cli {
+namespace {
+
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
 
 int cmd_info(int argc, char** argv, int first) {
   ArgParser args("info", "lumen info -m MODEL [--json] [--tensors]",
                  {
                      {{"-m", "--model"}, "PATH", "model: .gguf, HF directory or llama2.c .bin"},
-                     {{"--tensors"}, "", "list every tensor"},
+                     {{"--tensors"}, "", "list every tensor (type, shape, bytes, FNV-1a 64 of its bytes)"},
                      {{"--json"}, "", "print one JSON object"},
                      {{"-v", "--verbose"}, "", "verbose logging"},
                  });
@@ -85,7 +95,8 @@ int cmd_info(int argc, char** argv, int first) {
   if (args.has("--tensors")) {
     for (const gguf::TensorInfo& t : file->tensors())
       j["tensors"].push_back({{"name", t.name}, {"type", std::string(dtype_name(t.view.dtype))},
-                              {"shape", t.view.shape_string()}, {"bytes", t.view.n_bytes}});
+                              {"shape", t.view.shape_string()}, {"bytes", t.view.n_bytes},
+                              {"fnv1a", hex64(fnv1a64(t.view.data, t.view.n_bytes))}});
   }
   if (args.has("--json")) {
     std::puts(j.dump(2).c_str());
@@ -123,8 +134,8 @@ int cmd_info(int argc, char** argv, int first) {
               std::string(kernels::kernel_table_name(kernels::best_kernel_table())).c_str());
   if (args.has("--tensors"))
     for (const gguf::TensorInfo& t : file->tensors())
-      std::printf("  %-40s %-6s %-20s %zu\n", t.name.c_str(), std::string(dtype_name(t.view.dtype)).c_str(),
-                  t.view.shape_string().c_str(), t.view.n_bytes);
+      std::printf("  %-40s %-7s %-20s %10zu %s\n", t.name.c_str(), std::string(dtype_name(t.view.dtype)).c_str(),
+                  t.view.shape_string().c_str(), t.view.n_bytes, hex64(fnv1a64(t.view.data, t.view.n_bytes)).c_str());
   return 0;
 }
 

@@ -8,16 +8,30 @@
 
 #include "cli/common.h"
 #include "cli/convert_cmds.h"
+#include "cli/progress_bar.h"
+#include "convert/imatrix_file.h"
 #include "convert/quantize.h"
 
 namespace lumen::cli {
 
+namespace {
+
+std::string mix_names() {
+  std::string names;
+  for (const convert::QuantMix& m : convert::quant_mixes()) names += (names.empty() ? "" : ", ") + std::string(m.name);
+  return names;
+}
+
+}  // namespace
+
 int cmd_quantize(int argc, char** argv, int first) {
-  ArgParser args("quantize", "lumen quantize IN OUT.gguf --type TYPE",
+  ArgParser args("quantize", "lumen quantize IN OUT.gguf --type TYPE [--imatrix FILE]",
                  {
-                     {{"--type"}, "TYPE", "f32, f16, bf16, q8_0, q4_0, q4_k, q6_k"},
-                     {{"--output-type"}, "TYPE", "type of the output matrix (default: q6_k for q4_k, else --type)"},
-                     {{"--token-embd-type"}, "TYPE", "type of token_embd.weight of an untied model"},
+                     {{"--type"}, "TYPE", "llama-quantize's types: " + mix_names() + " (q3_k, q4_k, q5_k: the _m mixes)"},
+                     {{"--imatrix"}, "FILE", "importance matrix (llama.cpp's imatrix.dat format; `lumen imatrix` writes one)"},
+                     {{"--pure"}, "", "every quantized tensor gets the type's base type (no per-tensor mix rules)"},
+                     {{"--output-type"}, "TYPE", "type of the output matrix (default: the mix's choice)"},
+                     {{"--token-embd-type"}, "TYPE", "type of token_embd.weight (default: the mix's choice)"},
                      {{"--allow-requantize"}, "", "requantize weights that are already quantized (lossy)"},
                      {{"-t", "--threads"}, "N", "threads (default: all cores)"},
                      {{"--tensors"}, "", "list every tensor with its input and output type"},
@@ -33,17 +47,28 @@ int cmd_quantize(int argc, char** argv, int first) {
     return fail("expected IN and OUT.gguf (lumen quantize IN OUT.gguf --type TYPE), got " +
                 std::to_string(args.positional().size()) + " arguments");
   const auto type = args.get("--type");
-  if (!type) return fail("missing --type TYPE (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)");
+  if (!type) return fail("missing --type TYPE (" + mix_names() + ")");
   convert::QuantizeOptions opt;
   Result<convert::TypeRules> rules =
       convert::make_type_rules(*type, args.get_or("--output-type", ""), args.get_or("--token-embd-type", ""));
   if (!rules.ok()) return fail(rules.message());
   opt.rules = *rules;
+  opt.rules.pure = args.has("--pure");
   opt.allow_requantize = args.has("--allow-requantize");
   const int64_t n_cores = std::max(1u, std::thread::hardware_concurrency());
   Result<int64_t> threads = args.get_int("--threads", n_cores, 1, 1024);
   if (!threads.ok()) return fail(threads.message());
   opt.n_threads = static_cast<int>(*threads);
+  convert::Imatrix imatrix;
+  if (auto path = args.get("--imatrix")) {
+    Result<convert::Imatrix> m = convert::read_imatrix(*path);
+    if (!m.ok()) return fail("--imatrix: " + m.message());
+    imatrix = std::move(*m);
+    opt.imatrix = &imatrix;
+    opt.imatrix_path = *path;
+  }
+  ProgressBar progress(stderr);
+  opt.progress = &progress;
 
   const std::string& in_path = args.positional()[0];
   const std::string& out_path = args.positional()[1];
@@ -71,10 +96,20 @@ int cmd_quantize(int argc, char** argv, int first) {
   for (const auto& [name, e] : by_type)
     types += (types.empty() ? "" : ", ") + name + " " + std::to_string(e.first);
   std::printf("lumen quantize: %s (%s, %s) -> %s (%s)\n", in_path.c_str(), report.container.c_str(),
-              report.arch.c_str(), out_path.c_str(), std::string(dtype_name(opt.rules.type)).c_str());
+              report.arch.c_str(), out_path.c_str(), std::string(opt.rules.mix->name).c_str());
   std::printf("  %zu tensors (%s), %.2f MiB -> %.2f MiB, %.1f s\n", report.tensors.size(), types.c_str(),
               report.n_bytes_in / 1048576.0, report.file_bytes / 1048576.0, secs);
   std::printf("  tokenizer: %s\n", report.tokenizer.c_str());
+  if (opt.imatrix) {
+    int n_used = 0;
+    for (const convert::TensorReport& t : report.tensors) n_used += t.used_imatrix;
+    std::printf("  imatrix: %s (%zu entries, %d chunks): %d tensors quantized with it", args.get_or("--imatrix", "").c_str(),
+                imatrix.entries.size(), imatrix.n_chunks, n_used);
+    if (!report.no_imatrix_entry.empty())
+      std::printf(", %zu without (no entry: %s%s)", report.no_imatrix_entry.size(), report.no_imatrix_entry[0].c_str(),
+                  report.no_imatrix_entry.size() > 1 ? ", ..." : "");
+    std::printf("\n");
+  }
   if (report.permuted_qk) std::printf("  q/k rows permuted from the NeoX (HF) to the interleaved RoPE layout\n");
   if (report.dropped_tied_output) std::printf("  tied embeddings: output.weight not written (token_embd.weight is the output)\n");
   return 0;

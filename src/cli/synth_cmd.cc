@@ -18,7 +18,7 @@ int cmd_synth(int argc, char** argv, int first) {
   ArgParser args("synth", "lumen synth --preset NAME --type TYPE -o OUT.gguf [overrides]",
                  {
                      {{"--preset"}, "NAME", "model shape: " + presets},
-                     {{"--type"}, "TYPE", "f32, f16, bf16, q8_0, q4_0, q4_k, q6_k (default q8_0)"},
+                     {{"--type"}, "TYPE", "a llama-quantize type (q8_0, q4_0, q4_k_m, ...; default q8_0); types lumen cannot multiply yet become q8_0"},
                      {{"-o", "--output"}, "PATH", "GGUF file to write (a directory with --format hf)"},
                      {{"--format"}, "FMT", "gguf (default) or hf: a Hugging Face directory of the same weights (f32)"},
                      {{"--hidden"}, "N", "override the hidden size"},
@@ -101,7 +101,7 @@ int cmd_synth(int argc, char** argv, int first) {
   std::string types;
   for (const auto& [dtype, n] : report.n_tensors_by_type)
     types += (types.empty() ? "" : ", ") + std::string(dtype_name(dtype)) + " " + std::to_string(n);
-  std::printf("lumen synth: %s %s -> %s\n", c.name.c_str(), std::string(dtype_name(c.rules.type)).c_str(),
+  std::printf("lumen synth: %s %s -> %s\n", c.name.c_str(), std::string(c.rules.mix->name).c_str(),
               out_path->c_str());
   std::printf("  %s: hidden %lld, %lld layers, %lld heads / %lld KV of %lld, ffn %lld, vocab %lld, ctx %lld, %s, seed %llu\n",
               c.arch.c_str(), static_cast<long long>(c.n_embd), static_cast<long long>(c.n_layer),

@@ -1,6 +1,8 @@
 #include "convert/quantize.h"
 
 #include <algorithm>
+#include <functional>
+#include <span>
 #include <optional>
 #include <string_view>
 #include <utility>
@@ -49,7 +51,8 @@ struct PlannedTensor {
   const TensorInfo* src;
   DType to;
   std::vector<int64_t> ne;
-  int64_t head_dim = 0;  // > 0: rows (2-D) or elements (1-D) are permuted NeoX -> interleaved
+  int64_t head_dim = 0;        // > 0: rows (2-D) or elements (1-D) are permuted NeoX -> interleaved
+  std::vector<float> imatrix;  // importance weights (ne[0] per expert), or empty
 };
 
 // "blk.N.<suffix>" -> true when the tensor name ends with ".<suffix>" after a block prefix.
@@ -75,13 +78,34 @@ class Quantizer {
 
   Status write(const std::string& out_path) {
     ThreadPool pool(std::max(1, opt_.n_threads));
-    Status st = writer_.write_file(out_path, [&](size_t idx, TensorSink& sink) { return write_tensor(pool, planned_[idx], sink); });
+    uint64_t total = 0;
+    for (const PlannedTensor& p : planned_) total += n_elements(p.ne);
+    if (opt_.progress) opt_.progress->start("quantize", total, "weights");
+    uint64_t done = 0;
+    Status st = writer_.write_file(out_path, [&](size_t idx, TensorSink& sink) {
+      const PlannedTensor& p = planned_[idx];
+      const uint64_t n_per_row = static_cast<uint64_t>(p.ne[0]);
+      auto on_chunk = [&](int64_t n_rows_done) {
+        if (opt_.progress) opt_.progress->update(done + n_per_row * static_cast<uint64_t>(n_rows_done), p.src->name);
+      };
+      Status tensor_st = write_tensor(pool, p, sink, on_chunk);
+      done += n_elements(p.ne);
+      if (!tensor_st.ok()) return error("tensor '" + p.src->name + "': " + tensor_st.message());
+      return tensor_st;
+    });
+    if (opt_.progress) opt_.progress->finish();
     if (!st.ok()) return error("writing '" + out_path + "': " + st.message());
     report_->file_bytes = writer_.file_bytes();
     return Status();
   }
 
  private:
+  static uint64_t n_elements(const std::vector<int64_t>& ne) {
+    uint64_t n = 1;
+    for (int64_t d : ne) n *= static_cast<uint64_t>(d);
+    return n;
+  }
+
   Status plan_metadata() {
     std::vector<std::pair<std::string, MetaValue>> entries;
     for (const auto& [key, value] : file_.metadata()) {
@@ -90,8 +114,18 @@ class Quantizer {
     }
     if (file_.container() == "safetensors") LUMEN_TRY(convert_hf_tokenizer(&entries));
     else report_->tokenizer = file_.find("tokenizer.ggml.model") ? "from the input's metadata" : "none";
-    entries.emplace_back("general.file_type", MetaValue::of_u32(llama_file_type(opt_.rules.type)));
+    entries.emplace_back("general.file_type", MetaValue::of_u32(static_cast<uint32_t>(opt_.rules.mix->ftype)));
     entries.emplace_back("general.quantization_version", MetaValue::of_u32(2));
+    if (opt_.imatrix) {
+      // llama-quantize's record of the importance matrix (its KV overrides).
+      entries.emplace_back("quantize.imatrix.file", MetaValue::of_string(opt_.imatrix_path.substr(0, 127)));
+      if (!opt_.imatrix->dataset.empty())
+        entries.emplace_back("quantize.imatrix.dataset", MetaValue::of_string(opt_.imatrix->dataset.substr(0, 127)));
+      entries.emplace_back("quantize.imatrix.entries_count",
+                           MetaValue::of_i32(static_cast<int32_t>(opt_.imatrix->entries.size())));
+      if (opt_.imatrix->n_chunks > 0)
+        entries.emplace_back("quantize.imatrix.chunks_count", MetaValue::of_i32(opt_.imatrix->n_chunks));
+    }
     std::stable_sort(entries.begin(), entries.end(), [&](const auto& a, const auto& b) {
       return key_rank(a.first, arch_) < key_rank(b.first, arch_);
     });
@@ -130,7 +164,6 @@ class Quantizer {
     const bool drop_output = embd && output && output->view.data == embd->view.data &&
                              output->view.dtype == embd->view.dtype && output->view.n_bytes == embd->view.n_bytes;
     report_->dropped_tied_output = drop_output;
-    const bool tied = drop_output || !output;
 
     int64_t n_head = 0, n_head_kv = 0;
     const bool permute = arch_ == "llama" && file_.get_string("lumen.rope_layout").value_or("") == "neox";
@@ -142,10 +175,24 @@ class Quantizer {
       report_->permuted_qk = true;
     }
 
+    std::vector<const TensorInfo*> inputs;
+    std::vector<TensorDesc> descs;
     for (const TensorInfo& t : file_.tensors()) {
       if (drop_output && &t == output) continue;
-      PlannedTensor p{&t, DType::kF32, std::vector<int64_t>(t.view.ne, t.view.ne + t.view.n_dims), 0};
-      p.to = choose_tensor_type(opt_.rules, t.name, p.ne, tied);
+      inputs.push_back(&t);
+      descs.push_back(TensorDesc{t.name, std::span<const int64_t>(t.view.ne, t.view.n_dims), t.view.dtype});
+    }
+    auto meta_int = [&](const std::string& key) { return file_.get_int(arch_ + "." + key).value_or(0); };
+    const int64_t n_head_model = meta_int("attention.head_count");
+    const MixModelInfo model = make_mix_model_info(arch_, meta_int("block_count"), n_head_model,
+                                                   file_.get_int(arch_ + ".attention.head_count_kv").value_or(n_head_model),
+                                                   meta_int("expert_count"));
+    LUMEN_ASSIGN_OR_RETURN(std::vector<DType> types, plan_tensor_types(opt_.rules, model, descs));
+
+    std::string unwritable;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const TensorInfo& t = *inputs[i];
+      PlannedTensor p{&t, types[i], std::vector<int64_t>(t.view.ne, t.view.ne + t.view.n_dims), 0, {}};
       if (permute) {
         const bool is_q = is_block_tensor(t.name, "attn_q.weight") || is_block_tensor(t.name, "attn_q.bias");
         const bool is_k = is_block_tensor(t.name, "attn_k.weight") || is_block_tensor(t.name, "attn_k.bias");
@@ -160,6 +207,11 @@ class Quantizer {
       }
       const DType from = t.view.dtype;
       if (from != p.to) {
+        LUMEN_TRY(plan_imatrix(t, p));
+        // Reported after every tensor was checked, so that a missing importance matrix (the
+        // user's to fix) is named first.
+        if (!can_quantize_to(p.to) && unwritable.empty())
+          unwritable = "tensor '" + t.name + "': lumen cannot write " + std::string(dtype_name(p.to)) + " yet";
         if (!kernels::can_dequantize(from))
           return error("input: tensor '" + t.name + "' has type " + std::string(dtype_name(from)) +
                        ", which lumen cannot convert to " + std::string(dtype_name(p.to)));
@@ -170,15 +222,49 @@ class Quantizer {
       }
       Status st = writer_.add_tensor(t.name, p.to, p.ne);
       if (!st.ok()) return error("output: " + st.message());
-      report_->tensors.push_back(TensorReport{t.name, from, p.to, p.ne, writer_.tensors().back().n_bytes});
+      report_->tensors.push_back(
+          TensorReport{t.name, from, p.to, p.ne, writer_.tensors().back().n_bytes, !p.imatrix.empty()});
       report_->n_bytes_in += t.view.n_bytes;
       planned_.push_back(std::move(p));
     }
+    if (!unwritable.empty()) return error(unwritable);
     return Status();
   }
 
-  static Status write_tensor(ThreadPool& pool, const PlannedTensor& p, TensorSink& sink) {
+  // The importance weights of a tensor that is quantized (llama-quantize's rules: an entry
+  // of the wrong size is an error, except for token_embd, which is then quantized without;
+  // no entry is allowed unless the type needs one).
+  Status plan_imatrix(const TensorInfo& t, PlannedTensor& p) {
+    if (!dtype_info(p.to).is_quantized) return Status();
+    if (opt_.imatrix) {
+      std::vector<float> w = opt_.imatrix->weights(t.name);
+      const int64_t n_expected = p.ne[0] * (p.ne.size() > 2 ? p.ne[2] : 1);
+      if (!w.empty() && static_cast<int64_t>(w.size()) != n_expected) {
+        if (t.name != "token_embd.weight")
+          return error("imatrix: entry '" + t.name + "' has " + std::to_string(w.size()) + " values, the tensor needs " +
+                       std::to_string(n_expected) + " (an importance matrix of another model?)");
+        w.clear();
+      }
+      if (w.empty() && quantize_uses_imatrix(p.to)) report_->no_imatrix_entry.push_back(t.name);
+      if (quantize_uses_imatrix(p.to)) p.imatrix = std::move(w);
+    }
+    if (p.imatrix.empty() && requires_imatrix(opt_.rules, t.name, p.to))
+      return error("tensor '" + t.name + "': " + std::string(dtype_name(p.to)) + " (type " +
+                   std::string(opt_.rules.mix->name) +
+                   ") needs an importance matrix for this tensor; the result would be garbage without one "
+                   "(make one with `lumen imatrix` and pass --imatrix FILE)");
+    return Status();
+  }
+
+  static Status write_tensor(ThreadPool& pool, const PlannedTensor& p, TensorSink& sink,
+                             const std::function<void(int64_t)>& on_chunk) {
     const TensorView& v = p.src->view;
+    RowWriteOptions row_opt;
+    row_opt.on_chunk = on_chunk;
+    if (!p.imatrix.empty()) {
+      row_opt.imatrix = p.imatrix.data();
+      row_opt.rows_per_slice = v.n_dims > 1 ? v.ne[1] : 1;
+    }
     if (v.n_dims == 1) {
       // A vector: one row; a q/k bias is permuted element-wise.
       return write_rows(pool, p.to, v.ne[0], 1, [&](int64_t, float* out) {
@@ -187,14 +273,17 @@ class Quantizer {
           std::vector<float> in(out, out + v.ne[0]);
           for (int64_t i = 0; i < v.ne[0]; ++i) out[i] = in[interleaved_from_neox(i, p.head_dim)];
         }
-      }, sink);
+      }, sink, row_opt);
     }
     auto src_row = [&](int64_t r) { return p.head_dim > 0 ? interleaved_from_neox(r, p.head_dim) : r; };
-    if (v.dtype == p.to)
-      return copy_rows(p.to, v.ne[0], v.n_rows(), [&](int64_t r) { return v.row(src_row(r)); }, sink);
+    if (v.dtype == p.to) {
+      Status st = copy_rows(p.to, v.ne[0], v.n_rows(), [&](int64_t r) { return v.row(src_row(r)); }, sink);
+      if (st.ok() && on_chunk) on_chunk(v.n_rows());
+      return st;
+    }
     return write_rows(pool, p.to, v.ne[0], v.n_rows(), [&](int64_t r, float* out) {
       kernels::dequantize_row(v.dtype, v.row(src_row(r)), out, v.ne[0]);
-    }, sink);
+    }, sink, row_opt);
   }
 
   const ModelFile& file_;
@@ -209,13 +298,15 @@ class Quantizer {
 
 Status quantize_model(const std::string& in_path, const std::string& out_path, const QuantizeOptions& options,
                       QuantizeReport* report) {
-  if (!can_quantize_to(options.rules.type)) return error("quantize: unsupported target type");
+  if (!options.rules.mix) return error("quantize: no type given");
+  QuantizeOptions opt = options;
+  opt.rules.has_imatrix = options.imatrix != nullptr;
   QuantizeReport local;
   if (!report) report = &local;
   *report = QuantizeReport();
   Result<ModelFile> file = gguf::open_model(in_path);
   if (!file.ok()) return error("cannot read '" + in_path + "': " + file.message());
-  Quantizer q(*file, options, report);
+  Quantizer q(*file, opt, report);
   LUMEN_TRY(q.plan());
   return q.write(out_path);
 }

@@ -7,9 +7,14 @@
 //              input layout (lumen.rope_layout, lumen.tie_word_embeddings) are dropped
 //   tokenizer  GGUF / llama2.c: the tokenizer.ggml.* arrays already in the metadata;
 //              Hugging Face: tokenizer.json converted (tokenizer_to_gguf.h)
-//   tensors    types by type_rules.h (matrices quantized, 1-D tensors F32); a tied model's
-//              output.weight alias of token_embd.weight is not written (a GGUF without
-//              output.weight is tied); a tensor already in its target type is copied
+//   tensors    types by type_rules.h (llama-quantize's mixes, same type per tensor; 1-D
+//              tensors F32); a tied model's output.weight alias of token_embd.weight is not
+//              written (a GGUF without output.weight is tied); a tensor already in its target
+//              type is copied
+//   imatrix    with an importance matrix (imatrix_file.h) each quantized tensor that has an
+//              entry is quantized under its weights (the same bytes as llama-quantize
+//              --imatrix); the low-bit types that need one refuse to go without (as
+//              llama-quantize); quantize.imatrix.* keys record it as llama-quantize does
 //   RoPE       a Hugging Face llama keeps q/k rows in the NeoX ("rotate half") layout, which
 //              lumen reads zero-copy with lumen.rope_layout = "neox". llama.cpp's llama arch
 //              rotates interleaved pairs, so q and k rows (and biases) are permuted per head
@@ -30,15 +35,20 @@
 #include <vector>
 
 #include "base/status.h"
+#include "convert/imatrix_file.h"
+#include "convert/progress.h"
 #include "convert/type_rules.h"
 #include "tensor/dtype.h"
 
 namespace lumen::convert {
 
 struct QuantizeOptions {
-  TypeRules rules;
+  TypeRules rules;                  // rules.has_imatrix is set from `imatrix`
   bool allow_requantize = false;
   int n_threads = 1;
+  const Imatrix* imatrix = nullptr;  // importance weights by tensor name, or null
+  std::string imatrix_path;          // recorded as quantize.imatrix.file
+  Progress* progress = nullptr;      // weights written so far, by tensor
 };
 
 struct TensorReport {
@@ -47,6 +57,7 @@ struct TensorReport {
   DType to = DType::kF32;
   std::vector<int64_t> ne;
   uint64_t n_bytes = 0;
+  bool used_imatrix = false;
 };
 
 struct QuantizeReport {
@@ -58,6 +69,7 @@ struct QuantizeReport {
   bool permuted_qk = false;        // HF llama q/k rows -> interleaved RoPE layout
   bool dropped_tied_output = false;
   std::string tokenizer;           // "from metadata" or "tokenizer.json -> gpt2/qwen2 (151665 tokens)"
+  std::vector<std::string> no_imatrix_entry;  // quantized tensors the importance matrix does not cover
 };
 
 Status quantize_model(const std::string& in_path, const std::string& out_path, const QuantizeOptions& options,

@@ -13,6 +13,7 @@
 #include "convert/convert_test_util.h"
 #include "convert/type_rules.h"
 #include "gguf/model_file.h"
+#include "kernels/ops.h"
 #include "model/hparams.h"
 
 namespace lumen::convert {
@@ -101,31 +102,54 @@ void write_hf_dir(const std::string& dir, const std::string& model_type) {
   }
 }
 
+// The type one tensor gets in a one-layer model that also has `others` (names only matter
+// for the tied / untied output rule).
+DType type_of(const TypeRules& rules, std::string_view name, std::vector<int64_t> ne, bool tied) {
+  std::vector<std::vector<int64_t>> shapes = {ne, {256, 256}};
+  std::vector<TensorDesc> ts = {TensorDesc{name, shapes[0], DType::kF16}};
+  if (!tied && name != "output.weight") ts.push_back(TensorDesc{"output.weight", shapes[1], DType::kF16});
+  const MixModelInfo model = make_mix_model_info("llama", 1, 8, 8, 0);
+  Result<std::vector<DType>> types = plan_tensor_types(rules, model, ts);
+  EXPECT_TRUE(types.ok()) << types.message();
+  return types.ok() ? (*types)[0] : DType::kF32;
+}
+
 TEST(QuantizeRules, TensorTypes) {
-  TypeRules q4k;
-  q4k.type = DType::kQ4_K;
-  const int64_t mat256[] = {512, 1024}, mat896[] = {896, 4864}, mat100[] = {100, 8}, vec[] = {512}, col[] = {512, 1};
-  EXPECT_EQ(choose_tensor_type(q4k, "blk.0.attn_q.weight", mat256, false), DType::kQ4_K);
-  EXPECT_EQ(choose_tensor_type(q4k, "blk.0.attn_q.weight", mat896, false), DType::kQ8_0);  // 896 % 256 != 0
-  EXPECT_EQ(choose_tensor_type(q4k, "blk.0.attn_q.weight", mat100, false), DType::kF16);   // 100 % 32 != 0
-  EXPECT_EQ(choose_tensor_type(q4k, "blk.0.attn_norm.weight", vec, false), DType::kF32);
-  EXPECT_EQ(choose_tensor_type(q4k, "blk.0.attn_q.bias", col, false), DType::kF32);
-  EXPECT_EQ(choose_tensor_type(q4k, "output.weight", mat256, false), DType::kQ6_K);
-  EXPECT_EQ(choose_tensor_type(q4k, "token_embd.weight", mat256, false), DType::kQ4_K);
-  EXPECT_EQ(choose_tensor_type(q4k, "token_embd.weight", mat256, true), DType::kQ6_K);   // tied: it is the output
-  EXPECT_EQ(choose_tensor_type(q4k, "token_embd.weight", mat896, true), DType::kQ8_0);
-  EXPECT_EQ(choose_tensor_type(q4k, "rope_freqs.weight", vec, false), DType::kF32);
-  TypeRules q40;
-  q40.type = DType::kQ4_0;
-  EXPECT_EQ(choose_tensor_type(q40, "output.weight", mat256, false), DType::kQ4_0);
+  TypeRules q4k = *make_type_rules("q4_k_m", "", "");
+  const std::vector<int64_t> mat256 = {512, 1024}, mat896 = {896, 4864}, mat100 = {100, 8}, vec = {512},
+                             col = {512, 1};
+  EXPECT_EQ(type_of(q4k, "blk.0.attn_q.weight", mat256, false), DType::kQ4_K);
+  EXPECT_EQ(type_of(q4k, "blk.0.attn_q.weight", mat896, false), DType::kQ5_0);  // 896 % 256 != 0
+  EXPECT_EQ(type_of(q4k, "blk.0.attn_q.weight", mat100, false), DType::kF16);   // 100 % 32 != 0
+  EXPECT_EQ(type_of(q4k, "blk.0.attn_norm.weight", vec, false), DType::kF32);
+  EXPECT_EQ(type_of(q4k, "blk.0.attn_q.bias", col, false), DType::kF32);
+  EXPECT_EQ(type_of(q4k, "output.weight", mat256, false), DType::kQ6_K);
+  EXPECT_EQ(type_of(q4k, "token_embd.weight", mat256, false), DType::kQ4_K);
+  EXPECT_EQ(type_of(q4k, "token_embd.weight", mat256, true), DType::kQ6_K);  // tied: it is the output
+  EXPECT_EQ(type_of(q4k, "token_embd.weight", mat896, true), DType::kQ8_0);
+  EXPECT_EQ(type_of(q4k, "rope_freqs.weight", vec, false), DType::kF32);
+  EXPECT_EQ(type_of(q4k, "blk.0.attn_v.weight", mat256, false), DType::kQ6_K);   // use_more_bits(0, 1)
+  EXPECT_EQ(type_of(q4k, "blk.0.ffn_down.weight", mat256, false), DType::kQ6_K);
+  TypeRules q40 = *make_type_rules("q4_0", "", "");
+  EXPECT_EQ(type_of(q40, "output.weight", mat256, false), DType::kQ6_K);  // llama.cpp: every mix but q8_0
   q40.output_type = DType::kQ8_0;
   q40.token_embd_type = DType::kF16;
-  EXPECT_EQ(choose_tensor_type(q40, "output.weight", mat256, false), DType::kQ8_0);
-  EXPECT_EQ(choose_tensor_type(q40, "token_embd.weight", mat256, false), DType::kF16);
-  EXPECT_EQ(llama_file_type(DType::kQ4_K), 15u);
-  auto bad = parse_target_type("q8_1", "--type");
+  EXPECT_EQ(type_of(q40, "output.weight", mat256, false), DType::kQ8_0);
+  EXPECT_EQ(type_of(q40, "token_embd.weight", mat256, false), DType::kF16);
+  q40 = *make_type_rules("q4_0", "", "");
+  q40.pure = true;
+  EXPECT_EQ(type_of(q40, "output.weight", mat256, false), DType::kQ4_0);
+  EXPECT_EQ(type_of(q40, "blk.0.attn_q.weight", mat100, false), DType::kF16);
+  EXPECT_EQ(static_cast<uint32_t>(find_quant_mix("Q4_K")->ftype), 15u);  // the alias of q4_k_m
+  EXPECT_EQ(find_quant_mix("q5_k"), find_quant_mix("q5_k_m"));
+  auto bad = make_type_rules("q8_1", "", "");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.message().find("--type: unsupported type 'q8_1'"), std::string::npos) << bad.message();
+  EXPECT_NE(bad.message().find("--type: unknown type 'q8_1'"), std::string::npos) << bad.message();
+  auto bad_out = parse_target_type("q8_1", "--output-type");
+  ASSERT_FALSE(bad_out.ok());
+  EXPECT_NE(bad_out.message().find("--output-type: unsupported type 'q8_1' (supported: f32, f16, q4_0"),
+            std::string::npos)
+      << bad_out.message();
   EXPECT_EQ(*parse_target_type("Q4_K", "--type"), DType::kQ4_K);
 }
 
@@ -256,21 +280,42 @@ TEST(QuantizeModel, HfToEachTypeLoadsAndStaysClose) {
   ASSERT_TRUE(ref.ok()) << ref.message();
   // Measured on 48 random-id positions (logits up to ~18), max |dlogit| / rel rms:
   // f16 0.008 / 0.0005, bf16 0.061 / 0.0033, q8_0 0.43 / 0.019, q4_0 4.2 / 0.20. Hidden 128
-  // and ffn 384 are not multiples of 256, so q6_k and q4_k fall back to q8_0 everywhere
-  // (type_rules.h) and give the q8_0 file. Part of every quantized difference is the 8-bit
-  // activation quantization of the q8_0/q4_0 matmuls (as ggml-cpu does).
+  // and ffn 384 are not multiples of 256, so q6_k falls back to q8_0 everywhere and gives
+  // the q8_0 file, and q4_k (= q4_k_m) to q5_0 with a q8_0 output, as llama-quantize
+  // (type_rules.h); its bound is q4_0's until q5_0 runs here (then it is measured). Part of
+  // every quantized difference is the 8-bit activation quantization of the q8_0/q4_0
+  // matmuls (as ggml-cpu does). A file with a type lumen cannot multiply yet is checked for
+  // its types only.
   struct Case {
     const char* type;
     double max_abs;
     double rel_rms;
   };
   const Case cases[] = {{"f16", 0.03, 0.002}, {"bf16", 0.2, 0.01}, {"q8_0", 0.8, 0.04},
-                        {"q6_k", 0.8, 0.04},  {"q4_0", 6.0, 0.3},  {"q4_k", 0.8, 0.04}};
+                        {"q6_k", 0.8, 0.04},  {"q4_0", 6.0, 0.3},  {"q4_k", 6.0, 0.3}};
   for (const auto& [type, max_abs, rel_rms] : cases) {
     const std::string out = temp_path(std::string("656k-") + type + ".gguf");
     QuantizeReport report;
     Status st = quantize(in, out, type, &report);
     ASSERT_TRUE(st.ok()) << type << ": " << st.message();
+    if (std::string(type) == "q4_k") {
+      // Every matrix row is 128 or 384 wide: q4_K falls back to q5_0, and the q6_K that
+      // use_more_bits picks for some attn_v / ffn_down layers (and the output) to q8_0.
+      int n_q5_0 = 0;
+      for (const TensorReport& t : report.tensors) {
+        if (t.ne.size() != 2) continue;
+        EXPECT_TRUE(t.to == DType::kQ5_0 || t.to == DType::kQ8_0) << t.name;
+        n_q5_0 += t.to == DType::kQ5_0;
+      }
+      EXPECT_GT(n_q5_0, 0);
+    }
+    const auto unsupported = std::find_if(report.tensors.begin(), report.tensors.end(),
+                                          [](const TensorReport& t) { return !kernels::matmul_supports(t.to); });
+    if (unsupported != report.tensors.end()) {
+      std::printf("  TinyStories-656K %-5s: not run (lumen cannot multiply %s yet)\n", type,
+                  std::string(dtype_name(unsupported->to)).c_str());
+      continue;
+    }
     auto got = model_logits(out, prompt_ids(), &n_vocab);
     ASSERT_TRUE(got.ok()) << type << ": " << got.message();
     const auto d = compare_logits(*ref, *got, n_vocab);

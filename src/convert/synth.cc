@@ -12,6 +12,7 @@
 #include "convert/row_writer.h"
 #include "convert/synth_arch.h"
 #include "convert/tokenizer_to_gguf.h"
+#include "kernels/ops.h"
 #include "model/known_shapes.h"
 
 namespace lumen::convert {
@@ -141,6 +142,7 @@ std::vector<std::string_view> synth_preset_names() {
 
 Result<SynthConfig> synth_preset(std::string_view name, const std::string& shared_dir) {
   SynthConfig c;
+  c.rules.mix = find_quant_mix("q8_0");
   for (const RealPreset& p : kRealPresets) {
     if (p.name != name) continue;
     const model::KnownShape* shape = model::find_known_shape(p.name);
@@ -221,7 +223,8 @@ Status validate_synth_config(const SynthConfig& c) {
     return error("--sliding-window " + std::to_string(c.sliding_window) + " is out of range [0, --ctx]");
   if (!(c.weight_std > 0 && c.weight_std < 10) || !(c.norm_std >= 0 && c.norm_std < 10))
     return error("--weight-std / --norm-std out of range");
-  if (!can_quantize_to(c.rules.type)) return error("--type: unsupported type");
+  if (!c.rules.mix || !can_quantize_to(c.rules.mix->base))
+    return error("--type: lumen cannot write " + std::string(c.rules.mix ? c.rules.mix->name : "this type") + " yet");
   return validate_synth_arch(c);
 }
 
@@ -294,7 +297,7 @@ Status synth_model(const SynthConfig& c, const std::string& out_path, SynthRepor
   std::snprintf(desc, sizeof desc, "lumen synth: random weights N(0, %g), norms 1 + N(0, %g), seed %llu", c.weight_std,
                 c.norm_std, static_cast<unsigned long long>(c.seed));
   w.set("general.description", MetaValue::of_string(desc));
-  w.set("general.file_type", MetaValue::of_u32(llama_file_type(c.rules.type)));
+  w.set("general.file_type", MetaValue::of_u32(static_cast<uint32_t>(c.rules.mix->ftype)));
   w.set("general.quantization_version", MetaValue::of_u32(2));
   for (auto& [key, value] : synth_arch_metadata(c)) w.set(key, value);
   w.set("lumen.synth.seed", MetaValue::of_u64(c.seed));
@@ -304,11 +307,20 @@ Status synth_model(const SynthConfig& c, const std::string& out_path, SynthRepor
                       " tokens kept, " + std::to_string(tok.n_tokens_padded) + " padding)";
 
   const std::vector<SynthTensorPlan> tensors = synth_arch_tensors(c);
-  std::vector<DType> dtypes;
+  // Types: the mix of c.rules (type_rules.h), except that a type lumen cannot multiply yet
+  // becomes q8_0 (a synthetic file is for benchmarks, so it must run); given values (RoPE
+  // factors) stay F32.
+  std::vector<TensorDesc> descs;
+  for (const SynthTensorPlan& t : tensors) descs.push_back(TensorDesc{t.name, t.ne, DType::kF32});
+  LUMEN_ASSIGN_OR_RETURN(std::vector<DType> dtypes,
+                         plan_tensor_types(c.rules, make_mix_model_info(c.arch, c.n_layer, c.n_head, c.n_kv_head, 0),
+                                           descs));
   std::map<DType, int64_t> by_type;
-  for (const SynthTensorPlan& t : tensors) {
-    const DType dtype = t.init == SynthInit::kGiven ? DType::kF32 : choose_tensor_type(c.rules, t.name, t.ne, c.tied);
-    dtypes.push_back(dtype);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const SynthTensorPlan& t = tensors[i];
+    DType& dtype = dtypes[i];
+    if (t.init == SynthInit::kGiven) dtype = DType::kF32;
+    if (dtype_info(dtype).is_quantized && !kernels::matmul_supports(dtype)) dtype = DType::kQ8_0;
     Status st = w.add_tensor(t.name, dtype, t.ne);
     if (!st.ok()) return st;
     int64_t n = 1;

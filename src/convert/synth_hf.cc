@@ -185,7 +185,7 @@ Status synth_model_hf(const SynthConfig& c, const std::string& dir, SynthReport*
   LUMEN_TRY(validate_synth_config(c));
   const gguf::HfArch* arch = gguf::find_hf_arch_for_gguf(c.arch);
   if (!arch) return error("arch '" + c.arch + "' has no Hugging Face form");
-  if (c.rules.type != DType::kF32) return error("--format hf writes f32 only (--type f32)");
+  if (!c.rules.mix || c.rules.mix->base != DType::kF32) return error("--format hf writes f32 only (--type f32)");
   if (!c.kv_source_layers.empty()) return error("cross-layer KV sharing has no Hugging Face form here");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);

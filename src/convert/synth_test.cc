@@ -8,6 +8,7 @@
 
 #include "convert/convert_test_util.h"
 #include "gguf/model_file.h"
+#include "kernels/ops.h"
 #include "model/hparams.h"
 #include "model/known_shapes.h"
 #include "tokenizer/tokenizer.h"
@@ -71,16 +72,24 @@ TEST(SynthModel, EveryTypeLoads) {
     EXPECT_TRUE(hp->has_qkv_bias);
     EXPECT_FLOAT_EQ(hp->rope_theta, 1e6f);
     EXPECT_FLOAT_EQ(hp->rms_eps, 1e-6f);
-    EXPECT_EQ(f->get_int("general.file_type"), llama_file_type(c.rules.type));
+    EXPECT_EQ(f->get_int("general.file_type"), static_cast<int64_t>(c.rules.mix->ftype));
     EXPECT_EQ(f->get_int("general.quantization_version"), 2);
     EXPECT_EQ(f->tensors().size(), 1u + 2 * 12 + 1);
-    for (const gguf::TensorInfo& t : f->tensors()) {
-      const std::vector<int64_t> ne(t.view.ne, t.view.ne + t.view.n_dims);
-      EXPECT_EQ(t.view.dtype, choose_tensor_type(c.rules, t.name, ne, true)) << t.name;
+    // The types are the mix's (type_rules.h), with q8_0 for what lumen cannot multiply.
+    std::vector<TensorDesc> descs;
+    for (const gguf::TensorInfo& t : f->tensors())
+      descs.push_back(TensorDesc{t.name, std::span<const int64_t>(t.view.ne, t.view.n_dims), DType::kF32});
+    auto planned = plan_tensor_types(c.rules, make_mix_model_info("qwen2", 2, 4, 2, 0), descs);
+    ASSERT_TRUE(planned.ok()) << planned.message();
+    for (size_t i = 0; i < descs.size(); ++i) {
+      const DType p = (*planned)[i];
+      const DType want = !dtype_info(p).is_quantized || kernels::matmul_supports(p) ? p : DType::kQ8_0;
+      EXPECT_EQ(f->tensors()[i].view.dtype, want) << f->tensors()[i].name;
     }
-    if (c.rules.type == DType::kQ4_K) {
+    if (c.rules.mix->ftype == Ftype::kQ4_K_M) {
       EXPECT_EQ(f->find_tensor("token_embd.weight")->view.dtype, DType::kQ6_K);
       EXPECT_EQ(f->find_tensor("blk.0.ffn_up.weight")->view.dtype, DType::kQ4_K);
+      EXPECT_EQ(f->find_tensor("blk.1.attn_v.weight")->view.dtype, DType::kQ6_K);  // the last eighth
     }
     // Weights N(0, 0.02), norms 1.
     const gguf::TensorInfo* w = f->find_tensor("blk.1.ffn_down.weight");

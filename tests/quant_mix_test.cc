@@ -1,0 +1,200 @@
+// `lumen quantize` against llama-quantize (tests/data/quant, written by
+// tools/quant_mix_goldens.sh with llama.cpp c392e5094): for small synthetic F16 models
+// (one qwen2 with a hidden size that is not a multiple of 256, one llama whose every matrix
+// is K-quant compatible), every llama.cpp mix with and without an importance matrix made by
+// llama-imatrix must give each tensor the same type, and for every type lumen writes, the
+// same bytes.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "base/hash.h"
+#include "base/shared_dir.h"
+#include "convert/imatrix_file.h"
+#include "convert/quantize.h"
+#include "convert/quantize_ref.h"
+#include "convert/synth.h"
+#include "convert/type_rules.h"
+#include "gguf/model_file.h"
+
+namespace lumen::convert {
+namespace {
+
+std::string data_path(const std::string& name) { return std::string(LUMEN_TEST_DATA_DIR) + "/quant/" + name; }
+
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "lumen_quant_mix_" + std::to_string(::getpid()) + "_" + name;
+}
+
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+uint64_t file_fnv(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return fnv1a64(bytes);
+}
+
+struct GoldenTensor {
+  std::string type;
+  std::string hash;
+};
+
+struct Golden {
+  std::string input_hash;
+  // (mix, with imatrix) -> tensor name -> what llama-quantize wrote
+  std::map<std::pair<std::string, bool>, std::map<std::string, GoldenTensor>> runs;
+  std::set<std::string> mixes;
+};
+
+Golden read_golden(const std::string& name) {
+  Golden g;
+  std::ifstream in(data_path(name + ".txt"));
+  EXPECT_TRUE(in.good()) << data_path(name + ".txt");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    if (line.starts_with("# input ")) {
+      std::string hash_word, input_word;
+      ls >> hash_word >> input_word >> g.input_hash;
+      continue;
+    }
+    std::string mix, tensor, type, hash;
+    int im = 0;
+    if (!(ls >> mix >> im >> tensor >> type >> hash)) continue;
+    g.runs[{mix, im != 0}][tensor] = GoldenTensor{type, hash};
+    g.mixes.insert(mix);
+  }
+  return g;
+}
+
+struct MixModel {
+  const char* name;
+  const char* preset;
+  int64_t hidden, heads, kv_heads, ffn, layers;  // as tools/quant_mix_goldens.sh passes them
+};
+
+void PrintTo(const MixModel& m, std::ostream* os) { *os << m.name; }
+
+constexpr MixModel kModels[] = {
+    {"qwen2-h160", "tiny-qwen2", 160, 5, 1, 256, 8},
+    {"llama-h256", "tiny-llama", 256, 4, 2, 256, 8},
+};
+
+// Types lumen plans for the F16 file under `rules`, by tensor name.
+std::map<std::string, DType> planned_types(const gguf::ModelFile& f, const TypeRules& rules) {
+  std::vector<TensorDesc> descs;
+  for (const gguf::TensorInfo& t : f.tensors())
+    descs.push_back(TensorDesc{t.name, std::span<const int64_t>(t.view.ne, t.view.n_dims), t.view.dtype});
+  const std::string arch(*f.get_string("general.architecture"));
+  const MixModelInfo model =
+      make_mix_model_info(arch, *f.get_int(arch + ".block_count"), *f.get_int(arch + ".attention.head_count"),
+                          *f.get_int(arch + ".attention.head_count_kv"), 0);
+  auto types = plan_tensor_types(rules, model, descs);
+  EXPECT_TRUE(types.ok()) << types.message();
+  std::map<std::string, DType> out;
+  for (size_t i = 0; types.ok() && i < descs.size(); ++i) out[std::string(descs[i].name)] = (*types)[i];
+  return out;
+}
+
+class QuantMixTest : public ::testing::TestWithParam<MixModel> {};
+
+TEST_P(QuantMixTest, SameTypesAndBytesAsLlamaQuantize) {
+  const MixModel& m = GetParam();
+  const Golden golden = read_golden(m.name);
+  ASSERT_FALSE(golden.runs.empty());
+  auto c = synth_preset(m.preset, shared_dir());
+  ASSERT_TRUE(c.ok()) << c.message();
+  c->n_embd = m.hidden;
+  c->n_head = m.heads;
+  c->n_kv_head = m.kv_heads;
+  c->n_ff = m.ffn;
+  c->n_layer = m.layers;
+  c->rules = *make_type_rules("f16", "", "");
+  c->n_threads = 2;
+  const std::string f16 = temp_path(std::string(m.name) + "-f16.gguf");
+  ASSERT_TRUE(synth_model(*c, f16, nullptr).ok());
+  ASSERT_EQ(hex64(file_fnv(f16)), golden.input_hash)
+      << "lumen synth no longer writes the F16 input the goldens were made from: regenerate tests/data/quant "
+         "with tools/quant_mix_goldens.sh";
+  auto f16_file = gguf::open_model(f16);
+  ASSERT_TRUE(f16_file.ok()) << f16_file.message();
+  auto imatrix = read_imatrix(data_path(std::string(m.name) + ".imatrix"));
+  ASSERT_TRUE(imatrix.ok()) << imatrix.message();
+
+  int n_runs_bytes = 0, n_runs_types_only = 0, n_tensors_compared = 0;
+  for (const std::string& mix : golden.mixes) {
+    for (bool with_im : {false, true}) {
+      SCOPED_TRACE(mix + (with_im ? " with imatrix" : " without imatrix"));
+      TypeRules rules = *make_type_rules(mix, "", "");
+      rules.has_imatrix = with_im;
+      auto run = golden.runs.find({mix, with_im});
+      if (run == golden.runs.end()) {
+        // llama-quantize refused (a low-bit type without an importance matrix): lumen too.
+        QuantizeOptions opt;
+        opt.rules = rules;
+        const Status st = quantize_model(f16, temp_path("refused.gguf"), opt, nullptr);
+        EXPECT_FALSE(st.ok());
+        EXPECT_NE(st.message().find("needs an importance matrix"), std::string::npos) << st.message();
+        continue;
+      }
+      // Types, for every mix (also those lumen cannot write yet).
+      const std::map<std::string, DType> types = planned_types(*f16_file, rules);
+      ASSERT_EQ(types.size(), run->second.size());
+      bool writable = true;
+      for (const auto& [name, want] : run->second) {
+        ASSERT_TRUE(types.count(name)) << name;
+        EXPECT_EQ(dtype_name(types.at(name)), want.type) << name;
+        writable &= types.at(name) == DType::kF16 || can_quantize_to(types.at(name));
+      }
+      if (!writable) {
+        ++n_runs_types_only;
+        continue;
+      }
+      // Bytes.
+      QuantizeOptions opt;
+      opt.rules = rules;
+      opt.n_threads = 2;
+      if (with_im) opt.imatrix = &*imatrix;
+      const std::string out = temp_path("q.gguf");
+      const Status st = quantize_model(f16, out, opt, nullptr);
+      ASSERT_TRUE(st.ok()) << st.message();
+      auto q = gguf::open_model(out);
+      ASSERT_TRUE(q.ok()) << q.message();
+      ASSERT_EQ(q->tensors().size(), run->second.size());
+      for (const gguf::TensorInfo& t : q->tensors()) {
+        const GoldenTensor& want = run->second.at(t.name);
+        EXPECT_EQ(dtype_name(t.view.dtype), want.type) << t.name;
+        EXPECT_EQ(hex64(fnv1a64(t.view.data, t.view.n_bytes)), want.hash) << t.name << " (" << want.type << ")";
+        ++n_tensors_compared;
+      }
+      ++n_runs_bytes;
+      std::remove(out.c_str());
+    }
+  }
+  std::printf("  %s: %d runs compared byte for byte (%d tensors), %d runs by type only (lumen cannot write a type yet)\n",
+              m.name, n_runs_bytes, n_tensors_compared, n_runs_types_only);
+  std::remove(f16.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, QuantMixTest, ::testing::ValuesIn(kModels),
+                         [](const ::testing::TestParamInfo<MixModel>& info) {
+                           std::string n = info.param.name;
+                           for (char& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace lumen::convert
