@@ -211,7 +211,9 @@ class Quantizer {
         // Reported after every tensor was checked, so that a missing importance matrix (the
         // user's to fix) is named first.
         if (!can_quantize_to(p.to) && unwritable.empty())
-          unwritable = "tensor '" + t.name + "': lumen cannot write " + std::string(dtype_name(p.to)) + " yet";
+          unwritable = "--type " + std::string(opt_.rules.mix ? opt_.rules.mix->name : dtype_name(p.to)) +
+                       ": tensor '" + t.name + "' would be " + std::string(dtype_name(p.to)) +
+                       ", which lumen cannot write yet (no quantizer for that type; nothing was written)";
         if (!kernels::can_dequantize(from))
           return error("input: tensor '" + t.name + "' has type " + std::string(dtype_name(from)) +
                        ", which lumen cannot convert to " + std::string(dtype_name(p.to)));
