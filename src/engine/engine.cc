@@ -108,36 +108,29 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path,
                      r.cache_path.c_str());
   }
 
-  // Step 0 of the KV groups: one pool whose block ids index every group's storage alike,
-  // so only a single group can be served until the KV manager sizes pools per group.
+  // The KV cache by layer group, as the model lays it out (model/kv_layout.h).
   const model::KvLayout& layout = e->model_.kv_layout();
-  if (layout.n_groups() != 1)
-    return error("engine: the model's layers form " + std::to_string(layout.n_groups()) +
-                 " KV groups; this engine serves one");
-  kv::KvCacheConfig kc;
-  kc.n_slots = layout.n_slots(0);
+  kv::KvManagerConfig kc;
+  for (const model::KvLayout::Group& g : layout.groups)
+    kc.groups.push_back({static_cast<int32_t>(g.layers.size()), g.window});
   kc.n_kv_head = layout.n_kv_head;
   kc.head_dim = layout.head_dim;
   kc.block_size = config.block_size;
   kc.dtype = config.kv_dtype;
-  const int64_t blocks_per_seq = (config.n_ctx + config.block_size - 1) / config.block_size;
-  const size_t block_bytes = kc.bytes_per_token() * config.block_size;
-  int64_t n_blocks = blocks_per_seq * config.max_seqs;
-  if (config.kv_memory_bytes > 0) {
-    n_blocks = config.kv_memory_bytes / static_cast<int64_t>(block_bytes);
-    if (n_blocks < blocks_per_seq)
-      return error("--kv-memory " + std::to_string(config.kv_memory_bytes) +
-                   " bytes cannot hold one full context of " + std::to_string(config.n_ctx) +
-                   " tokens; increase it to at least " +
-                   std::to_string(blocks_per_seq * block_bytes) + " bytes or lower -c");
+  kc.n_ctx = config.n_ctx;
+  kc.max_seqs = config.max_seqs;
+  kc.max_batch_tokens = config.max_batch_tokens;
+  kc.memory_bytes = config.kv_memory_bytes;
+  kc.enable_prefix_cache = config.enable_prefix_cache;
+  LUMEN_ASSIGN_OR_RETURN(e->kv_, kv::KvManager::create(kc));
+  e->scheduler_ = Scheduler(SchedulerConfig{config.max_batch_tokens, config.max_seqs});
+  for (int32_t g = 0; g < e->kv_.n_groups(); ++g) {
+    const kv::KvGroupUsage u = e->kv_.usage(g);
+    LUMEN_LOG_INFO("engine: kv group %d: %s, %d layers, %d blocks x %d tokens, %.1f MiB (%.1f KiB per token)", g,
+                   u.window == 0 ? "full attention" : ("sliding window " + std::to_string(u.window)).c_str(),
+                   u.n_slots, u.n_blocks, config.block_size, u.block_bytes * static_cast<double>(u.n_blocks) / 1048576.0,
+                   u.block_bytes / 1024.0 / config.block_size);
   }
-  if (n_blocks > (int64_t{1} << 30)) return error("KV cache too large");
-  kc.n_blocks = static_cast<int32_t>(n_blocks);
-  LUMEN_ASSIGN_OR_RETURN(e->kv_, kv::KvStorage::allocate(kc));
-  e->kv_views_.assign(1, e->kv_.view());
-  e->pool_ = kv::BlockPool(kc.n_blocks, kc.block_size);
-  e->scheduler_ = Scheduler(SchedulerConfig{config.max_batch_tokens, config.max_seqs, config.block_size,
-                                            config.enable_prefix_cache});
   // The prefix-cache namespace starts with the model's identity: two models never share.
   const gguf::ModelFile& mf = e->model_.file();
   e->model_id_ = std::string(mf.get_string("general.name").value_or("")) + "|" +
@@ -146,13 +139,17 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path,
   e->batch_tokens_.reserve(config.max_batch_tokens);
   e->batch_seqs_.reserve(config.max_seqs);
   e->batch_tables_.reserve(static_cast<size_t>(config.max_seqs) * layout.n_groups());
+  e->plan_.chunks.reserve(config.max_seqs);
+  e->plan_.admitted.reserve(config.max_seqs);
+  e->plan_.preempted.reserve(config.max_seqs);
+  e->plan_.copies.reserve(static_cast<size_t>(config.max_seqs) * layout.n_groups() * 2);
   e->batch_logit_rows_.reserve(config.max_batch_tokens);
   e->running_.reserve(config.max_seqs);
   e->batch_logit_rows_.reserve(std::max(config.max_batch_tokens, config.max_seqs));
   e->load_ms_ = now_ms() - t0;
-  LUMEN_LOG_INFO("engine: %s, %d layers, n_ctx %d, kv %s %d blocks x %d tokens, kernels %s, %d threads",
+  LUMEN_LOG_INFO("engine: %s, %d layers, n_ctx %d, kv %s %.1f MiB in %d group(s), kernels %s, %d threads",
                  std::string(model::arch_name(hp.arch)).c_str(), hp.n_layer, config.n_ctx,
-                 std::string(dtype_name(kc.dtype)).c_str(), kc.n_blocks, kc.block_size,
+                 std::string(dtype_name(kc.dtype)).c_str(), e->kv_.total_bytes() / 1048576.0, e->kv_.n_groups(),
                  std::string(e->kernel_name()).c_str(), config.n_threads);
   return e;
 }
@@ -190,8 +187,8 @@ EngineMetrics Engine::metrics() const {
   EngineMetrics m = counters_;
   m.n_running = static_cast<int32_t>(running_.size());
   m.n_waiting = static_cast<int32_t>(waiting_.size());
-  m.kv_blocks_used = pool_.n_used();
-  m.kv_blocks_total = pool_.n_blocks();
+  m.kv_blocks_used = kv_.n_used_blocks();
+  m.kv_blocks_total = kv_.n_blocks();
   return m;
 }
 
@@ -254,7 +251,7 @@ Result<RequestId> Engine::add_request(Request request, RequestId id_in) {
   ss.arrival = next_arrival_++;
   ss.n_slots = req->params.n;
   ss.tokens = seq->tokens;
-  ss.root_hash = kv::namespace_hash(model_id_, req->params.cache_salt);
+  kv_.init_seq(ss.kv, kv::namespace_hash(model_id_, req->params.cache_salt));
   req->seq_ids.push_back(ss.seq_id);
 
   waiting_.insert(std::upper_bound(waiting_.begin(), waiting_.end(), &ss, runs_before), &ss);
@@ -276,13 +273,14 @@ std::optional<RequestTimings> Engine::timings(RequestId id) const {
 }
 
 std::string Engine::check_invariants() const {
-  std::string s = pool_.check_invariants();
+  std::string s = kv_.check_invariants();
   if (!s.empty()) return s;
-  for (const auto& [id, seq] : seqs_)
-    for (int32_t b : seq->sched.blocks.ids())
-      if (pool_.ref_cnt(b) < 1) return "sequence " + std::to_string(id) + " holds unreferenced block " + std::to_string(b);
-  if (!has_work() && pool_.n_used() != 0)
-    return "idle engine still holds " + std::to_string(pool_.n_used()) + " blocks";
+  for (const auto& [id, seq] : seqs_) {
+    s = kv_.check_seq(seq->sched.kv, seq->sched.n_tokens_computed);
+    if (!s.empty()) return "sequence " + std::to_string(id) + ": " + s;
+  }
+  if (!has_work() && kv_.n_used_blocks() != 0)
+    return "idle engine still holds " + std::to_string(kv_.n_used_blocks()) + " blocks";
   return "";
 }
 
@@ -307,7 +305,7 @@ void Engine::finish(Sequence& seq, FinishReason reason, RequestEvent& ev) {
   ev.finished = true;
   ev.finish_reason = reason;
   seq.finished = true;
-  seq.sched.blocks.release_all(pool_);
+  kv_.release_all(seq.sched.kv);
   RequestState& req = *seq.req;
   req.usage.completion_tokens += seq.n_generated;
   if (--req.n_live == 0) {
@@ -367,12 +365,7 @@ void Engine::fork_completions(Sequence& parent) {
     cs.n_slots = 1;
     cs.tokens = child->tokens;
     cs.n_tokens_computed = parent.sched.n_tokens_computed;
-    cs.root_hash = parent.sched.root_hash;
-    cs.block_hashes = parent.sched.block_hashes;
-    for (int32_t b : parent.sched.blocks.ids()) {
-      pool_.add_ref(b);
-      cs.blocks.push_back(b);
-    }
+    kv_.fork(parent.sched.kv, parent.sched.n_tokens_computed, cs.kv);
     req.seq_ids.push_back(cs.seq_id);
     req.n_live++;
     running_.push_back(&cs);
@@ -423,7 +416,8 @@ void Engine::process_new_token(Sequence& seq, int32_t token_id, std::span<const 
 std::vector<RequestEvent> Engine::step() {
   std::vector<RequestEvent> events;
   if (!has_work()) return events;
-  const SchedulerOutput plan = scheduler_.schedule(running_, waiting_, pool_);
+  scheduler_.schedule(running_, waiting_, kv_, plan_);
+  const SchedulerOutput& plan = plan_;
   counters_.preemptions += plan.preempted.size();
   for (uint64_t sid : plan.preempted) {
     Sequence& s = *find_running(sid);
@@ -441,7 +435,7 @@ std::vector<RequestEvent> Engine::step() {
     }
   }
   if (plan.chunks.empty()) {
-    if (running_.empty() && !waiting_.empty() && pool_.n_used() == 0) {
+    if (running_.empty() && !waiting_.empty() && kv_.n_used_blocks() == 0) {
       // Not even the first chunk of the best waiting request fits in an empty cache.
       Sequence& s = *find_running(waiting_.front()->seq_id);
       RequestEvent ev;
@@ -455,7 +449,7 @@ std::vector<RequestEvent> Engine::step() {
     return events;
   }
   counters_.steps++;
-  for (const BlockCopy& c : plan.copies) kv_.copy_block(c.src_block, c.dst_block);
+  kv_.copy_blocks(plan.copies);
 
   batch_tokens_.clear();
   batch_seqs_.clear();
@@ -466,9 +460,11 @@ std::vector<RequestEvent> Engine::step() {
     const int32_t begin = static_cast<int32_t>(batch_tokens_.size());
     batch_tokens_.insert(batch_tokens_.end(), seq.tokens.begin() + c.pos0,
                          seq.tokens.begin() + c.pos0 + c.n_tokens);
-    LUMEN_DCHECK(batch_tables_.size() < batch_tables_.capacity());  // spans into it stay valid
-    batch_tables_.push_back(seq.sched.blocks.ids());
-    batch_seqs_.push_back({begin, c.n_tokens, c.pos0, std::span(&batch_tables_.back(), 1)});
+    // spans into batch_tables_ stay valid: it never grows past its capacity
+    LUMEN_DCHECK(batch_tables_.size() + kv_.n_groups() <= batch_tables_.capacity());
+    const size_t tables_begin = batch_tables_.size();
+    for (const kv::BlockTable& t : seq.sched.kv.tables) batch_tables_.push_back(t.ids());
+    batch_seqs_.push_back({begin, c.n_tokens, c.pos0, std::span(batch_tables_).subspan(tables_begin, kv_.n_groups())});
     if (seq.req->params.prompt_logprobs && c.pos0 < seq.req->n_prompt) {
       for (int32_t i = 0; i < c.n_tokens; ++i) batch_logit_rows_.push_back(begin + i);
     } else if (c.catches_up) {
@@ -476,7 +472,7 @@ std::vector<RequestEvent> Engine::step() {
     }
   }
   model::ForwardBatch batch{batch_tokens_, batch_seqs_, batch_logit_rows_};
-  const std::span<const float> logits = model_.forward(*kernels_, *pool_threads_, batch, kv_views_);
+  const std::span<const float> logits = model_.forward(*kernels_, *pool_threads_, batch, kv_.views());
   const int32_t n_vocab = model_.hparams().n_vocab;
 
   size_t row = 0;
@@ -486,8 +482,7 @@ std::vector<RequestEvent> Engine::step() {
     RequestEvent ev;
     ev.request_id = req.id;
     ev.seq_index = seq.seq_index;
-    seq.sched.n_tokens_computed += c.n_tokens;
-    scheduler_.cache_full_blocks(seq.sched, pool_);
+    Scheduler::on_computed(seq.sched, c.n_tokens, kv_);
     std::span<const float> last;
     if (req.params.prompt_logprobs && c.pos0 < req.n_prompt) {
       for (int32_t i = 0; i < c.n_tokens; ++i, ++row) {

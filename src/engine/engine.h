@@ -23,7 +23,7 @@
 #include "engine/scheduler.h"
 #include "engine/stop_matcher.h"
 #include "kernels/ops.h"
-#include "kv/kv_cache.h"
+#include "kv/kv_manager.h"
 #include "model/model.h"
 #include "sample/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -97,11 +97,13 @@ class Engine {
   // Timings of a finished request (kept until the next add_request with the same id).
   std::optional<RequestTimings> timings(RequestId id) const;
 
-  int32_t kv_blocks_in_use() const { return pool_.n_used(); }
-  int32_t kv_blocks_total() const { return pool_.n_blocks(); }
+  int32_t kv_blocks_in_use() const { return kv_.n_used_blocks(); }
+  int32_t kv_blocks_total() const { return kv_.n_blocks(); }
+  const kv::KvManager& kv() const { return kv_; }
   int32_t n_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   EngineMetrics metrics() const;
-  // The block pool's invariants (tests; also checked when the engine goes idle in debug).
+  // The KV cache's invariants, pools and every sequence's tables (tests; also checked
+  // when the engine goes idle in debug builds).
   std::string check_invariants() const;
 
  private:
@@ -121,10 +123,9 @@ class Engine {
   tok::Tokenizer tokenizer_;
   const kernels::KernelTable* kernels_ = nullptr;
   std::unique_ptr<ThreadPool> pool_threads_;
-  kv::KvStorage kv_;
-  std::vector<KvStorageView> kv_views_;  // [n_groups]
-  kv::BlockPool pool_{0, 1};
+  kv::KvManager kv_;
   Scheduler scheduler_{SchedulerConfig{}};
+  SchedulerOutput plan_;  // this step's plan (buffers reused)
   RequestId next_id_ = 1;
   uint64_t next_seq_id_ = 1;
   uint64_t next_arrival_ = 1;

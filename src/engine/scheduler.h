@@ -13,18 +13,26 @@
 //
 // One step, in order (each a small function with its own tests):
 //   1. schedule_running(): decode tokens first, then prefill chunks, in priority order.
-//      A sequence whose next block does not fit preempts the lowest-priority running
-//      sequence not yet scheduled this step (preemption by recompute: its blocks are
-//      released — full ones stay in the prefix cache — and it waits again), or itself.
+//      A sequence whose next blocks do not fit (in any KV group) preempts the
+//      lowest-priority running sequence not yet scheduled this step (preemption by
+//      recompute: its blocks are released — full ones stay in the prefix cache — and it
+//      waits again), or itself.
 //   2. admit_waiting(): while slots, budget and blocks allow, the best waiting sequence
 //      looks its prompt up in the prefix cache (whole blocks; never the whole prompt, so
-//      its last token is always computed) and starts with a first chunk.
+//      its last token is always computed) and starts with a first chunk. When others are
+//      running, every KV group must keep its watermark free after the admission.
+// After the forward pass, on_computed() advances each scheduled sequence: its new full
+// blocks enter the prefix cache and sliding-window groups release what no later query
+// can see.
 //
-// Copy-on-write: a sequence about to write into a block it shares (forked n>1 siblings
-// share their prompt's last, partial block) gets a private copy first; the copy is listed
-// in the output for the model runner to perform before the forward pass.
+// The KV cache manager (kv/kv_manager.h) does the block arithmetic per layer group; the
+// scheduler only asks it whether n tokens fit and has them allocated. Copy-on-write copies
+// it asks for are listed in the output for the model runner to perform before the forward
+// pass.
 //
-// Single-threaded by contract (the engine thread).
+// Single-threaded by contract (the engine thread). schedule() fills a caller-owned output
+// whose buffers, and the scheduler's own, are sized at creation: planning a step
+// allocates nothing.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +40,7 @@
 #include <span>
 #include <vector>
 
-#include "kv/kv_cache.h"
+#include "kv/kv_manager.h"
 
 namespace lumen::engine {
 
@@ -44,9 +52,7 @@ struct SchedSeq {
   std::span<const int32_t> tokens;  // every known token (prompt + generated)
   int64_t n_tokens_computed = 0;  // tokens whose K/V are in the cache
   int64_t n_cached_tokens = 0;    // of those, taken from the prefix cache at admission
-  uint64_t root_hash = 0;         // prefix-cache namespace (model id + cache_salt)
-  std::vector<uint64_t> block_hashes;  // hash chain of the full computed blocks
-  kv::BlockTable blocks;
+  kv::SeqKv kv;                   // block tables and prefix hashes, per KV group
 
   int64_t n_tokens_target() const { return static_cast<int64_t>(tokens.size()); }
 };
@@ -58,55 +64,51 @@ struct ScheduledChunk {
   bool catches_up = false;  // after this chunk the sequence has computed all known tokens
 };
 
-struct BlockCopy {
-  int32_t src_block = 0;
-  int32_t dst_block = 0;
-};
-
 struct SchedulerOutput {
   std::vector<ScheduledChunk> chunks;
   std::vector<uint64_t> admitted;   // moved waiting -> running this step
   std::vector<uint64_t> preempted;  // moved running -> waiting (blocks released)
-  std::vector<BlockCopy> copies;    // copy-on-write, to do before the forward pass
-  int32_t n_tokens = 0;             // sum of chunk sizes
+  std::vector<kv::BlockCopy> copies;  // copy-on-write, to do before the forward pass
+  int32_t n_tokens = 0;               // sum of chunk sizes
+
+  void clear();  // keeps the buffers
 };
 
 struct SchedulerConfig {
   int32_t max_batch_tokens = 512;  // token budget per step
   int32_t max_seqs = 8;            // running slots
-  int32_t block_size = 16;
-  bool enable_prefix_cache = true;
 };
 
 class Scheduler {
  public:
-  explicit Scheduler(const SchedulerConfig& config) : config_(config) {}
+  explicit Scheduler(const SchedulerConfig& config);
 
-  // Plans one step. `running` and `waiting` are updated in place: admitted sequences move
-  // to running, preempted ones back to waiting (kept in (priority, arrival) order).
-  SchedulerOutput schedule(std::vector<SchedSeq*>& running, std::deque<SchedSeq*>& waiting,
-                           kv::BlockPool& pool) const;
+  // Plans one step into `out` (cleared first). `running` and `waiting` are updated in
+  // place: admitted sequences move to running, preempted ones back to waiting (kept in
+  // (priority, arrival) order). KV blocks are allocated (and released, on preemption)
+  // through `kv`.
+  void schedule(std::vector<SchedSeq*>& running, std::deque<SchedSeq*>& waiting, kv::KvManager& kv,
+                SchedulerOutput& out);
 
-  // After a step: registers the sequence's newly completed full blocks in the prefix cache.
-  void cache_full_blocks(SchedSeq& seq, kv::BlockPool& pool) const;
+  // After a step: n_tokens more of the sequence are computed. Registers its new full
+  // blocks in the prefix cache and releases the blocks its sliding windows left behind.
+  static void on_computed(SchedSeq& seq, int32_t n_tokens, kv::KvManager& kv);
 
   // Releases the sequence's blocks and resets it for recompute.
-  static void reset_for_recompute(SchedSeq& seq, kv::BlockPool& pool);
+  static void reset_for_recompute(SchedSeq& seq, kv::KvManager& kv);
 
   const SchedulerConfig& config() const { return config_; }
 
  private:
   void schedule_running(std::vector<SchedSeq*>& running, std::deque<SchedSeq*>& waiting,
-                        kv::BlockPool& pool, int32_t& budget, SchedulerOutput& out) const;
+                        kv::KvManager& kv, int32_t& budget, SchedulerOutput& out);
   void admit_waiting(std::vector<SchedSeq*>& running, std::deque<SchedSeq*>& waiting,
-                     kv::BlockPool& pool, int32_t& budget, SchedulerOutput& out) const;
-  // Makes room for n more tokens: copy-on-write of a shared tail block, then new blocks.
-  // All or nothing: false leaves the sequence and the pool as they were.
-  bool grow(SchedSeq& seq, int32_t n, kv::BlockPool& pool, SchedulerOutput& out) const;
-  // Prefix-cache lookup for a sequence with nothing computed.
-  void acquire_prefix(SchedSeq& seq, kv::BlockPool& pool) const;
+                     kv::KvManager& kv, int32_t& budget, SchedulerOutput& out) const;
 
   SchedulerConfig config_;
+  // schedule_running's work space, [max_seqs] (a running sequence takes >= 1 slot).
+  std::vector<char> scheduled_, preempted_;
+  std::vector<SchedSeq*> kept_;
 };
 
 // (priority, arrival) order: true if a runs before b.

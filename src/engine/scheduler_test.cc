@@ -1,8 +1,9 @@
-// Scheduler tests on plain data: no model, no tensors — token lists, block pools and the
-// plans the scheduler makes.
+// Scheduler tests on plain data: no model — token lists, a small KV manager and the plans
+// the scheduler makes.
 #include "engine/scheduler.h"
 
 #include <map>
+#include <string_view>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -12,11 +13,38 @@ namespace {
 
 constexpr int32_t kBs = 4;
 
-struct Harness {
-  explicit Harness(int32_t n_blocks, int32_t budget = 16, int32_t max_seqs = 4)
-      : pool(n_blocks, kBs), sched(SchedulerConfig{budget, max_seqs, kBs, true}) {}
+// A KV manager whose full group has exactly n_blocks blocks (memory sized for it), plus
+// optional sliding groups.
+kv::KvManager make_kv(int32_t n_blocks, int32_t budget, int32_t max_seqs, std::vector<kv::KvGroupSpec> sliding = {},
+                      int32_t kv_max_seqs = 0) {
+  kv::KvManagerConfig c;
+  c.groups.push_back({1, 0});
+  for (const kv::KvGroupSpec& g : sliding) c.groups.push_back(g);
+  c.n_kv_head = 1;
+  c.head_dim = 2;
+  c.block_size = kBs;
+  c.dtype = DType::kF32;
+  c.n_ctx = kBs * n_blocks;  // one sequence could fill the pool
+  c.max_seqs = kv_max_seqs > 0 ? kv_max_seqs : max_seqs;  // what the sliding groups are sized for
+  c.max_batch_tokens = budget;
+  auto plan = kv::plan_kv_memory(c);
+  EXPECT_TRUE(plan.ok()) << plan.message();
+  int64_t bytes = static_cast<int64_t>((*plan)[0].block_bytes) * n_blocks;
+  for (size_t g = 1; g < plan->size(); ++g) bytes += static_cast<int64_t>((*plan)[g].block_bytes) * (*plan)[g].n_blocks;
+  c.memory_bytes = bytes;
+  auto m = kv::KvManager::create(c);
+  EXPECT_TRUE(m.ok()) << m.message();
+  EXPECT_EQ(m->usage(0).n_blocks, n_blocks);
+  return std::move(m).value();
+}
 
-  SchedSeq* add(std::vector<int32_t> tokens, int32_t priority = 0) {
+struct Harness {
+  explicit Harness(int32_t n_blocks, int32_t budget = 16, int32_t max_seqs = 4,
+                   std::vector<kv::KvGroupSpec> sliding = {}, int32_t kv_max_seqs = 0)
+      : kv(make_kv(n_blocks, budget, max_seqs, std::move(sliding), kv_max_seqs)),
+        sched(SchedulerConfig{budget, max_seqs}) {}
+
+  SchedSeq* add(std::vector<int32_t> tokens, int32_t priority = 0, std::string_view salt = "") {
     auto& toks = token_store[next_id];
     toks = std::move(tokens);
     toks.reserve(1024);
@@ -25,29 +53,30 @@ struct Harness {
     s->priority = priority;
     s->arrival = s->seq_id;
     s->tokens = toks;
-    s->root_hash = kv::namespace_hash("m", "");
+    kv.init_seq(s->kv, kv::namespace_hash("m", salt));
     SchedSeq* p = s.get();
     seqs.push_back(std::move(s));
     waiting.insert(std::upper_bound(waiting.begin(), waiting.end(), p, runs_before), p);
     return p;
   }
-  // Runs a step: marks scheduled tokens computed, caches full blocks, and appends a
-  // "sampled" token to every sequence that caught up.
+  // Runs a step: marks scheduled tokens computed (caching full blocks, releasing what left
+  // the windows), and appends a "sampled" token to every sequence that caught up.
   SchedulerOutput step() {
-    SchedulerOutput out = sched.schedule(running, waiting, pool);
+    SchedulerOutput out;
+    sched.schedule(running, waiting, kv, out);
     for (const ScheduledChunk& c : out.chunks) {
       SchedSeq* s = find(c.seq_id);
       EXPECT_EQ(c.pos0, s->n_tokens_computed);
-      s->n_tokens_computed += c.n_tokens;
-      EXPECT_GE(s->blocks.capacity_tokens(kBs), s->n_tokens_computed);
-      sched.cache_full_blocks(*s, pool);
+      for (const kv::BlockTable& t : s->kv.tables) EXPECT_GE(t.capacity_tokens(kBs), c.pos0 + c.n_tokens);
+      Scheduler::on_computed(*s, c.n_tokens, kv);
       if (c.catches_up) {
         auto& toks = token_store[s->seq_id];
         toks.push_back(1000 + static_cast<int32_t>(toks.size()));
         s->tokens = toks;
       }
     }
-    EXPECT_EQ(pool.check_invariants(), "");
+    EXPECT_EQ(kv.check_invariants(), "");
+    for (SchedSeq* s : running) EXPECT_EQ(kv.check_seq(s->kv, s->n_tokens_computed), "");
     return out;
   }
   SchedSeq* find(uint64_t id) {
@@ -56,12 +85,13 @@ struct Harness {
     return nullptr;
   }
   void finish(SchedSeq* s) {
-    s->blocks.release_all(pool);
+    kv.release_all(s->kv);
     std::erase(running, s);
     std::erase(waiting, s);
   }
+  const kv::BlockTable& blocks(const SchedSeq* s, int32_t group = 0) const { return s->kv.tables[group]; }
 
-  kv::BlockPool pool;
+  kv::KvManager kv;
   Scheduler sched;
   std::vector<SchedSeq*> running;
   std::deque<SchedSeq*> waiting;
@@ -119,16 +149,15 @@ TEST(Scheduler, PrefixHitSkipsCachedBlocksButNeverTheLastToken) {
   SchedSeq* c = h.add([] { auto v = iota_tokens(10); v.push_back(77); return v; }());
   h.step();
   EXPECT_EQ(c->n_cached_tokens, 8);  // shares the first two blocks with b
-  EXPECT_EQ(c->blocks.ids()[0], b->blocks.ids()[0]);
-  EXPECT_EQ(h.pool.ref_cnt(b->blocks.ids()[0]), 2);
+  EXPECT_EQ(h.blocks(c).ids()[0], h.blocks(b).ids()[0]);
+  EXPECT_EQ(h.kv.pool(0).ref_cnt(h.blocks(b).ids()[0]), 2);
 }
 
 TEST(Scheduler, CacheSaltSeparatesNamespaces) {
   Harness h(64, 64);
   SchedSeq* a = h.add(iota_tokens(12));
   h.step();
-  SchedSeq* b = h.add(iota_tokens(12));
-  b->root_hash = kv::namespace_hash("m", "tenant-2");
+  SchedSeq* b = h.add(iota_tokens(12), 0, "tenant-2");
   h.step();
   EXPECT_EQ(a->n_cached_tokens, 0);
   EXPECT_EQ(b->n_cached_tokens, 0);
@@ -151,7 +180,7 @@ TEST(Scheduler, PreemptsLowestPriorityWhenBlocksRunOut) {
   }
   EXPECT_TRUE(saw_preemption);
   EXPECT_EQ(lo->n_tokens_computed, 0);
-  EXPECT_EQ(lo->blocks.n_blocks(), 0);
+  EXPECT_EQ(h.blocks(lo).n_blocks(), 0);
   ASSERT_FALSE(h.waiting.empty());
   EXPECT_EQ(h.waiting.front(), lo);
   // Once hi finishes, lo is readmitted and recomputes (its full blocks from the cache).
@@ -174,22 +203,17 @@ TEST(Scheduler, SharedTailBlockIsCopiedBeforeWrite) {
   child->arrival = a->arrival;
   child->tokens = toks;
   child->n_tokens_computed = a->n_tokens_computed;
-  child->root_hash = a->root_hash;
-  child->block_hashes = a->block_hashes;
-  for (int32_t b : a->blocks.ids()) {
-    h.pool.add_ref(b);
-    child->blocks.push_back(b);
-  }
+  h.kv.fork(a->kv, a->n_tokens_computed, child->kv);
   SchedSeq* c = child.get();
   h.seqs.push_back(std::move(child));
   h.running.push_back(c);
-  const int32_t shared_tail = a->blocks.ids()[1];
+  const int32_t shared_tail = h.blocks(a).ids()[1];
   SchedulerOutput o = h.step();
   ASSERT_EQ(o.copies.size(), 1u);  // the first writer copies; the last one writes in place
   EXPECT_EQ(o.copies[0].src_block, shared_tail);
-  EXPECT_NE(a->blocks.ids()[1], c->blocks.ids()[1]);
-  EXPECT_EQ(a->blocks.ids()[0], c->blocks.ids()[0]);  // the full block stays shared
-  EXPECT_EQ(h.pool.ref_cnt(a->blocks.ids()[0]), 2);
+  EXPECT_NE(h.blocks(a).ids()[1], h.blocks(c).ids()[1]);
+  EXPECT_EQ(h.blocks(a).ids()[0], h.blocks(c).ids()[0]);  // the full block stays shared
+  EXPECT_EQ(h.kv.pool(0).ref_cnt(h.blocks(a).ids()[0]), 2);
 }
 
 TEST(Scheduler, RespectsSeqSlotsAndBudget) {
@@ -212,28 +236,66 @@ TEST(Scheduler, PriorityOrdersAdmission) {
   EXPECT_EQ(o.admitted[0], urgent->seq_id);
 }
 
-// Random admissions, prefix hits, chunked prefill, decode, preemption and finishing:
-// invariants hold after every step and every block comes back at the end.
-TEST(Scheduler, RandomWorkloadKeepsInvariants) {
-  std::mt19937 rng(7);
-  for (int trial = 0; trial < 10; ++trial) {
-    Harness h(20, 12, 4);
-    for (int stepi = 0; stepi < 300; ++stepi) {
-      if (rng() % 3 == 0) {
-        std::vector<int32_t> t(1 + rng() % 14);
-        for (auto& x : t) x = rng() % 3;  // small vocabulary: prefixes repeat
-        h.add(t, static_cast<int32_t>(rng() % 3));
-      }
-      h.step();
-      if (!h.running.empty() && rng() % 4 == 0) h.finish(h.running[rng() % h.running.size()]);
-      for (SchedSeq* s : h.running)
-        for (int32_t b : s->blocks.ids()) ASSERT_GE(h.pool.ref_cnt(b), 1);
-      for (SchedSeq* s : h.waiting) ASSERT_EQ(s->n_tokens_computed, 0);
+TEST(Scheduler, SlidingGroupSizedForMaxSeqsStaysBoundedWithoutPreemption) {
+  Harness h(/*n_blocks=*/256, /*budget=*/32, /*max_seqs=*/4, {{1, 4}});
+  for (int i = 0; i < 4; ++i) h.add(iota_tokens(40, 100 * i));
+  bool saw_preemption = false;
+  for (int i = 0; i < 40; ++i) saw_preemption |= !h.step().preempted.empty();
+  EXPECT_FALSE(saw_preemption);
+  ASSERT_EQ(h.running.size(), 4u);
+  // Each sequence holds at most ceil((w - 1 + chunk) / B) + 1 sliding blocks, however long.
+  for (SchedSeq* s : h.running) {
+    EXPECT_GT(s->n_tokens_computed, 40);
+    EXPECT_LE(h.blocks(s, 1).n_live(), (4 - 1 + 32 + kBs - 1) / kBs + 1);
+    EXPECT_LE(h.blocks(s, 1).n_live(), 2);  // decoding now: the window's 4 keys span <= 2 blocks
+  }
+}
+
+TEST(Scheduler, SlidingGroupShortageAlsoPreempts) {
+  // The full group has room for everything; the sliding group (window 16), sized here for
+  // one sequence (18 blocks), is what runs out once four decoding sequences each hold
+  // their window's 5-6 blocks.
+  Harness h(/*n_blocks=*/256, /*budget=*/32, /*max_seqs=*/4, {{1, 16}}, /*kv_max_seqs=*/1);
+  ASSERT_EQ(h.kv.usage(1).n_blocks, 18);  // ceil(47 / 4) + 1 + headroom ceil(15 / 4) + 1
+  SchedSeq* first = h.add(iota_tokens(20));
+  for (int i = 1; i < 4; ++i) h.add(iota_tokens(20, 100 * i), /*priority=*/1);
+  bool saw_preemption = false;
+  for (int i = 0; i < 40; ++i) {
+    const SchedulerOutput o = h.step();
+    for (uint64_t id : o.preempted) {
+      EXPECT_NE(id, first->seq_id);  // the lowest priority gives way
+      saw_preemption = true;
     }
-    for (SchedSeq* s : std::vector<SchedSeq*>(h.running)) h.finish(s);
-    for (SchedSeq* s : std::vector<SchedSeq*>(h.waiting.begin(), h.waiting.end())) h.finish(s);
-    EXPECT_EQ(h.pool.n_used(), 0);
-    EXPECT_EQ(h.pool.check_invariants(), "");
+  }
+  EXPECT_TRUE(saw_preemption);
+  EXPECT_LT(h.kv.pool(0).n_used(), 128);  // the full group never ran short
+}
+
+// Random admissions, prefix hits, chunked prefill, decode, preemption and finishing over
+// layouts with one to three KV groups: invariants hold after every step (the harness
+// checks every pool and every running sequence's tables) and every block comes back.
+TEST(Scheduler, RandomWorkloadKeepsInvariants) {
+  const std::vector<std::vector<kv::KvGroupSpec>> layouts = {{}, {{1, 3}}, {{2, 6}, {1, 13}}};
+  for (const auto& sliding : layouts) {
+    std::mt19937 rng(7);
+    for (int trial = 0; trial < 10; ++trial) {
+      Harness h(20, 12, 4, sliding);
+      for (int stepi = 0; stepi < 300; ++stepi) {
+        if (rng() % 3 == 0) {
+          std::vector<int32_t> t(1 + rng() % 14);
+          for (auto& x : t) x = rng() % 3;  // small vocabulary: prefixes repeat
+          h.add(t, static_cast<int32_t>(rng() % 3));
+        }
+        h.step();
+        if (HasFailure()) return;
+        if (!h.running.empty() && rng() % 4 == 0) h.finish(h.running[rng() % h.running.size()]);
+        for (SchedSeq* s : h.waiting) ASSERT_EQ(s->n_tokens_computed, 0);
+      }
+      for (SchedSeq* s : std::vector<SchedSeq*>(h.running)) h.finish(s);
+      for (SchedSeq* s : std::vector<SchedSeq*>(h.waiting.begin(), h.waiting.end())) h.finish(s);
+      EXPECT_EQ(h.kv.n_used_blocks(), 0);
+      EXPECT_EQ(h.kv.check_invariants(), "");
+    }
   }
 }
 

@@ -107,6 +107,11 @@ void BlockPool::cache_full_block(int32_t block_id, uint64_t hash, uint64_t paren
   index_.emplace(hash, block_id);
 }
 
+void BlockPool::drop_from_cache(int32_t block_id) {
+  LUMEN_CHECK(block_id >= 0 && block_id < n_blocks() && meta_[block_id].ref_cnt >= 1);
+  uncache(block_id);
+}
+
 void BlockPool::uncache(int32_t block_id) {
   BlockMeta& m = meta_[block_id];
   if (!m.cached) return;

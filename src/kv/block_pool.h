@@ -73,6 +73,9 @@ class BlockPool {
   void cache_full_block(int32_t block_id, uint64_t hash, uint64_t parent_hash,
                         std::span<const int32_t> tokens);
   bool is_cached(int32_t block_id) const { return meta_[block_id].cached; }
+  // Removes a referenced block from the prefix cache (its holder is about to write into
+  // it again, after a truncate). Precondition: ref_cnt(block_id) >= 1.
+  void drop_from_cache(int32_t block_id);
 
   // free + evictable + referenced == total; free blocks are uncached with ref_cnt 0;
   // evictable blocks are cached with ref_cnt 0; every cached block is in the index under

@@ -1,5 +1,6 @@
 #include "kv/kv_cache.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -61,9 +62,35 @@ bool BlockTable::reserve(BlockPool& pool, int64_t n_tokens, int32_t block_size) 
   return true;
 }
 
+void BlockTable::push_back(int32_t block_id) {
+  if (block_id < 0) {
+    LUMEN_CHECK(first_live_ == n_blocks());  // released blocks only lead the table
+    ++first_live_;
+  }
+  ids_.push_back(block_id);
+}
+
+void BlockTable::release_front(int32_t n, BlockPool& pool) {
+  n = std::min(n, n_blocks());
+  for (; first_live_ < n; ++first_live_) {
+    pool.release(ids_[first_live_]);
+    ids_[first_live_] = -1;
+  }
+}
+
+void BlockTable::truncate(int32_t n, BlockPool& pool) {
+  for (int32_t i = n_blocks(); i-- > std::max(n, 0);) {
+    if (ids_[i] >= 0) pool.release(ids_[i]);
+    ids_.pop_back();
+  }
+  first_live_ = std::min(first_live_, n_blocks());
+}
+
 void BlockTable::release_all(BlockPool& pool) {
-  for (int32_t id : ids_) pool.release(id);
+  for (int32_t id : ids_)
+    if (id >= 0) pool.release(id);
   ids_.clear();
+  first_live_ = 0;
 }
 
 }  // namespace lumen::kv

@@ -56,25 +56,37 @@ class KvStorage {
   HugeBuffer memory_;
 };
 
-// The blocks of one sequence, in logical order.
+// The blocks of one sequence in one group, in logical order. Entry i holds positions
+// [i * block_size, (i + 1) * block_size); -1 marks a block a sliding-window group has
+// released (every entry before first_live() is -1, none after it).
 class BlockTable {
  public:
   std::span<const int32_t> ids() const { return ids_; }
   int32_t n_blocks() const { return static_cast<int32_t>(ids_.size()); }
+  // Index of the first block still held (n_blocks() if none).
+  int32_t first_live() const { return first_live_; }
+  int32_t n_live() const { return n_blocks() - first_live_; }
   // Slots available without allocating.
   int64_t capacity_tokens(int32_t block_size) const { return int64_t{n_blocks()} * block_size; }
+  void reserve_entries(int32_t n) { ids_.reserve(n); }
 
   // Grows the table until it holds n_tokens; false (and no change) if the pool runs out.
   bool reserve(BlockPool& pool, int64_t n_tokens, int32_t block_size);
-  // Appends a block the caller already holds a reference to (a prefix-cache hit).
-  void push_back(int32_t block_id) { ids_.push_back(block_id); }
+  // Appends a block the caller already holds a reference to (a prefix-cache hit), or -1
+  // (a released block: only before any held one).
+  void push_back(int32_t block_id);
   // Replaces entry idx (copy-on-write); the caller moves the references.
   void replace(int32_t idx, int32_t block_id) { ids_[idx] = block_id; }
+  // Releases entries [first_live(), n) and marks them -1.
+  void release_front(int32_t n, BlockPool& pool);
+  // Releases entries [n, n_blocks()) and drops them.
+  void truncate(int32_t n, BlockPool& pool);
   // Returns every block to the pool.
   void release_all(BlockPool& pool);
 
  private:
   std::vector<int32_t> ids_;
+  int32_t first_live_ = 0;
 };
 
 }  // namespace lumen::kv
