@@ -53,7 +53,7 @@ std::vector<OptionSpec> serve_option_specs() {
       {{"--max-queue"}, "N", "requests waiting for admission before new ones get 503 (default 64)"},
       {{"--http-threads"}, "N", "HTTP worker threads (default: max-seqs + max-queue + 8)"},
       {{"--max-body"}, "SIZE", "largest request body (default 4MiB)"},
-      {{"--deterministic"}, "", "batch-invariant numerics: a request's tokens do not depend on the rest of the batch"},
+      {{"--deterministic"}, "", "no effect (warns): results never depend on the batch, threads or prefix cache"},
       {{"--no-prefix-cache"}, "", "do not share KV blocks between requests with a common prefix"},
   };
   specs.insert(specs.end(), more.begin(), more.end());
@@ -81,7 +81,9 @@ Result<ServeOptions> serve_options_from_args(const ArgParser& args) {
     if (!bytes.ok()) return error("--kv-memory: " + bytes.message());
     o.engine.kv_memory_bytes = *bytes;
   }
-  o.engine.deterministic = args.has("--deterministic");
+  if (args.has("--deterministic"))  // accepted so that old command lines keep working
+    LUMEN_LOG_WARN("lumen serve: --deterministic is always on and the flag is ignored: a request's results "
+                   "never depend on the batch, the threads or the prefix cache (tests/batch_invariance_test.cc)");
   o.engine.enable_prefix_cache = !args.has("--no-prefix-cache");
   LUMEN_ASSIGN_OR_RETURN(int64_t max_queue, args.get_int("--max-queue", kDefaultMaxQueue, 1, 1 << 20));
   o.async.max_queued_requests = static_cast<int32_t>(max_queue);

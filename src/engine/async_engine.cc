@@ -157,7 +157,7 @@ void AsyncEngine::loop() {
       ev.finish_reason = FinishReason::kCancelled;
       stream->push(std::move(ev));
     }
-    std::vector<RequestEvent> events;
+    std::span<RequestEvent> events;
     if (engine_->has_work()) events = engine_->step();
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -168,7 +168,7 @@ void AsyncEngine::loop() {
         if (ev.request_finished) streams_.erase(it);
         stream->push(std::move(ev));
       }
-      metrics_ = engine_->metrics();
+      engine_->metrics(&metrics_);
       n_engine_waiting_ = metrics_.n_waiting;
       busy_ = false;
     }

@@ -23,44 +23,9 @@ const char* finish_reason_name(FinishReason reason) {
   return "?";
 }
 
-namespace {
-
-// FNV-1a over the bytes of the logits: lets a benchmark prove it computed the same thing.
-uint64_t hash_floats(std::span<const float> values) {
-  uint64_t h = 1469598103934665603ull;
-  const auto* p = reinterpret_cast<const unsigned char*>(values.data());
-  for (size_t i = 0; i < values.size_bytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
-// The k largest logits as (id, logit), descending, ties by id ascending. O(n log k).
-std::vector<std::pair<int32_t, float>> top_logits(std::span<const float> logits, int32_t k) {
-  auto better = [](const std::pair<int32_t, float>& a, const std::pair<int32_t, float>& b) {
-    return a.second > b.second || (a.second == b.second && a.first < b.first);
-  };
-  std::vector<std::pair<int32_t, float>> heap;  // heap under `better`: the worst kept on top
-  heap.reserve(k + 1);
-  for (int32_t i = 0; i < static_cast<int32_t>(logits.size()); ++i) {
-    if (static_cast<int32_t>(heap.size()) < k) {
-      heap.emplace_back(i, logits[i]);
-      std::push_heap(heap.begin(), heap.end(), better);
-    } else if (better({i, logits[i]}, heap.front())) {
-      std::pop_heap(heap.begin(), heap.end(), better);
-      heap.back() = {i, logits[i]};
-      std::push_heap(heap.begin(), heap.end(), better);
-    }
-  }
-  std::sort(heap.begin(), heap.end(), better);
-  return heap;
-}
-
-}  // namespace
-
 Engine::Engine(model::Model model, tok::Tokenizer tokenizer)
     : model_(std::move(model)), tokenizer_(std::move(tokenizer)) {}
 Engine::~Engine() = default;
-Engine::Engine(Engine&&) noexcept = default;
-Engine& Engine::operator=(Engine&&) noexcept = default;
 
 std::string_view Engine::kernel_name() const { return kernels::kernel_table_name(*kernels_); }
 
@@ -136,16 +101,17 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path,
   e->model_id_ = std::string(mf.get_string("general.name").value_or("")) + "|" +
                  std::string(model::arch_name(hp.arch)) + "|" + std::to_string(hp.n_layer) + "x" +
                  std::to_string(hp.n_embd) + "|" + std::to_string(mf.data_bytes()) + "|" + mf.path();
-  e->batch_tokens_.reserve(config.max_batch_tokens);
-  e->batch_seqs_.reserve(config.max_seqs);
-  e->batch_tables_.reserve(static_cast<size_t>(config.max_seqs) * layout.n_groups());
+  e->runner_ = std::make_unique<ModelRunner>(e->model_, *e->kernels_, *e->pool_threads_, e->kv_,
+                                             config.max_batch_tokens, config.max_seqs);
+  e->processor_ = std::make_unique<OutputProcessor>(e->tokenizer_, config.n_ctx, config.max_seqs);
+  e->runner_seqs_.reserve(config.max_seqs);
+  // Events: at most one per running completion per step, plus an admission failure.
+  e->events_.resize(static_cast<size_t>(config.max_seqs) + 1);
   e->plan_.chunks.reserve(config.max_seqs);
   e->plan_.admitted.reserve(config.max_seqs);
   e->plan_.preempted.reserve(config.max_seqs);
   e->plan_.copies.reserve(static_cast<size_t>(config.max_seqs) * layout.n_groups() * 2);
-  e->batch_logit_rows_.reserve(config.max_batch_tokens);
   e->running_.reserve(config.max_seqs);
-  e->batch_logit_rows_.reserve(std::max(config.max_batch_tokens, config.max_seqs));
   e->load_ms_ = now_ms() - t0;
   LUMEN_LOG_INFO("engine: %s, %d layers, n_ctx %d, kv %s %.1f MiB in %d group(s), kernels %s, %d threads",
                  std::string(model::arch_name(hp.arch)).c_str(), hp.n_layer, config.n_ctx,
@@ -184,46 +150,30 @@ Status Engine::validate(const Request& request) const {
 }
 
 EngineMetrics Engine::metrics() const {
-  EngineMetrics m = counters_;
-  m.n_running = static_cast<int32_t>(running_.size());
-  m.n_waiting = static_cast<int32_t>(waiting_.size());
-  m.kv_blocks_used = kv_.n_used_blocks();
-  m.kv_blocks_total = kv_.n_blocks();
+  EngineMetrics m;
+  metrics(&m);
   return m;
 }
 
-// One completion: the tokens it has, where it stands in the KV cache (its SchedSeq), and
-// its own sampler, detokenizer and stop-string state.
-struct Engine::Sequence {
-  Sequence(RequestState* req_, int32_t seq_index_, const sample::SamplingParams& sp,
-           const tok::Tokenizer& tokenizer, int32_t n_vocab, const std::vector<std::string>& stops)
-      : req(req_), seq_index(seq_index_), sampler(sp, n_vocab), detok(tokenizer), stop(stops) {}
-
-  RequestState* req;
-  int32_t seq_index;
-  std::vector<int32_t> tokens;  // prompt + generated; capacity n_ctx + 1 (spans stay valid)
-  int32_t n_generated = 0;
-  SchedSeq sched;
-  sample::Sampler sampler;
-  tok::StreamingDetokenizer detok;
-  StopMatcher stop;
-  std::vector<double> prompt_logprobs;
-  std::vector<int32_t> prompt_argmax;
-  bool finished = false;
-};
-
-// One request: n completions of one prompt. The first sequence computes the prompt; when
-// it samples its first token the others are forked from it, sharing every prompt block.
-struct Engine::RequestState {
-  RequestId id = 0;
-  GenerationParams params;
-  int32_t n_prompt = 0;
-  bool forked = false;
-  int32_t n_live = 0;       // sequences not finished
-  Usage usage;
-  RequestTimings timings;
-  std::vector<uint64_t> seq_ids;
-};
+void Engine::metrics(EngineMetrics* out) const {
+  std::vector<kv::KvGroupUsage> groups = std::move(out->kv_groups);
+  *out = counters_;
+  out->generated_tokens = processor_->n_generated_tokens();
+  out->n_running = static_cast<int32_t>(running_.size());
+  out->n_waiting = static_cast<int32_t>(waiting_.size());
+  out->kv_blocks_used = kv_.n_used_blocks();
+  out->kv_blocks_total = kv_.n_blocks();
+  groups.resize(kv_.n_groups());
+  for (int32_t g = 0; g < kv_.n_groups(); ++g) groups[g] = kv_.usage(g);
+  out->kv_groups = std::move(groups);
+  for (const auto& [sid, seq] : seqs_) {
+    const uint64_t bytes = kv_.bytes_held(seq->sched.kv);
+    if (bytes == 0) continue;
+    out->kv_seq_bytes_max = std::max(out->kv_seq_bytes_max, bytes);
+    out->kv_seq_bytes_sum += bytes;
+    out->n_kv_seqs++;
+  }
+}
 
 Result<RequestId> Engine::add_request(Request request, RequestId id_in) {
   LUMEN_TRY(validate(request));
@@ -260,7 +210,7 @@ Result<RequestId> Engine::add_request(Request request, RequestId id_in) {
   return id;
 }
 
-Engine::Sequence* Engine::find_running(uint64_t seq_id) {
+Sequence* Engine::find_running(uint64_t seq_id) {
   auto it = seqs_.find(seq_id);
   LUMEN_CHECK_MSG(it != seqs_.end(), "scheduled sequence is not live");
   return it->second.get();
@@ -287,43 +237,32 @@ std::string Engine::check_invariants() const {
 void Engine::cancel(RequestId id) {
   auto it = requests_.find(id);
   if (it == requests_.end()) return;
+  processor_->begin_step();
   for (uint64_t sid : it->second->seq_ids) {
     auto s = seqs_.find(sid);
     if (s == seqs_.end() || s->second->finished) continue;
-    RequestEvent ev;
+    RequestEvent ev;  // the caller (AsyncEngine) sends its own final event
     finish(*s->second, FinishReason::kCancelled, ev);
   }
   release_finished();
 }
 
 void Engine::finish(Sequence& seq, FinishReason reason, RequestEvent& ev) {
-  LUMEN_DCHECK(!seq.finished);
-  if (reason != FinishReason::kStop && reason != FinishReason::kCancelled) {
-    ev.text_delta += seq.stop.push(seq.detok.flush());
-    ev.text_delta += seq.stop.flush();
-  }
-  ev.finished = true;
-  ev.finish_reason = reason;
-  seq.finished = true;
+  processor_->finish(seq, reason, ev);
   kv_.release_all(seq.sched.kv);
-  RequestState& req = *seq.req;
-  req.usage.completion_tokens += seq.n_generated;
-  if (--req.n_live == 0) {
-    ev.request_finished = true;
-    req.timings.finish_ms = now_ms();
-    req.timings.n_generated = req.usage.completion_tokens;
-    if (req.timings.first_token_ms == 0) req.timings.first_token_ms = req.timings.finish_ms;
-    if (req.timings.first_scheduled_ms == 0) req.timings.first_scheduled_ms = req.timings.finish_ms;
-    ev.usage = req.usage;
-    ev.timings = req.timings;
-    finished_timings_[req.id] = req.timings;
+}
+
+// Removes finished sequences from the scheduler's lists and retires finished requests.
+void Engine::release_finished() {
+  for (RequestState* req : processor_->finished_requests()) {
+    finished_timings_[req->id] = req->timings;
     if (finished_timings_.size() > 4096) finished_timings_.erase(finished_timings_.begin());
     counters_.requests_finished++;
   }
-}
-
-// Removes finished sequences from the scheduler's lists and drops finished requests.
-void Engine::release_finished() {
+  processor_->begin_step();
+  // Finished completions give their KV blocks back (full ones stay in the prefix cache).
+  for (auto& [sid, seq] : seqs_)
+    if (seq->finished) kv_.release_all(seq->sched.kv);
   auto done = [&](SchedSeq* s) { return seqs_.at(s->seq_id)->finished; };
   std::erase_if(running_, done);
   std::erase_if(waiting_, done);
@@ -373,49 +312,20 @@ void Engine::fork_completions(Sequence& parent) {
   }
 }
 
-void Engine::process_new_token(Sequence& seq, int32_t token_id, std::span<const float> logits,
-                               RequestEvent& ev) {
-  RequestState& req = *seq.req;
-  if (req.timings.first_token_ms == 0) req.timings.first_token_ms = now_ms();
-  if (seq.n_generated == 0 && req.params.hash_logits) ev.logits_hash = hash_floats(logits);
-  seq.n_generated++;
-  counters_.generated_tokens++;
-  seq.tokens.push_back(token_id);
-  seq.sched.tokens = seq.tokens;
-  seq.sampler.accept(token_id);
-  ev.new_token_ids.push_back(token_id);
-  if (req.params.top_logits > 0) {
-    ev.top.push_back(top_logits(logits, req.params.top_logits));
-  }
-  if (req.params.logprobs >= 0) {
-    TokenLogprob lp;
-    lp.id = token_id;
-    const double lse = sample::logsumexp(logits);
-    lp.logprob = static_cast<float>(logits[token_id] - lse);
-    if (req.params.logprobs > 0) {
-      for (const auto& [id, logit] : top_logits(logits, req.params.logprobs))
-        lp.top.emplace_back(id, static_cast<float>(logit - lse));
-    }
-    ev.logprobs.push_back(std::move(lp));
-  }
-  const bool is_eog = tokenizer_.is_eog(token_id);
-  if (is_eog && !req.params.ignore_eos) {
-    finish(seq, FinishReason::kEos, ev);
-    return;
-  }
-  ev.text_delta += seq.stop.push(seq.detok.push(token_id));
-  if (seq.stop.stopped()) {
-    finish(seq, FinishReason::kStop, ev);
-  } else if (seq.n_generated >= req.params.max_tokens) {
-    finish(seq, FinishReason::kLength, ev);
-  } else if (static_cast<int64_t>(seq.tokens.size()) > config_.n_ctx) {
-    finish(seq, FinishReason::kContextFull, ev);  // the next token would not fit
-  }
+RequestEvent& Engine::new_event() {
+  LUMEN_CHECK(n_events_ < events_.size());  // sized for every completion + one
+  RequestEvent& ev = events_[n_events_++];
+  ev.clear();
+  return ev;
 }
 
-std::vector<RequestEvent> Engine::step() {
-  std::vector<RequestEvent> events;
-  if (!has_work()) return events;
+// One step: the scheduler plans (plain data), the model runner computes the logits rows,
+// the scheduler's bookkeeping advances each sequence's KV, the output processor turns
+// rows into tokens and events, and finished completions give their blocks back.
+std::span<RequestEvent> Engine::step() {
+  n_events_ = 0;
+  processor_->begin_step();
+  if (!has_work()) return {};
   scheduler_.schedule(running_, waiting_, kv_, plan_);
   const SchedulerOutput& plan = plan_;
   counters_.preemptions += plan.preempted.size();
@@ -438,95 +348,53 @@ std::vector<RequestEvent> Engine::step() {
     if (running_.empty() && !waiting_.empty() && kv_.n_used_blocks() == 0) {
       // Not even the first chunk of the best waiting request fits in an empty cache.
       Sequence& s = *find_running(waiting_.front()->seq_id);
-      RequestEvent ev;
-      ev.request_id = s.req->id;
-      ev.seq_index = s.seq_index;
+      RequestEvent& ev = new_event();
       ev.error = "KV cache too small for this request (increase --kv-memory)";
       finish(s, FinishReason::kError, ev);
-      events.push_back(std::move(ev));
+      processor_->complete_requests(std::span(events_).first(n_events_));
       release_finished();
     }
-    return events;
+    return std::span(events_).first(n_events_);
   }
   counters_.steps++;
-  kv_.copy_blocks(plan.copies);
 
-  batch_tokens_.clear();
-  batch_seqs_.clear();
-  batch_tables_.clear();
-  batch_logit_rows_.clear();
+  runner_seqs_.clear();
   for (const ScheduledChunk& c : plan.chunks) {
-    Sequence& seq = *find_running(c.seq_id);
-    const int32_t begin = static_cast<int32_t>(batch_tokens_.size());
-    batch_tokens_.insert(batch_tokens_.end(), seq.tokens.begin() + c.pos0,
-                         seq.tokens.begin() + c.pos0 + c.n_tokens);
-    // spans into batch_tables_ stay valid: it never grows past its capacity
-    LUMEN_DCHECK(batch_tables_.size() + kv_.n_groups() <= batch_tables_.capacity());
-    const size_t tables_begin = batch_tables_.size();
-    for (const kv::BlockTable& t : seq.sched.kv.tables) batch_tables_.push_back(t.ids());
-    batch_seqs_.push_back({begin, c.n_tokens, c.pos0, std::span(batch_tables_).subspan(tables_begin, kv_.n_groups())});
-    if (seq.req->params.prompt_logprobs && c.pos0 < seq.req->n_prompt) {
-      for (int32_t i = 0; i < c.n_tokens; ++i) batch_logit_rows_.push_back(begin + i);
-    } else if (c.catches_up) {
-      batch_logit_rows_.push_back(begin + c.n_tokens - 1);
-    }
+    const Sequence& seq = *find_running(c.seq_id);
+    const GenerationParams& p = seq.req->params;
+    runner_seqs_.push_back({seq.tokens, seq.sched.kv.tables, seq.req->n_prompt, LogitRows{p.prompt_logprobs, 1}});
   }
-  model::ForwardBatch batch{batch_tokens_, batch_seqs_, batch_logit_rows_};
-  const std::span<const float> logits = model_.forward(*kernels_, *pool_threads_, batch, kv_.views());
-  const int32_t n_vocab = model_.hparams().n_vocab;
+  const StepLogits logits = runner_->run(plan, runner_seqs_);
 
-  size_t row = 0;
-  for (const ScheduledChunk& c : plan.chunks) {
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    const ScheduledChunk& c = plan.chunks[i];
     Sequence& seq = *find_running(c.seq_id);
     RequestState& req = *seq.req;
-    RequestEvent ev;
-    ev.request_id = req.id;
-    ev.seq_index = seq.seq_index;
     Scheduler::on_computed(seq.sched, c.n_tokens, kv_);
-    std::span<const float> last;
-    if (req.params.prompt_logprobs && c.pos0 < req.n_prompt) {
-      for (int32_t i = 0; i < c.n_tokens; ++i, ++row) {
-        const int64_t p = c.pos0 + i;
-        std::span<const float> r = logits.subspan(row * n_vocab, n_vocab);
-        if (p + 1 < req.n_prompt) {
-          seq.prompt_logprobs.push_back(sample::log_softmax_at(r, seq.tokens[p + 1]));
-          seq.prompt_argmax.push_back(sample::argmax(r));
-        }
-        last = r;
-      }
-    } else if (c.catches_up) {
-      last = logits.subspan(row * n_vocab, n_vocab);
-      ++row;
-    }
-    if (c.catches_up) {
-      if (req.params.prompt_logprobs && seq.sched.n_tokens_computed == req.n_prompt) {
-        ev.prompt_logprobs = std::move(seq.prompt_logprobs);
-        ev.prompt_argmax = std::move(seq.prompt_argmax);
-      }
-      if (seq.n_generated >= req.params.max_tokens) {
-        finish(seq, FinishReason::kLength, ev);
-      } else {
-        const bool fork = req.params.n > 1 && !req.forked;
-        if (fork) fork_completions(seq);
-        const int32_t id = seq.sampler.sample(last);
-        process_new_token(seq, id, last, ev);
-        if (fork) {
-          // The forked completions sample their first token from the same logits.
-          for (uint64_t sid : req.seq_ids) {
-            Sequence& child = *seqs_.at(sid);
-            if (&child == &seq) continue;
-            RequestEvent cev;
-            cev.request_id = req.id;
-            cev.seq_index = child.seq_index;
-            process_new_token(child, child.sampler.sample(last), last, cev);
-            events.push_back(std::move(cev));
-          }
-        }
+    // n > 1: when the prompt is done, the other completions fork from this one and sample
+    // their first tokens from the same row.
+    const bool fork = c.catches_up && req.params.n > 1 && !req.forked && seq.n_generated < req.params.max_tokens;
+    if (fork) fork_completions(seq);
+    RequestEvent& ev = new_event();
+    processor_->process_chunk(seq, c, logits, i, ev);
+    if (fork) {
+      for (uint64_t sid : req.seq_ids) {
+        Sequence& child = *seqs_.at(sid);
+        if (&child != &seq) processor_->sample_first(child, logits.last_row(i), new_event());
       }
     }
-    if (ev.finished || !ev.new_token_ids.empty() || !ev.text_delta.empty() || !ev.prompt_logprobs.empty())
-      events.push_back(std::move(ev));
   }
+  // Drop the events with nothing to tell (a prompt chunk), keeping order; the dropped
+  // slots keep their buffers for later steps.
+  size_t n = 0;
+  for (size_t i = 0; i < n_events_; ++i) {
+    const RequestEvent& ev = events_[i];
+    if (!ev.finished && ev.new_token_ids.empty() && ev.text_delta.empty() && ev.prompt_logprobs.empty()) continue;
+    if (n != i) std::swap(events_[n], events_[i]);
+    ++n;
+  }
+  n_events_ = n;
+  processor_->complete_requests(std::span(events_).first(n_events_));
   release_finished();
 #ifndef NDEBUG
   if (!has_work()) {
@@ -534,7 +402,7 @@ std::vector<RequestEvent> Engine::step() {
     LUMEN_CHECK_MSG(inv.empty(), inv.c_str());
   }
 #endif
-  return events;
+  return std::span(events_).first(n_events_);
 }
 
 }  // namespace lumen::engine

@@ -19,9 +19,11 @@
 
 #include "base/status.h"
 #include "base/thread_pool.h"
+#include "engine/model_runner.h"
+#include "engine/output_processor.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
-#include "engine/stop_matcher.h"
+#include "engine/sequence.h"
 #include "kernels/ops.h"
 #include "kv/kv_manager.h"
 #include "model/model.h"
@@ -47,8 +49,10 @@ struct EngineConfig {
   // Where the interleaved copies are cached as a file (mmapped on later loads; see
   // model/interleaved_cache.h). Empty: they are packed into memory at every load.
   std::string interleave_cache_dir = "";
+  // There is no "deterministic" switch: a request's logits are the same bits whatever runs
+  // beside it, on any number of threads, with or without the prefix cache (the kernels are
+  // batch invariant; tests/batch_invariance_test.cc).
   bool enable_prefix_cache = true;
-  bool deterministic = false;      // batch-invariant numerics (same tokens whatever the batch)
 };
 
 // Counters and gauges for /metrics (a consistent snapshot).
@@ -56,8 +60,12 @@ struct EngineMetrics {
   // gauges
   int32_t n_running = 0;
   int32_t n_waiting = 0;
-  int32_t kv_blocks_used = 0;
+  int32_t kv_blocks_used = 0;     // all groups
   int32_t kv_blocks_total = 0;
+  std::vector<kv::KvGroupUsage> kv_groups;  // [n_groups] blocks, bytes per token, window
+  uint64_t kv_seq_bytes_max = 0;  // most KV bytes one live sequence holds (all groups)
+  uint64_t kv_seq_bytes_sum = 0;  // KV bytes of all live sequences (shared blocks count for each)
+  int32_t n_kv_seqs = 0;          // live sequences holding blocks
   // counters since start
   uint64_t prompt_tokens = 0;
   uint64_t generated_tokens = 0;
@@ -70,8 +78,9 @@ struct EngineMetrics {
 class Engine {
  public:
   ~Engine();
-  Engine(Engine&&) noexcept;
-  Engine& operator=(Engine&&) noexcept;
+  // The model runner and output processor hold references into the engine: not movable.
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 
   // Opens the model (any container), its tokenizer, sizes every buffer.
   static Result<std::unique_ptr<Engine>> create(const std::string& model_path,
@@ -89,8 +98,11 @@ class Engine {
   Status validate(const Request& request) const;
   // Validates and queues a request under `id` (0: the engine picks one).
   Result<RequestId> add_request(Request request, RequestId id = 0);
-  // Runs one forward step (if there is work) and returns what happened to each request.
-  std::vector<RequestEvent> step();
+  // Runs one forward step (if there is work) and returns what happened to each request,
+  // in order; a request's last event (request_finished) comes after its others. The events
+  // are valid until the next step() (their buffers are reused: a caller that keeps one
+  // moves it out).
+  std::span<RequestEvent> step();
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
   // Stops a request (all its completions) and frees its blocks at once.
   void cancel(RequestId id);
@@ -102,21 +114,20 @@ class Engine {
   const kv::KvManager& kv() const { return kv_; }
   int32_t n_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   EngineMetrics metrics() const;
+  // The same, into *out (reusing its buffers: the engine loop refreshes it every step).
+  void metrics(EngineMetrics* out) const;
   // The KV cache's invariants, pools and every sequence's tables (tests; also checked
   // when the engine goes idle in debug builds).
   std::string check_invariants() const;
 
  private:
-  struct Sequence;
-  struct RequestState;
   Engine(model::Model model, tok::Tokenizer tokenizer);
 
   Sequence* find_running(uint64_t seq_id);
   void fork_completions(Sequence& parent);
   void finish(Sequence& seq, FinishReason reason, RequestEvent& ev);
-  void process_new_token(Sequence& seq, int32_t token_id, std::span<const float> logits,
-                         RequestEvent& ev);
   void release_finished();
+  RequestEvent& new_event();
 
   EngineConfig config_;
   model::Model model_;
@@ -125,7 +136,8 @@ class Engine {
   std::unique_ptr<ThreadPool> pool_threads_;
   kv::KvManager kv_;
   Scheduler scheduler_{SchedulerConfig{}};
-  SchedulerOutput plan_;  // this step's plan (buffers reused)
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<OutputProcessor> processor_;
   RequestId next_id_ = 1;
   uint64_t next_seq_id_ = 1;
   uint64_t next_arrival_ = 1;
@@ -138,11 +150,11 @@ class Engine {
   EngineMetrics counters_;
   double load_ms_ = 0;
 
-  // Per-step batch buffers, sized at creation (no per-token allocation).
-  std::vector<int32_t> batch_tokens_;
-  std::vector<model::ForwardSeq> batch_seqs_;
-  std::vector<std::span<const int32_t>> batch_tables_;  // [n_seqs][n_groups] block tables
-  std::vector<int32_t> batch_logit_rows_;
+  // Per-step buffers, sized at creation (no per-token allocation).
+  SchedulerOutput plan_;                 // this step's plan
+  std::vector<RunnerSeq> runner_seqs_;   // [<= max_seqs] what the runner needs of each chunk
+  std::vector<RequestEvent> events_;     // [max_seqs + 1] reused event slots
+  size_t n_events_ = 0;                  // events_ written this step
 };
 
 }  // namespace lumen::engine

@@ -77,6 +77,25 @@ struct RequestEvent {
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::string error;                                         // set with kError
+
+  // Back to a fresh event, keeping the buffers' capacity (the engine reuses its events).
+  void clear() {
+    request_id = 0;
+    seq_index = 0;
+    new_token_ids.clear();
+    text_delta.clear();
+    top.clear();
+    prompt_logprobs.clear();
+    prompt_argmax.clear();
+    logits_hash = 0;
+    logprobs.clear();
+    request_finished = false;
+    usage = {};
+    timings = {};
+    finished = false;
+    finish_reason = FinishReason::kNone;
+    error.clear();
+  }
 };
 
 

@@ -37,7 +37,10 @@ void Scheduler::schedule(std::vector<SchedSeq*>& running, std::deque<SchedSeq*>&
                          SchedulerOutput& out) {
   out.clear();
   int32_t budget = config_.max_batch_tokens;
-  std::stable_sort(running.begin(), running.end(), runs_before);
+  // Stable insertion sort: running is short (<= max_seqs) and mostly sorted, and unlike
+  // std::stable_sort it needs no temporary buffer.
+  for (size_t i = 1; i < running.size(); ++i)
+    for (size_t j = i; j > 0 && runs_before(running[j], running[j - 1]); --j) std::swap(running[j], running[j - 1]);
   schedule_running(running, waiting, kv, budget, out);
   admit_waiting(running, waiting, kv, budget, out);
 }

@@ -32,7 +32,7 @@ uint64_t block_hash(uint64_t parent_hash, std::span<const int32_t> tokens) {
 }
 
 BlockPool::BlockPool(int32_t n_blocks, int32_t block_size)
-    : block_size_(block_size), meta_(n_blocks), tokens_(static_cast<size_t>(n_blocks) * block_size) {
+    : block_size_(block_size), meta_(n_blocks), index_(n_blocks), tokens_(static_cast<size_t>(n_blocks) * block_size) {
   free_.reserve(n_blocks);
   // Pushed in reverse so that allocation hands out 0, 1, 2, ... first.
   for (int32_t i = n_blocks - 1; i >= 0; --i) free_.push_back(i);
@@ -43,10 +43,9 @@ std::optional<int32_t> BlockPool::allocate() {
   if (!free_.empty()) {
     id = free_.back();
     free_.pop_back();
-  } else if (!lru_.empty()) {
-    id = lru_.front();  // least recently used cached prefix block
-    lru_.pop_front();
-    meta_[id].in_lru = false;
+  } else if (lru_head_ >= 0) {
+    id = lru_head_;  // least recently used cached prefix block
+    lru_erase(id);
     uncache(id);
   } else {
     return std::nullopt;
@@ -66,8 +65,7 @@ void BlockPool::release(int32_t block_id) {
   BlockMeta& m = meta_[block_id];
   if (--m.ref_cnt > 0) return;
   if (m.cached) {
-    m.lru_pos = lru_.insert(lru_.end(), block_id);
-    m.in_lru = true;
+    lru_push_back(block_id);
   } else {
     free_.push_back(block_id);
   }
@@ -75,22 +73,19 @@ void BlockPool::release(int32_t block_id) {
 
 std::optional<int32_t> BlockPool::lookup(uint64_t hash, uint64_t parent_hash,
                                          std::span<const int32_t> tokens) const {
-  auto it = index_.find(hash);
-  if (it == index_.end()) return std::nullopt;
-  const BlockMeta& m = meta_[it->second];
+  const std::optional<int32_t> id = index_.find(hash);
+  if (!id) return std::nullopt;
+  const BlockMeta& m = meta_[*id];
   if (m.parent_hash != parent_hash || static_cast<int32_t>(tokens.size()) != block_size_) return std::nullopt;
-  if (!std::equal(tokens.begin(), tokens.end(), tokens_.begin() + static_cast<size_t>(it->second) * block_size_))
+  if (!std::equal(tokens.begin(), tokens.end(), tokens_.begin() + static_cast<size_t>(*id) * block_size_))
     return std::nullopt;
-  return it->second;
+  return id;
 }
 
 void BlockPool::acquire_cached(int32_t block_id) {
   BlockMeta& m = meta_[block_id];
   LUMEN_CHECK(m.cached);
-  if (m.in_lru) {
-    lru_.erase(m.lru_pos);
-    m.in_lru = false;
-  }
+  if (m.in_lru) lru_erase(block_id);
   ++m.ref_cnt;
 }
 
@@ -99,12 +94,12 @@ void BlockPool::cache_full_block(int32_t block_id, uint64_t hash, uint64_t paren
   BlockMeta& m = meta_[block_id];
   LUMEN_DCHECK(m.ref_cnt >= 1);
   LUMEN_CHECK(static_cast<int32_t>(tokens.size()) == block_size_);
-  if (m.cached || index_.count(hash)) return;
+  if (m.cached || index_.contains(hash)) return;
   m.cached = true;
   m.hash = hash;
   m.parent_hash = parent_hash;
   std::copy(tokens.begin(), tokens.end(), tokens_.begin() + static_cast<size_t>(block_id) * block_size_);
-  index_.emplace(hash, block_id);
+  index_.insert(hash, block_id);
 }
 
 void BlockPool::drop_from_cache(int32_t block_id) {
@@ -115,10 +110,34 @@ void BlockPool::drop_from_cache(int32_t block_id) {
 void BlockPool::uncache(int32_t block_id) {
   BlockMeta& m = meta_[block_id];
   if (!m.cached) return;
-  auto it = index_.find(m.hash);
-  if (it != index_.end() && it->second == block_id) index_.erase(it);
+  index_.erase(m.hash, block_id);
   m.cached = false;
   m.hash = m.parent_hash = 0;
+}
+
+void BlockPool::lru_push_back(int32_t block_id) {
+  BlockMeta& m = meta_[block_id];
+  LUMEN_DCHECK(!m.in_lru);
+  m.in_lru = true;
+  m.lru_prev = lru_tail_;
+  m.lru_next = -1;
+  if (lru_tail_ >= 0) {
+    meta_[lru_tail_].lru_next = block_id;
+  } else {
+    lru_head_ = block_id;
+  }
+  lru_tail_ = block_id;
+  ++n_lru_;
+}
+
+void BlockPool::lru_erase(int32_t block_id) {
+  BlockMeta& m = meta_[block_id];
+  LUMEN_DCHECK(m.in_lru);
+  (m.lru_prev >= 0 ? meta_[m.lru_prev].lru_next : lru_head_) = m.lru_next;
+  (m.lru_next >= 0 ? meta_[m.lru_next].lru_prev : lru_tail_) = m.lru_prev;
+  m.lru_prev = m.lru_next = -1;
+  m.in_lru = false;
+  --n_lru_;
 }
 
 std::string BlockPool::check_invariants() const {
@@ -131,7 +150,11 @@ std::string BlockPool::check_invariants() const {
       return "free block " + std::to_string(id) + " has ref_cnt " + std::to_string(meta_[id].ref_cnt) +
              (meta_[id].cached ? " and is cached" : "");
   }
-  for (int32_t id : lru_) {
+  int32_t n_walked = 0;
+  for (int32_t id = lru_head_, prev = -1; id >= 0; prev = id, id = meta_[id].lru_next) {
+    if (id >= n_blocks()) return "LRU list holds out-of-range block " + std::to_string(id);
+    if (meta_[id].lru_prev != prev) return "LRU list is broken at block " + std::to_string(id);
+    if (++n_walked > n_lru_) return "LRU list is longer than its count";
     if (seen[id]) return "block " + std::to_string(id) + " is listed twice";
     seen[id] = 2;
     if (meta_[id].ref_cnt != 0 || !meta_[id].cached || !meta_[id].in_lru)
@@ -147,13 +170,18 @@ std::string BlockPool::check_invariants() const {
       ++n_referenced;
     }
     if (m.cached) {
-      auto it = index_.find(m.hash);
-      if (it == index_.end() || it->second != id)
+      const std::optional<int32_t> at = index_.find(m.hash);
+      if (at != id)
         return "cached block " + std::to_string(id) + " is not in the index under its hash";
     }
   }
-  for (const auto& [hash, id] : index_)
-    if (!meta_[id].cached || meta_[id].hash != hash) return "index entry for block " + std::to_string(id) + " is stale";
+  if (n_walked != n_lru_) return "LRU list is shorter than its count";
+  std::string stale;
+  index_.for_each([&](uint64_t hash, int32_t id) {
+    if (stale.empty() && (!meta_[id].cached || meta_[id].hash != hash))
+      stale = "index entry for block " + std::to_string(id) + " is stale";
+  });
+  if (!stale.empty()) return stale;
   if (n_referenced + n_free() != n_blocks()) return "free + evictable + referenced != total";
   return "";
 }

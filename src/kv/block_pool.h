@@ -4,13 +4,13 @@
 // Every block is in exactly one state:
 //
 //   free        ref_cnt == 0, not cached        on free_ (LIFO)
-//   evictable   ref_cnt == 0, cached            on lru_ (oldest first) and in index_
+//   evictable   ref_cnt == 0, cached            on the LRU list (oldest first) and in index_
 //   referenced  ref_cnt >= 1, cached or not     in some sequence's block table
 //
 //   allocate():  free_ first; when empty, evict the least recently used evictable
 //                block (drop its hash) — so cached prefixes live as long as memory allows.
-//   release():   ref_cnt -> 0 moves a block to lru_ if cached, else to free_.
-//   acquire_cached(): a prefix hit takes a reference; an evictable block leaves lru_.
+//   release():   ref_cnt -> 0 moves a block to the LRU list if cached, else to free_.
+//   acquire_cached(): a prefix hit takes a reference; an evictable block leaves the LRU list.
 //
 // Prefix cache key of block i of a sequence (its tokens t[i*B .. (i+1)*B)):
 //
@@ -22,17 +22,21 @@
 // can never hand out the wrong KV. Only full blocks are ever registered, and a full block
 // is never written again, so sharing needs no locking or copying.
 //
+// Memory is fixed at creation: the free list, the LRU (a doubly linked list threaded
+// through the block metadata) and the hash index never allocate, so releasing and caching
+// blocks on the per-token path costs no heap traffic.
+//
 // Single-threaded by contract (the engine thread).
 #pragma once
 
 #include <cstdint>
-#include <list>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
+
+#include "kv/hash_index.h"
 
 namespace lumen::kv {
 
@@ -48,10 +52,10 @@ class BlockPool {
   int32_t n_blocks() const { return static_cast<int32_t>(meta_.size()); }
   int32_t block_size() const { return block_size_; }
   // Blocks allocate() can hand out (free + evictable).
-  int32_t n_free() const { return static_cast<int32_t>(free_.size() + lru_.size()); }
+  int32_t n_free() const { return static_cast<int32_t>(free_.size()) + n_lru_; }
   // Blocks held by sequences.
   int32_t n_used() const { return n_blocks() - n_free(); }
-  int32_t n_cached() const { return static_cast<int32_t>(index_.size()); }
+  int32_t n_cached() const { return index_.size(); }
 
   // A block with ref_cnt 1 (free first, else the LRU evictable one, whose hash is
   // dropped), or nullopt when every block is referenced ("does not fit" is a value).
@@ -89,15 +93,18 @@ class BlockPool {
     bool in_lru = false;
     uint64_t hash = 0;
     uint64_t parent_hash = 0;
-    std::list<int32_t>::iterator lru_pos;
+    int32_t lru_prev = -1, lru_next = -1;  // neighbours on the LRU list (-1: none)
   };
   void uncache(int32_t block_id);
+  void lru_push_back(int32_t block_id);
+  void lru_erase(int32_t block_id);
 
   int32_t block_size_;
   std::vector<BlockMeta> meta_;                 // [n_blocks]
   std::vector<int32_t> free_;                   // free blocks (LIFO)
-  std::list<int32_t> lru_;                      // evictable blocks, least recently used first
-  std::unordered_map<uint64_t, int32_t> index_; // hash -> cached block
+  int32_t lru_head_ = -1, lru_tail_ = -1;       // evictable blocks, least recently used first
+  int32_t n_lru_ = 0;
+  HashIndex index_;                             // hash -> cached block
   std::vector<int32_t> tokens_;                 // [n_blocks][block_size] tokens of cached blocks
 };
 

@@ -108,7 +108,8 @@ Result<KvManager> KvManager::create(const KvManagerConfig& config) {
 
 KvGroupUsage KvManager::usage(int32_t group) const {
   const Group& g = groups_[group];
-  return {g.spec.window, g.spec.n_slots, g.pool.n_blocks(), g.pool.n_used(), g.pool.n_cached(), g.plan.block_bytes};
+  return {g.spec.window,      g.spec.n_slots,    g.pool.n_blocks(), g.pool.n_used(),
+          g.pool.n_cached(), g.plan.block_bytes, config_.block_size};
 }
 
 size_t KvManager::bytes_per_token() const {

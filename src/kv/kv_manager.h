@@ -102,7 +102,8 @@ struct KvGroupUsage {
   int32_t n_blocks = 0;
   int32_t n_used = 0;     // referenced by sequences
   int32_t n_cached = 0;   // in the prefix index (referenced or evictable)
-  size_t block_bytes = 0;
+  size_t block_bytes = 0;  // K and V of all the group's layers for block_size tokens
+  int32_t block_size = 0;
 };
 
 class KvManager {

@@ -1,6 +1,7 @@
 #include "server/metrics.h"
 
 #include <cinttypes>
+#include <algorithm>
 #include <cstdio>
 
 namespace lumen::server {
@@ -44,6 +45,33 @@ std::vector<double> latency_bounds() {
 std::vector<double> itl_bounds() {
   return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025,
           0.03,   0.04,    0.05,   0.075, 0.1,    0.15,  0.2,    0.3,  0.5,   1.0,  2.5};
+}
+
+// The KV cache by layer group (kv/kv_manager.h): blocks and bytes per group, and what the
+// live sequences hold. The group labels say which layers: window 0 is full attention.
+void render_kv_groups(std::string* out, const engine::EngineMetrics& m) {
+  auto labels = [&](size_t g) {
+    return "{group=\"" + std::to_string(g) + "\",window=\"" + std::to_string(m.kv_groups[g].window) + "\"}";
+  };
+  auto per_group = [&](std::string_view name, std::string_view help, auto value) {
+    metric_header(out, name, help, "gauge");
+    for (size_t g = 0; g < m.kv_groups.size(); ++g)
+      *out += std::string(name) + labels(g) + " " + num(static_cast<double>(value(m.kv_groups[g]))) + "\n";
+  };
+  per_group("lumen_kv_group_layers", "Layers whose K/V a KV group stores.",
+            [](const kv::KvGroupUsage& u) { return u.n_slots; });
+  per_group("lumen_kv_group_bytes_per_token", "Bytes of one token's K and V in a KV group (all its layers).",
+            [](const kv::KvGroupUsage& u) { return u.block_bytes / std::max<size_t>(1, u.block_size); });
+  per_group("lumen_kv_group_blocks_used", "Blocks of a KV group referenced by sequences.",
+            [](const kv::KvGroupUsage& u) { return u.n_used; });
+  per_group("lumen_kv_group_blocks_total", "Blocks in a KV group's pool.",
+            [](const kv::KvGroupUsage& u) { return u.n_blocks; });
+  per_group("lumen_kv_group_used_bytes", "Bytes of a KV group's blocks referenced by sequences.",
+            [](const kv::KvGroupUsage& u) { return static_cast<double>(u.block_bytes) * u.n_used; });
+  metric_header(out, "lumen_kv_sequence_bytes", "KV bytes a live sequence holds over all groups (max, mean).", "gauge");
+  *out += "lumen_kv_sequence_bytes{stat=\"max\"} " + num(static_cast<double>(m.kv_seq_bytes_max)) + "\n";
+  *out += "lumen_kv_sequence_bytes{stat=\"mean\"} " +
+          num(m.n_kv_seqs > 0 ? static_cast<double>(m.kv_seq_bytes_sum) / m.n_kv_seqs : 0.0) + "\n";
 }
 
 constexpr const char* kOutcomeNames[] = {"stop", "length", "cancelled", "error", "rejected"};
@@ -117,14 +145,17 @@ std::string ServerMetrics::render(const engine::EngineMetrics* engine) const {
     scalar(&out, "lumen_num_requests_waiting", "Requests queued for admission.", "gauge", m.n_waiting);
     scalar(&out, "lumen_kv_blocks_used", "KV cache blocks referenced or cached.", "gauge", m.kv_blocks_used);
     scalar(&out, "lumen_kv_blocks_total", "KV cache blocks in the pool.", "gauge", m.kv_blocks_total);
-    scalar(&out, "lumen_kv_cache_usage_ratio", "Fraction of KV cache blocks in use.", "gauge",
+    scalar(&out, "lumen_kv_cache_usage_perc", "Fraction of KV cache blocks in use (0-1, all groups).", "gauge",
            m.kv_blocks_total > 0 ? static_cast<double>(m.kv_blocks_used) / m.kv_blocks_total : 0.0);
+    render_kv_groups(&out, m);
     scalar(&out, "lumen_prompt_tokens_total", "Prompt tokens of admitted requests.", "counter",
            static_cast<double>(m.prompt_tokens));
     scalar(&out, "lumen_generation_tokens_total", "Generated tokens.", "counter",
            static_cast<double>(m.generated_tokens));
-    scalar(&out, "lumen_prompt_tokens_cached_total", "Prompt tokens served from the prefix cache.",
-           "counter", static_cast<double>(m.cached_tokens));
+    scalar(&out, "lumen_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", "counter",
+           static_cast<double>(m.prompt_tokens));
+    scalar(&out, "lumen_prefix_cache_hits_total", "Prompt tokens served from the prefix cache.", "counter",
+           static_cast<double>(m.cached_tokens));
     scalar(&out, "lumen_num_preemptions_total", "Sequences preempted (recomputed later).", "counter",
            static_cast<double>(m.preemptions));
     scalar(&out, "lumen_engine_steps_total", "Forward steps run by the engine.", "counter",

@@ -45,8 +45,11 @@ TEST_F(ServerHttp, HealthModelsMetrics) {
                            "lumen_num_requests_waiting", "lumen_time_to_first_token_seconds_bucket",
                            "lumen_inter_token_latency_seconds_count", "lumen_e2e_request_latency_seconds_sum",
                            "lumen_request_queue_time_seconds_count", "lumen_prompt_tokens_total",
-                           "lumen_generation_tokens_total", "lumen_prompt_tokens_cached_total",
-                           "lumen_num_preemptions_total"})
+                           "lumen_generation_tokens_total", "lumen_prefix_cache_hits_total",
+                           "lumen_num_preemptions_total", "lumen_kv_cache_usage_perc",
+                           "lumen_prefix_cache_queries_total", "lumen_kv_sequence_bytes{stat=\"max\"}",
+                           "lumen_kv_group_bytes_per_token{group=\"0\",window=\"0\"}",
+                           "lumen_kv_group_blocks_used{group=\"0\",window=\"0\"}"})
     EXPECT_NE(metrics.body.find(name), std::string::npos) << name;
   EXPECT_GT(metric(s(), "lumen_kv_blocks_total"), 0);
   EXPECT_EQ(get(s(), "/no/such/route").status, 404);
@@ -175,7 +178,7 @@ TEST_F(ServerHttp, PrefixCacheAndSalt) {
   HttpReply other = post(s(), "/v1/completions", req.dump());
   ASSERT_EQ(other.status, 200);
   EXPECT_EQ(other.json()["usage"]["prompt_tokens_details"]["cached_tokens"], 0) << other.body;
-  EXPECT_GT(metric(s(), "lumen_prompt_tokens_cached_total"), 0);
+  EXPECT_GT(metric(s(), "lumen_prefix_cache_hits_total"), 0);
 }
 
 TEST_F(ServerHttp, SeveralCompletions) {

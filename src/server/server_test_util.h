@@ -39,7 +39,6 @@ struct TestServerOptions {
   int32_t max_batch_tokens = 64;
   int32_t max_queue = 64;
   int32_t n_threads = 1;
-  bool deterministic = false;
   ServerConfig server;
   bool attach = true;  // load the engine before returning
 };
@@ -55,7 +54,6 @@ struct TestServer {
     ec.n_ctx = o.n_ctx;
     ec.max_seqs = o.max_seqs;
     ec.max_batch_tokens = o.max_batch_tokens;
-    ec.deterministic = o.deterministic;
     auto e = engine::Engine::create(o.model_path, ec);
     EXPECT_TRUE(e.ok()) << e.message();
     if (!e.ok()) return nullptr;

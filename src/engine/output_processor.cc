@@ -1,0 +1,159 @@
+#include "engine/output_processor.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+#include "base/timer.h"
+
+namespace lumen::engine {
+
+uint64_t hash_floats(std::span<const float> values) {
+  uint64_t h = 1469598103934665603ull;
+  const auto* p = reinterpret_cast<const unsigned char*>(values.data());
+  for (size_t i = 0; i < values.size_bytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+namespace {
+
+// The k largest logits as (id, logit), descending, ties by id ascending. O(n log k).
+// Only for requests that ask for top logits or logprobs.
+std::vector<std::pair<int32_t, float>> top_logits(std::span<const float> logits, int32_t k) {
+  auto better = [](const std::pair<int32_t, float>& a, const std::pair<int32_t, float>& b) {
+    return a.second > b.second || (a.second == b.second && a.first < b.first);
+  };
+  std::vector<std::pair<int32_t, float>> heap;  // heap under `better`: the worst kept on top
+  heap.reserve(k + 1);
+  for (int32_t i = 0; i < static_cast<int32_t>(logits.size()); ++i) {
+    if (static_cast<int32_t>(heap.size()) < k) {
+      heap.emplace_back(i, logits[i]);
+      std::push_heap(heap.begin(), heap.end(), better);
+    } else if (better({i, logits[i]}, heap.front())) {
+      std::pop_heap(heap.begin(), heap.end(), better);
+      heap.back() = {i, logits[i]};
+      std::push_heap(heap.begin(), heap.end(), better);
+    }
+  }
+  std::sort(heap.begin(), heap.end(), better);
+  return heap;
+}
+
+}  // namespace
+
+OutputProcessor::OutputProcessor(const tok::Tokenizer& tokenizer, int32_t n_ctx, int32_t max_seqs)
+    : tokenizer_(tokenizer), n_ctx_(n_ctx) {
+  done_.reserve(max_seqs);
+}
+
+void OutputProcessor::process_chunk(Sequence& seq, const ScheduledChunk& c, const StepLogits& logits, size_t i,
+                                    RequestEvent& ev) {
+  RequestState& req = *seq.req;
+  ev.request_id = req.id;
+  ev.seq_index = seq.seq_index;
+  const ChunkLogits& cl = logits.chunks[i];
+  if (req.params.prompt_logprobs) {
+    // Row at position p scores the prompt token at p + 1.
+    for (int32_t r = 0; r < cl.n_rows; ++r) {
+      const int64_t p = cl.pos_first + r;
+      if (p + 1 >= req.n_prompt) break;
+      std::span<const float> row = logits.row(cl.row_begin + r);
+      seq.prompt_logprobs.push_back(sample::log_softmax_at(row, seq.tokens[p + 1]));
+      seq.prompt_argmax.push_back(sample::argmax(row));
+    }
+  }
+  if (!c.catches_up) return;
+  if (req.params.prompt_logprobs && seq.sched.n_tokens_computed == req.n_prompt) {
+    ev.prompt_logprobs = std::move(seq.prompt_logprobs);
+    ev.prompt_argmax = std::move(seq.prompt_argmax);
+  }
+  if (seq.n_generated >= req.params.max_tokens) {
+    finish(seq, FinishReason::kLength, ev);
+    return;
+  }
+  LUMEN_CHECK(cl.n_rows > 0);
+  const std::span<const float> last = logits.last_row(i);
+  process_new_token(seq, seq.sampler.sample(last), last, ev);
+}
+
+void OutputProcessor::sample_first(Sequence& child, std::span<const float> row, RequestEvent& ev) {
+  ev.request_id = child.req->id;
+  ev.seq_index = child.seq_index;
+  process_new_token(child, child.sampler.sample(row), row, ev);
+}
+
+void OutputProcessor::process_new_token(Sequence& seq, int32_t token_id, std::span<const float> logits,
+                                        RequestEvent& ev) {
+  RequestState& req = *seq.req;
+  if (req.timings.first_token_ms == 0) req.timings.first_token_ms = now_ms();
+  if (seq.n_generated == 0 && req.params.hash_logits) ev.logits_hash = hash_floats(logits);
+  seq.n_generated++;
+  n_generated_tokens_++;
+  seq.tokens.push_back(token_id);  // capacity n_ctx + 1: the scheduler's span stays valid
+  seq.sched.tokens = seq.tokens;
+  seq.sampler.accept(token_id);
+  ev.new_token_ids.push_back(token_id);
+  if (req.params.top_logits > 0) ev.top.push_back(top_logits(logits, req.params.top_logits));
+  if (req.params.logprobs >= 0) {
+    TokenLogprob lp;
+    lp.id = token_id;
+    const double lse = sample::logsumexp(logits);
+    lp.logprob = static_cast<float>(logits[token_id] - lse);
+    if (req.params.logprobs > 0) {
+      for (const auto& [id, logit] : top_logits(logits, req.params.logprobs))
+        lp.top.emplace_back(id, static_cast<float>(logit - lse));
+    }
+    ev.logprobs.push_back(std::move(lp));
+  }
+  if (tokenizer_.is_eog(token_id) && !req.params.ignore_eos) {
+    finish(seq, FinishReason::kEos, ev);
+    return;
+  }
+  ev.text_delta += seq.stop.push(seq.detok.push(token_id));
+  if (seq.stop.stopped()) {
+    finish(seq, FinishReason::kStop, ev);
+  } else if (seq.n_generated >= req.params.max_tokens) {
+    finish(seq, FinishReason::kLength, ev);
+  } else if (static_cast<int64_t>(seq.tokens.size()) > n_ctx_) {
+    finish(seq, FinishReason::kContextFull, ev);  // the next token would not fit
+  }
+}
+
+void OutputProcessor::finish(Sequence& seq, FinishReason reason, RequestEvent& ev) {
+  LUMEN_DCHECK(!seq.finished);
+  ev.request_id = seq.req->id;
+  ev.seq_index = seq.seq_index;
+  if (reason != FinishReason::kStop && reason != FinishReason::kCancelled) {
+    ev.text_delta += seq.stop.push(seq.detok.flush());
+    ev.text_delta += seq.stop.flush();
+  }
+  ev.finished = true;
+  ev.finish_reason = reason;
+  seq.finished = true;
+  RequestState& req = *seq.req;
+  req.usage.completion_tokens += seq.n_generated;
+  if (--req.n_live == 0) {
+    req.timings.finish_ms = now_ms();
+    req.timings.n_generated = req.usage.completion_tokens;
+    if (req.timings.first_token_ms == 0) req.timings.first_token_ms = req.timings.finish_ms;
+    if (req.timings.first_scheduled_ms == 0) req.timings.first_scheduled_ms = req.timings.finish_ms;
+    done_.push_back(&req);
+  }
+}
+
+std::span<RequestState* const> OutputProcessor::complete_requests(std::span<RequestEvent> events) {
+  for (RequestState* req : done_) {
+    LUMEN_CHECK(!req->finish_reported);
+    for (size_t i = events.size(); i-- > 0;) {
+      RequestEvent& ev = events[i];
+      if (ev.request_id != req->id) continue;
+      ev.request_finished = true;
+      ev.usage = req->usage;
+      ev.timings = req->timings;
+      req->finish_reported = true;
+      break;
+    }
+  }
+  return done_;
+}
+
+}  // namespace lumen::engine

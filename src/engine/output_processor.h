@@ -1,0 +1,69 @@
+// OutputProcessor: what happens to a step's logits rows, per sequence —
+//
+//   prompt rows -> prompt logprobs (if asked)
+//   last row    -> sample -> append token -> logprobs / top logits (if asked)
+//               -> EOS? -> detokenize (streaming, UTF-8 whole) -> stop strings -> length,
+//                  context -> finish
+//
+// and the events that tell the client. It works on the engine's Sequence objects but never
+// touches the KV cache or the scheduler's lists: the engine releases what finished.
+//
+// Events of one step go out in order, and a request's last event — the only one with
+// request_finished, usage and timings — is the last of its events in the step
+// (complete_requests). Consumers stop reading a request at that event, so whichever of its
+// n completions finishes last in processing order must not carry it before the others'.
+//
+// Single-threaded by contract (the engine thread).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/model_runner.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lumen::engine {
+
+class OutputProcessor {
+ public:
+  OutputProcessor(const tok::Tokenizer& tokenizer, int32_t n_ctx, int32_t max_seqs);
+
+  // Starts a step (or a cancel): forgets the previous step's finished requests.
+  void begin_step() { done_.clear(); }
+
+  // Consumes chunk i of the step for `seq`: prompt logprobs from its prompt rows; when the
+  // chunk catches up, the next token from its last row (or kLength when the sequence has
+  // all its tokens). Fills ev (request id and completion index included).
+  void process_chunk(Sequence& seq, const ScheduledChunk& c, const StepLogits& logits, size_t i, RequestEvent& ev);
+  // The first token of a forked completion, sampled from its parent's row.
+  void sample_first(Sequence& child, std::span<const float> row, RequestEvent& ev);
+  // Ends a completion: flushes held-back text (not after a stop string or a cancel), sets
+  // the event's finish fields, counts its tokens into the request's usage. The engine
+  // releases its KV blocks.
+  void finish(Sequence& seq, FinishReason reason, RequestEvent& ev);
+
+  // After the step's events are written: every request whose completions have all
+  // finished gets request_finished, usage and timings on its last event among `events`.
+  std::span<RequestState* const> complete_requests(std::span<RequestEvent> events);
+  // Requests whose last completion finished since begin_step() (for the engine to retire).
+  std::span<RequestState* const> finished_requests() const { return done_; }
+
+  uint64_t n_generated_tokens() const { return n_generated_tokens_; }
+
+ private:
+  void process_new_token(Sequence& seq, int32_t token_id, std::span<const float> logits, RequestEvent& ev);
+
+  const tok::Tokenizer& tokenizer_;
+  int32_t n_ctx_;
+  uint64_t n_generated_tokens_ = 0;
+  std::vector<RequestState*> done_;  // requests whose last completion finished this step
+};
+
+// FNV-1a over the bytes of the logits: lets a benchmark prove it computed the same thing.
+uint64_t hash_floats(std::span<const float> values);
+
+}  // namespace lumen::engine

@@ -1,0 +1,55 @@
+// The engine's per-request state: a request (RequestState) and its n completions
+// (Sequence). Plain structs owned by the Engine; the scheduler sees a Sequence only
+// through its SchedSeq, the model runner through a RunnerSeq, the output processor works
+// on it directly.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "engine/stop_matcher.h"
+#include "sample/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lumen::engine {
+
+struct RequestState;
+
+// One completion: the tokens it has, where it stands in the KV cache (its SchedSeq), and
+// its own sampler, detokenizer and stop-string state.
+struct Sequence {
+  Sequence(RequestState* req_, int32_t seq_index_, const sample::SamplingParams& sp,
+           const tok::Tokenizer& tokenizer, int32_t n_vocab, const std::vector<std::string>& stops)
+      : req(req_), seq_index(seq_index_), sampler(sp, n_vocab), detok(tokenizer), stop(stops) {}
+
+  RequestState* req;
+  int32_t seq_index;
+  std::vector<int32_t> tokens;  // prompt + generated; capacity n_ctx + 1 (spans stay valid)
+  int32_t n_generated = 0;
+  SchedSeq sched;
+  sample::Sampler sampler;
+  tok::StreamingDetokenizer detok;
+  StopMatcher stop;
+  std::vector<double> prompt_logprobs;  // accumulated over prompt chunks, if asked
+  std::vector<int32_t> prompt_argmax;
+  bool finished = false;
+};
+
+// One request: n completions of one prompt. The first sequence computes the prompt; when
+// it samples its first token the others are forked from it, sharing every prompt block.
+struct RequestState {
+  RequestId id = 0;
+  GenerationParams params;
+  int32_t n_prompt = 0;
+  bool forked = false;
+  int32_t n_live = 0;             // sequences not finished
+  bool finish_reported = false;   // an event with request_finished went out
+  Usage usage;
+  RequestTimings timings;
+  std::vector<uint64_t> seq_ids;
+};
+
+}  // namespace lumen::engine
