@@ -275,6 +275,31 @@ TEST(CliInfo, DescribesEveryContainer) {
   }
 }
 
+// `lumen info` counts the KV cache by layer group, as the engine allocates it: a Gemma-3-like
+// file (tiny-gemma3: layers 0-4 local, window 16; layer 5 global; 2 kv heads x 16 dims) holds
+// the global layer's K/V for every token and the local layers' for the window only.
+TEST(CliInfo, KvBytesPerGroupAndPerSequence) {
+  CmdResult r = run_lumen({"info", "-m", std::string(LUMEN_TEST_DATA_DIR) + "/arch/gemma3-swa/model.gguf", "--json",
+                           "-c", "512"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["kv_groups"].size(), 2u) << r.out;
+  EXPECT_EQ(j["kv_groups"][0]["window"], 0);
+  EXPECT_EQ(j["kv_groups"][0]["layers"], nlohmann::json::array({5}));
+  EXPECT_EQ(j["kv_groups"][0]["bytes_per_token_f16"], 2 * 2 * 16 * 2);
+  EXPECT_EQ(j["kv_groups"][1]["window"], 16);
+  EXPECT_EQ(j["kv_groups"][1]["layers"], nlohmann::json::array({0, 1, 2, 3, 4}));
+  EXPECT_EQ(j["kv_groups"][1]["bytes_per_token_f16"], 5 * 2 * 2 * 16 * 2);
+  EXPECT_EQ(j["kv_sequence_tokens"], 512);
+  // 512 tokens: every one in the global layer; the local layers' one block (496..511) that
+  // the next query (512, seeing 497..512) reads.
+  EXPECT_EQ(j["kv_groups"][1]["bytes_per_sequence_f16"], 640 * 16);
+  EXPECT_EQ(j["kv_bytes_per_sequence_f16"], 128 * 512 + 640 * 16);
+  r = run_lumen({"info", "-m", std::string(LUMEN_TEST_DATA_DIR) + "/arch/gemma3-swa/model.gguf"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("window 16: 5 layers (0,1,2,3,4)"), std::string::npos) << r.out;
+}
+
 // `lumen bench --json`: one object per test with the fields; each tg run's % of
 // bandwidth against the readings around it (consecutive runs share one), the test's % their
 // median; a peak RSS that does not count the 512 MiB bandwidth buffers (a tiny model's run

@@ -2,6 +2,9 @@
 // tokenizer, bytes.
 #include <cstdio>
 #include <map>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -10,7 +13,9 @@
 #include "cli/common.h"
 #include "gguf/model_file.h"
 #include "kernels/ops.h"
+#include "kv/kv_manager.h"
 #include "model/hparams.h"
+#include "model/layer_spec.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lumen::cli {
@@ -29,6 +34,7 @@ int cmd_info(int argc, char** argv, int first) {
                  {
                      {{"-m", "--model"}, "PATH", "model: .gguf, HF directory or llama2.c .bin"},
                      {{"--tensors"}, "", "list every tensor (type, shape, bytes, FNV-1a 64 of its bytes)"},
+                     {{"-c", "--ctx-size"}, "N", "sequence length for the KV bytes per sequence (default: trained context)"},
                      {{"--json"}, "", "print one JSON object"},
                      {{"-v", "--verbose"}, "", "verbose logging"},
                  });
@@ -46,6 +52,50 @@ int cmd_info(int argc, char** argv, int first) {
   }
   auto hp = model::read_hparams(*file);
   auto tk = tok::Tokenizer::from_model_file(*file);
+  auto ctx_arg = args.get_int("--ctx-size", 0, 1, int64_t{1} << 24);
+  if (!ctx_arg.ok()) {
+    std::fprintf(stderr, "error: %s\n", ctx_arg.message().c_str());
+    return 2;
+  }
+  // The KV cache as the engine lays it out: one group per attention window (kv/kv_manager.h).
+  std::optional<model::KvLayout> layout;
+  std::string layout_error;
+  if (hp.ok()) {
+    auto specs = model::read_layer_specs(*file, *hp);
+    if (specs.ok()) {
+      auto l = model::make_kv_layout(*hp, *specs);
+      if (l.ok()) {
+        layout = std::move(l).value();
+      } else {
+        layout_error = l.message();
+      }
+    } else {
+      layout_error = specs.message();
+    }
+  }
+  constexpr int32_t kBlock = 16;  // the engine's default --block-size
+  const int64_t n_seq_tokens = *ctx_arg > 0 ? *ctx_arg : (hp.ok() ? hp->n_ctx_train : 0);
+  struct KvGroupInfo {
+    int32_t window = 0;
+    std::vector<int32_t> layers;
+    uint64_t bytes_per_token = 0;     // f16 K and V of all the group's layers
+    uint64_t bytes_per_sequence = 0;  // what a sequence of n_seq_tokens holds in the group
+  };
+  std::vector<KvGroupInfo> kv_groups;
+  uint64_t kv_bytes_per_token = 0, kv_bytes_per_sequence = 0;
+  if (layout) {
+    for (int32_t g = 0; g < layout->n_groups(); ++g) {
+      KvGroupInfo gi;
+      gi.window = layout->groups[g].window;
+      gi.layers = layout->groups[g].layers;
+      gi.bytes_per_token = layout->group_bytes_per_token(g, 2);
+      const kv::KvGroupSpec spec{layout->n_slots(g), gi.window};
+      gi.bytes_per_sequence = gi.bytes_per_token * kBlock * static_cast<uint64_t>(kv::seq_blocks_at(spec, kBlock, n_seq_tokens));
+      kv_bytes_per_token += gi.bytes_per_token;
+      kv_bytes_per_sequence += gi.bytes_per_sequence;
+      kv_groups.push_back(std::move(gi));
+    }
+  }
   std::map<std::string, std::pair<int, uint64_t>> by_type;  // dtype -> (count, bytes)
   uint64_t total_bytes = 0, n_params = 0;
   for (const gguf::TensorInfo& t : file->tensors()) {
@@ -79,7 +129,19 @@ int cmd_info(int argc, char** argv, int first) {
     if (!hp->rope_scaling_type.empty()) j["rope_scaling"] = hp->rope_scaling_type;
     j["qkv_bias"] = hp->has_qkv_bias;
     j["tied_output"] = hp->tied_output;
-    j["kv_bytes_per_token_f16"] = 2ull * hp->n_layer * hp->n_kv_dim() * 2;
+    if (layout) {
+      // A token's K/V over every layer that stores it (a sliding group's only while the
+      // token is in its window), and what a sequence of kv_sequence_tokens holds, f16,
+      // 16-token blocks.
+      j["kv_bytes_per_token_f16"] = kv_bytes_per_token;
+      j["kv_sequence_tokens"] = n_seq_tokens;
+      j["kv_bytes_per_sequence_f16"] = kv_bytes_per_sequence;
+      for (const KvGroupInfo& gi : kv_groups)
+        j["kv_groups"].push_back({{"window", gi.window}, {"layers", gi.layers}, {"bytes_per_token_f16", gi.bytes_per_token},
+                                  {"bytes_per_sequence_f16", gi.bytes_per_sequence}});
+    } else {
+      j["kv_layout_error"] = layout_error;
+    }
   } else {
     j["model_error"] = hp.message();
   }
@@ -113,8 +175,21 @@ int cmd_info(int argc, char** argv, int first) {
                 hp->rope_theta, hp->rope_layout == kernels::RopeLayout::kNeox ? "neox" : "interleaved",
                 hp->rope_scaling_type.empty() ? "" : ", scaling ", hp->rope_scaling_type.c_str(),
                 hp->rms_eps, hp->n_ctx_train, hp->tied_output ? "tied to embeddings" : "separate");
-    std::printf("kv cache:   %llu bytes per token at f16\n",
-                static_cast<unsigned long long>(2ull * hp->n_layer * hp->n_kv_dim() * 2));
+    if (layout) {
+      std::printf("kv cache:   f16, per token: %llu bytes over %d group(s); a sequence of %lld tokens holds %.2f MiB\n",
+                  static_cast<unsigned long long>(kv_bytes_per_token), layout->n_groups(),
+                  static_cast<long long>(n_seq_tokens), kv_bytes_per_sequence / 1048576.0);
+      for (const KvGroupInfo& gi : kv_groups) {
+        std::string layers;
+        for (int32_t il : gi.layers) layers += (layers.empty() ? "" : ",") + std::to_string(il);
+        std::printf("            %s: %zu layers (%s), %llu bytes per token, %.2f MiB per sequence\n",
+                    gi.window == 0 ? "full attention" : ("window " + std::to_string(gi.window)).c_str(),
+                    gi.layers.size(), layers.c_str(), static_cast<unsigned long long>(gi.bytes_per_token),
+                    gi.bytes_per_sequence / 1048576.0);
+      }
+    } else {
+      std::printf("kv cache:   (no layout: %s)\n", layout_error.c_str());
+    }
   } else {
     std::printf("arch:       (not loadable: %s)\n", hp.message().c_str());
   }

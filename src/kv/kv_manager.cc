@@ -73,6 +73,12 @@ Result<std::vector<KvGroupPlan>> plan_kv_memory(const KvManagerConfig& c) {
   return plan;
 }
 
+int64_t seq_blocks_at(const KvGroupSpec& group, int32_t block_size, int64_t n_tokens) {
+  const int64_t n_blocks = ceil_div(n_tokens, block_size);
+  if (group.window == 0 || n_tokens <= 0) return n_blocks;
+  return n_blocks - std::max<int64_t>(0, n_tokens - group.window + 1) / block_size;
+}
+
 Result<KvManager> KvManager::create(const KvManagerConfig& config) {
   LUMEN_ASSIGN_OR_RETURN(std::vector<KvGroupPlan> plan, plan_kv_memory(config));
   KvManager m;

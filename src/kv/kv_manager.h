@@ -80,6 +80,11 @@ struct KvGroupPlan {
 // remedy (the smallest memory that would do).
 Result<std::vector<KvGroupPlan>> plan_kv_memory(const KvManagerConfig& config);
 
+// Blocks one sequence of n_tokens computed tokens holds in a group while it decodes: every
+// block for full attention, the blocks holding what the next query (at n_tokens) can see for
+// a sliding window. What `lumen info` and the tests count KV bytes per sequence with.
+int64_t seq_blocks_at(const KvGroupSpec& group, int32_t block_size, int64_t n_tokens);
+
 struct BlockCopy {
   int32_t group = 0;
   int32_t src_block = 0;

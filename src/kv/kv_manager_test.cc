@@ -1,6 +1,7 @@
 // KvManager operations one by one, on small layouts with full and sliding groups.
 #include "kv/kv_manager.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include <gtest/gtest.h>
@@ -98,6 +99,42 @@ TEST(KvManager, SlidingGroupReleasesBlocksOutsideTheWindow) {
   EXPECT_EQ(s.tables[1].n_live(), 1);
   m.release_all(s);
   EXPECT_EQ(m.pool(0).n_used() + m.pool(1).n_used(), 0);
+  EXPECT_EQ(m.check_invariants(), "");
+}
+
+// Issue 12, acceptance 3, in numbers: Gemma-3-1B's layout (26 layers: 4 global, 22 local
+// with window 512; 1 kv head x 256 dims, f16) at a 32k context. A sequence prefilled to 32768
+// tokens in 512-token chunks holds the global layers' K/V for every token and the local
+// layers' for the last window only: 139 MiB, where 26 full layers would hold 832 MiB.
+TEST(KvManager, Gemma3At32kHoldsGlobalLayersFullyAndLocalLayersTheirWindow) {
+  KvManagerConfig c;
+  c.groups = {{4, 0}, {22, 512}};
+  c.n_kv_head = 1;
+  c.head_dim = 256;
+  c.block_size = 16;
+  c.dtype = DType::kF16;
+  c.n_ctx = 32768;
+  c.max_seqs = 1;
+  c.max_batch_tokens = 512;
+  KvManager m = make(c);
+  const size_t row = 2 * 1 * 256 * 2;  // K and V of one token of one layer
+  SeqKv s;
+  m.init_seq(s, 1);
+  std::vector<BlockCopy> copies;
+  size_t most_local = 0;
+  for (int64_t n = 0; n < 32768; n += 512) {
+    ASSERT_TRUE(m.allocate_slots(s, n, 512, 0, &copies)) << n;
+    m.release_out_of_window(s, n + 512);
+    most_local = std::max<size_t>(most_local, s.tables[1].n_live());
+    ASSERT_EQ(m.check_seq(s, n + 512), "");
+  }
+  EXPECT_EQ(m.bytes_held(s), 4 * row * 32768 + 22 * row * 512);  // 128 MiB + 11 MiB
+  EXPECT_EQ(s.tables[1].n_live(), 32);                             // 512 / 16
+  // The local group never held more than a window plus a chunk; its pool is that big.
+  EXPECT_LE(most_local, size_t{(511 + 512 + 15) / 16 + 1});
+  EXPECT_EQ(m.usage(1).n_blocks, (511 + 512 + 15) / 16 + 1 + (511 + 15) / 16 + 1);
+  EXPECT_LT(m.total_bytes(), size_t{26} * row * 32768 / 4);
+  m.release_all(s);
   EXPECT_EQ(m.check_invariants(), "");
 }
 
