@@ -20,7 +20,7 @@
 namespace lumen::engine {
 namespace {
 
-struct Setup {
+struct RunSetup {
   int n_threads = 1;
   int32_t max_batch_tokens = 64;
   bool prefix_cache = true;
@@ -31,7 +31,7 @@ struct Setup {
 const char* kPrompt = "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun.";
 
 // The logits of every generated token of the request under test, flattened.
-std::vector<float> run(const Setup& s) {
+std::vector<float> run(const RunSetup& s) {
   EngineConfig c;
   c.n_threads = s.n_threads;
   c.n_ctx = 256;
@@ -92,7 +92,7 @@ TEST(BatchInvariance, LogitsAreTheSameBitsWhateverRunsBeside) {
   ASSERT_FALSE(alone.empty());
   struct Variant {
     const char* name;
-    Setup setup;
+    RunSetup setup;
   };
   const Variant variants[] = {
       {"beside three other requests", {.neighbours = true}},
