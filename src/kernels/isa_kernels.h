@@ -24,6 +24,16 @@ void mm_q5_1_avx2(MatmulKernels& mk);
 void mm_q2_k_avx2(MatmulKernels& mk);
 void mm_q3_k_avx2(MatmulKernels& mk);
 void mm_q5_k_avx2(MatmulKernels& mk);
+void mm_iq4_nl_avx2(MatmulKernels& mk);
+// kernels_iq_avx2.cc (AVX2 + FMA + F16C): the 256-element i-quants
+void mm_iq4_xs_avx2(MatmulKernels& mk);
+void mm_iq3_s_avx2(MatmulKernels& mk);
+void mm_iq3_xxs_avx2(MatmulKernels& mk);
+void mm_iq2_s_avx2(MatmulKernels& mk);
+void mm_iq2_xs_avx2(MatmulKernels& mk);
+void mm_iq2_xxs_avx2(MatmulKernels& mk);
+void mm_iq1_s_avx2(MatmulKernels& mk);
+void mm_iq1_m_avx2(MatmulKernels& mk);
 void quantize_row_q8_0_avx2(const float* x, std::byte* y, int64_t n);
 void quantize_row_f16_avx2(const float* x, std::byte* y, int64_t n);
 

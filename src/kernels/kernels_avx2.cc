@@ -172,9 +172,18 @@ struct UnpackQ5_0 {  // signed q - 16 in [-16, 15]
   static __m256i quants(const BlockQ5_0& b) { return _mm256_sub_epi8(unpack_q5(b), _mm256_set1_epi8(16)); }
 };
 
+struct UnpackIQ4_NL {  // the non-linear values, in [-127, 113]
+  using Block = BlockIQ4_NL;
+  static __m256i quants(const BlockIQ4_NL& b) {
+    const __m256i table = _mm256_broadcastsi128_si256(load128(kIq4nlValues));
+    return _mm256_shuffle_epi8(table, unpack_q4_0(b.qs));
+  }
+};
+
 using Q8_0Kernel = Q8_0StyleKernel<UnpackQ8_0>;
 using Q4_0Kernel = Q8_0StyleKernel<UnpackQ4_0>;
 using Q5_0Kernel = Q8_0StyleKernel<UnpackQ5_0>;
+using IQ4_NLKernel = Q8_0StyleKernel<UnpackIQ4_NL>;
 
 // q4_1 / q5_1 against q8_1 (see ref::vec_dot_q4_1_q8_1): the quants go in unsigned
 // (maddubs), (d_w * d_x) * sumi accumulates in 8 lanes, m * s_x in a scalar as the reference.
@@ -793,6 +802,7 @@ void mm_q5_1_avx2(MatmulKernels& mk) { set_cols<Q5_1Kernel>(mk); }
 void mm_q2_k_avx2(MatmulKernels& mk) { set_cols<Q2_KKernel>(mk); }
 void mm_q3_k_avx2(MatmulKernels& mk) { set_cols<Q3_KKernel>(mk); }
 void mm_q5_k_avx2(MatmulKernels& mk) { set_cols<Q5_KKernel>(mk); }
+void mm_iq4_nl_avx2(MatmulKernels& mk) { set_cols<IQ4_NLKernel>(mk); }
 void quantize_row_q8_0_avx2(const float* x, std::byte* y, int64_t n) { quantize_row_q8_0(x, y, n); }
 void quantize_row_f16_avx2(const float* x, std::byte* y, int64_t n) { quantize_row_f16(x, y, n); }
 

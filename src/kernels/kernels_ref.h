@@ -30,6 +30,14 @@ void dequantize_row_q6_k(const std::byte* src, float* dst, int64_t n);
 void dequantize_row_q8_k(const std::byte* src, float* dst, int64_t n);
 void dequantize_row_iq4_nl(const std::byte* src, float* dst, int64_t n);
 void dequantize_row_iq4_xs(const std::byte* src, float* dst, int64_t n);
+// The grid i-quants (kernels_iq_ref.cc).
+void dequantize_row_iq3_s(const std::byte* src, float* dst, int64_t n);
+void dequantize_row_iq3_xxs(const std::byte* src, float* dst, int64_t n);
+void dequantize_row_iq2_s(const std::byte* src, float* dst, int64_t n);
+void dequantize_row_iq2_xs(const std::byte* src, float* dst, int64_t n);
+void dequantize_row_iq2_xxs(const std::byte* src, float* dst, int64_t n);
+void dequantize_row_iq1_s(const std::byte* src, float* dst, int64_t n);
+void dequantize_row_iq1_m(const std::byte* src, float* dst, int64_t n);
 
 // Activation quantizers (QuantizeRowFn).
 void quantize_row_q8_0(const float* x, std::byte* y, int64_t n);
@@ -52,6 +60,16 @@ float vec_dot_q3_k_q8_k(int64_t n, const std::byte* w, const std::byte* x);
 float vec_dot_q5_k_q8_k(int64_t n, const std::byte* w, const std::byte* x);
 float vec_dot_q4_k_q8_k(int64_t n, const std::byte* w, const std::byte* x);
 float vec_dot_q6_k_q8_k(int64_t n, const std::byte* w, const std::byte* x);
+// The i-quants (kernels_iq_ref.cc).
+float vec_dot_iq4_nl_q8_0(int64_t n, const std::byte* w, const std::byte* x);
+float vec_dot_iq4_xs_q8_k(int64_t n, const std::byte* w, const std::byte* x);
+float vec_dot_iq3_s_q8_k(int64_t n, const std::byte* w, const std::byte* x);
+float vec_dot_iq3_xxs_q8_k(int64_t n, const std::byte* w, const std::byte* x);
+float vec_dot_iq2_s_q8_k(int64_t n, const std::byte* w, const std::byte* x);
+float vec_dot_iq2_xs_q8_k(int64_t n, const std::byte* w, const std::byte* x);
+float vec_dot_iq2_xxs_q8_k(int64_t n, const std::byte* w, const std::byte* x);
+float vec_dot_iq1_s_q8_k(int64_t n, const std::byte* w, const std::byte* x);
+float vec_dot_iq1_m_q8_k(int64_t n, const std::byte* w, const std::byte* x);
 
 // Elementwise / row kernels.
 void rms_norm_row(const float* x, const float* w, int64_t n, float eps, float* out);

@@ -24,10 +24,33 @@ inline std::vector<float> random_floats(std::mt19937& rng, int64_t n, float scal
   return v;
 }
 
-// Random raw bytes for n_rows rows of n elements of `dtype`, with every fp16 scale field
-// (DTypeInfo::f16_offsets) set to a finite value of magnitude ~`scale`, divided by 16 for
-// a super-block's d and by 32 for its dmin, whose products with 6-bit sub-block scales make
-// the weights (random bytes would give inf/nan scales). Every bit pattern of the quants is
+// Whether blocks of dtype have an fp16 block scale d (set_block_d).
+inline bool has_block_d(DType dtype) {
+  return dtype == DType::kIQ1_M || dtype_info(dtype).f16_offsets[0] >= 0;
+}
+
+// Sets the block scale d (fp16 bits) of the block at b: the DType table's first fp16 field,
+// or for iq1_m, which has none, the top nibbles of its four 16-bit scale words (word k's
+// bits 12..15 are d's bits 4k .. 4k+3). Returns false when the format has no block scale.
+inline bool set_block_d(DType dtype, std::byte* b, uint16_t d) {
+  if (dtype == DType::kIQ1_M) {
+    auto* blk = reinterpret_cast<BlockIQ1_M*>(b);
+    uint16_t sc[4];
+    std::memcpy(sc, blk->scales, 8);
+    for (int k = 0; k < 4; ++k) sc[k] = static_cast<uint16_t>((sc[k] & 0x0fff) | ((d >> (4 * k)) & 15) << 12);
+    std::memcpy(blk->scales, sc, 8);
+    return true;
+  }
+  const int off = dtype_info(dtype).f16_offsets[0];
+  if (off < 0) return false;
+  std::memcpy(b + off, &d, 2);
+  return true;
+}
+
+// Random raw bytes for n_rows rows of n elements of `dtype`, with every fp16 scale
+// (DTypeInfo::f16_offsets, iq1_m's spread d) set to a finite value of magnitude ~`scale`,
+// divided by 16 for a super-block's d and by 32 for its dmin, whose products with 6-bit
+// sub-block scales make the weights (random bytes would give inf/nan scales). Every bit pattern of the quants is
 // valid, so this covers all nibble / high-bit combinations.
 inline std::vector<std::byte> random_weights(std::mt19937& rng, DType dtype, int64_t n_rows,
                                              int64_t n, float scale = 0.05f) {
@@ -60,22 +83,23 @@ inline std::vector<std::byte> random_weights(std::mt19937& rng, DType dtype, int
   const bool super = info.block_size == static_cast<uint32_t>(kQkK);
   for (size_t ib = 0; ib < bytes / info.block_bytes; ++ib) {
     for (int f = 0; f < 2; ++f) {
-      if (info.f16_offsets[f] < 0) continue;
+      if (f == 1 && info.f16_offsets[f] < 0) continue;
       const float v = super ? sc(rng) / (f == 0 ? 16 : 32) : sc(rng);
       const uint16_t h = f32_to_fp16(v);
-      std::memcpy(w.data() + ib * info.block_bytes + info.f16_offsets[f], &h, 2);
+      if (f == 0) set_block_d(dtype, w.data() + ib * info.block_bytes, h);
+      else std::memcpy(w.data() + ib * info.block_bytes + info.f16_offsets[f], &h, 2);
     }
   }
   return w;
 }
 
-// Sets every fp16 scale field of the blocks in w to `d` (the first field) and `dmin` (the
-// second, where the format has one).
+// Sets every fp16 scale of the blocks in w to `d` (the block scale, set_block_d) and `dmin`
+// (the second fp16 field, where the format has one).
 inline void set_f16_scales(DType dtype, std::vector<std::byte>& w, uint16_t d, uint16_t dmin) {
   const DTypeInfo& info = dtype_info(dtype);
   for (size_t ib = 0; ib < w.size() / info.block_bytes; ++ib) {
     std::byte* b = w.data() + ib * info.block_bytes;
-    if (info.f16_offsets[0] >= 0) std::memcpy(b + info.f16_offsets[0], &d, 2);
+    set_block_d(dtype, b, d);
     if (info.f16_offsets[1] >= 0) std::memcpy(b + info.f16_offsets[1], &dmin, 2);
   }
 }

@@ -1,0 +1,313 @@
+// The i-quant formats: the transcribed grids, the reference dequantizers against llama.cpp's
+// (bit for bit, on pseudo-random blocks), and the reference dot products against the
+// dequantized values.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "base/fp16.h"
+#include "kernels/iq_blocks.h"
+#include "kernels/kernel_table.h"
+#include "kernels/kernels_ref.h"
+#include "kernels/kernels_test_util.h"
+#include "kernels/ops.h"
+
+namespace lumen::kernels {
+namespace {
+
+uint64_t fnv1a(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+// Checksums of the tables as ggml-common.h (llama.cpp c392e5094) defines them: FNV-1a 64
+// over each table's little-endian bytes, computed once from that source.
+TEST(IqGrids, ChecksumsMatchTheFormat) {
+  EXPECT_EQ(fnv1a(kIq2xxsGrid, sizeof(kIq2xxsGrid)), 0xbb4ee025b5ac6e8eull);
+  EXPECT_EQ(fnv1a(kIq2xsGrid, sizeof(kIq2xsGrid)), 0xc9b1ee61e79909bdull);
+  EXPECT_EQ(fnv1a(kIq2sGrid, sizeof(kIq2sGrid)), 0x123edd38a3b62b90ull);
+  EXPECT_EQ(fnv1a(kIq3xxsGrid, sizeof(kIq3xxsGrid)), 0xdfa5dc83d6a155d5ull);
+  EXPECT_EQ(fnv1a(kIq3sGrid, sizeof(kIq3sGrid)), 0xfa37020c25b44829ull);
+  EXPECT_EQ(fnv1a(kIq1sGrid, sizeof(kIq1sGrid)), 0x6703ed863501ae2eull);
+  EXPECT_EQ(fnv1a(kIqSigns.v, sizeof(kIqSigns.v)), 0xf19ba8f8c3292ba5ull);  // ksigns_iq2xs
+}
+
+// Structural facts a transcription error would break: every grid byte from the format's
+// value set, entries distinct, and (all but iq1s) sorted ascending as the source lists them.
+template <typename T, size_t N>
+void check_grid(const T (&grid)[N], std::set<int> values, bool sorted, const char* name) {
+  std::set<T> seen;
+  for (size_t i = 0; i < N; ++i) {
+    for (size_t j = 0; j < sizeof(T); ++j) {
+      const int b = static_cast<int>((grid[i] >> (8 * j)) & 0xff);
+      ASSERT_TRUE(values.count(b)) << name << "[" << i << "] byte " << j << " = " << b;
+    }
+    EXPECT_TRUE(seen.insert(grid[i]).second) << name << "[" << i << "] repeats";
+    if (sorted && i > 0) {
+      EXPECT_LT(grid[i - 1], grid[i]) << name << "[" << i << "]";
+    }
+  }
+}
+
+TEST(IqGrids, EveryEntryIsFromTheValueSet) {
+  check_grid(kIq2xxsGrid, {8, 25, 43}, true, "iq2xxs");
+  check_grid(kIq2xsGrid, {8, 25, 43}, true, "iq2xs");
+  check_grid(kIq2sGrid, {8, 25, 43}, true, "iq2s");
+  check_grid(kIq3xxsGrid, {4, 12, 20, 28, 36, 44, 52, 62}, true, "iq3xxs");
+  check_grid(kIq3sGrid, {1, 3, 5, 7, 9, 11, 13, 15}, true, "iq3s");
+  check_grid(kIq1sGrid, {0xff, 0, 1}, false, "iq1s");
+  for (int i = 1; i < 16; ++i) EXPECT_LT(kIq4nlValues[i - 1], kIq4nlValues[i]);
+  for (uint32_t i = 0; i < 128; ++i) {
+    EXPECT_EQ(kIqSigns.v[i] & 127, i);
+    EXPECT_EQ(__builtin_popcount(kIqSigns.v[i]) % 2, 0);
+  }
+}
+
+const DType kIqTypes[] = {DType::kIQ4_NL, DType::kIQ4_XS,  DType::kIQ3_S, DType::kIQ3_XXS, DType::kIQ2_S,
+                          DType::kIQ2_XS, DType::kIQ2_XXS, DType::kIQ1_S, DType::kIQ1_M};
+
+// The blocks of tools/iq_dequant_golden.c: LCG bytes, then each fp16 d set to 0.1 (iq1_m:
+// its d's exponent MSB cleared so it stays finite).
+std::vector<std::byte> golden_blocks(DType dt, int64_t n) {
+  const DTypeInfo& info = dtype_info(dt);
+  std::vector<std::byte> buf(row_bytes(dt, n));
+  uint64_t x = static_cast<uint64_t>(dt);
+  for (std::byte& b : buf) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    b = static_cast<std::byte>(x >> 56);
+  }
+  for (size_t off = 0; off < buf.size(); off += info.block_bytes) {
+    if (dt == DType::kIQ1_M) {
+      buf[off + info.block_bytes - 1] &= std::byte{0xbf};
+    } else {
+      buf[off] = std::byte{0x66};
+      buf[off + 1] = std::byte{0x2e};
+    }
+  }
+  return buf;
+}
+
+// Hashes of llama.cpp's dequantize_row_iq* on those blocks (tools/iq_dequant_golden.c).
+TEST(IqGolden, DequantizeMatchesLlamaCpp) {
+  const uint64_t want[] = {0x1d6e985a1cd13bd6ull, 0x04b87d18cad84c11ull, 0x90b53753a0d5032aull,
+                           0xf8106fc2e2ac8cd1ull, 0xbde1fbfc4c7a8108ull, 0x5655033ffa90408bull,
+                           0xb563027f5737bebeull, 0x69901317d7a5988aull, 0x9a7867d5293904dbull};
+  constexpr int64_t kN = 4096;
+  for (size_t t = 0; t < std::size(kIqTypes); ++t) {
+    const std::vector<std::byte> w = golden_blocks(kIqTypes[t], kN);
+    const std::vector<float> y = testing::dequantize(kIqTypes[t], w.data(), kN);
+    EXPECT_EQ(fnv1a(y.data(), y.size() * sizeof(float)), want[t]) << dtype_name(kIqTypes[t]) << " y[0] = " << y[0];
+  }
+}
+
+// The reference dot product equals the double-precision dot of the dequantized weights
+// with the dequantized activations, up to f32 rounding of the per-block float steps.
+TEST(IqReference, VecDotMatchesDequantizedDot) {
+  std::mt19937 rng(13);
+  const KernelTable& ref = reference_kernel_table();
+  for (DType dt : kIqTypes) {
+    const MatmulKernels* mk = find_matmul_kernels(ref, dt);
+    ASSERT_NE(mk, nullptr) << dtype_name(dt);
+    for (int64_t n_blocks : {1, 3, 8}) {
+      const int64_t n = 256 * n_blocks;
+      std::vector<std::byte> w = golden_blocks(dt, n);
+      if (dt != DType::kIQ1_M) {  // vary the scales
+        for (size_t off = 0; off < w.size(); off += dtype_info(dt).block_bytes) {
+          const uint16_t d = f32_to_fp16(std::uniform_real_distribution<float>(-0.05f, 0.05f)(rng));
+          std::memcpy(&w[off], &d, 2);
+        }
+      }
+      const std::vector<float> x = testing::random_floats(rng, n);
+      std::vector<std::byte> xq(row_bytes(mk->act_dtype, n));
+      mk->quantize_act(x.data(), xq.data(), n);
+      const std::vector<float> wf = testing::dequantize(dt, w.data(), n);
+      const std::vector<float> xf = testing::dequantize(mk->act_dtype, xq.data(), n);
+      const double want = testing::dot_double(wf.data(), xf.data(), n);
+      const double mag = testing::abs_dot_double(wf.data(), xf.data(), n);
+      const float got = mk->vec_dot(n, w.data(), xq.data());
+      EXPECT_NEAR(got, want, 1e-5 * mag + 1e-30) << dtype_name(dt) << " n=" << n;
+    }
+  }
+}
+
+// Every grid index and every sign pattern decodes to the grid entry with those signs: one
+// block per index range, built field by field (independent of the block's bit layout
+// helpers only through the struct fields the format names).
+TEST(IqReference, EveryGridIndexDecodes) {
+  // iq2_xs: 32 groups per block, 9-bit index + 7-bit sign field per uint16.
+  for (int i0 = 0; i0 < 512; i0 += 32) {
+    BlockIQ2_XS b{};
+    b.d_f16 = f32_to_fp16(1.0f);
+    for (int g = 0; g < 32; ++g) b.qs[g] = static_cast<uint16_t>((i0 + g) | ((g * 5 + i0) & 127) << 9);
+    std::memset(b.scales, 0x33, sizeof(b.scales));  // s = 3: (2s + 1) / 8 = 7/8
+    const std::vector<float> y = testing::dequantize(DType::kIQ2_XS, reinterpret_cast<const std::byte*>(&b), 256);
+    for (int g = 0; g < 32; ++g) {
+      const uint32_t signs = kIqSigns.v[(g * 5 + i0) & 127];
+      for (int j = 0; j < 8; ++j) {
+        const float v = static_cast<float>((kIq2xsGrid[i0 + g] >> (8 * j)) & 0xff) * 0.875f;
+        ASSERT_EQ(y[8 * g + j], (signs >> j) & 1 ? -v : v) << "index " << i0 + g << " j " << j;
+      }
+    }
+  }
+  // iq1_s: 11-bit index over the 2048-entry grid, both shift signs.
+  for (int i0 = 0; i0 < 2048; i0 += 32) {
+    BlockIQ1_S b{};
+    b.d_f16 = f32_to_fp16(1.0f);
+    for (int ib = 0; ib < 8; ++ib) {
+      uint32_t h = (ib % 2 ? 0x8000u : 0) | (2u << 12);  // s = 2: scale 5
+      for (int l = 0; l < 4; ++l) {
+        const int idx = i0 + 4 * ib + l;
+        b.qs[4 * ib + l] = static_cast<uint8_t>(idx & 255);
+        h |= static_cast<uint32_t>(idx >> 8) << (3 * l);
+      }
+      b.qh[ib] = static_cast<uint16_t>(h);
+    }
+    const std::vector<float> y = testing::dequantize(DType::kIQ1_S, reinterpret_cast<const std::byte*>(&b), 256);
+    for (int g = 0; g < 32; ++g) {
+      for (int j = 0; j < 8; ++j) {
+        const float v = static_cast<int8_t>((kIq1sGrid[i0 + g] >> (8 * j)) & 0xff);
+        ASSERT_EQ(y[8 * g + j], 5.0f * (v + ((g / 4) % 2 ? -0.125f : 0.125f))) << "index " << i0 + g;
+      }
+    }
+  }
+}
+
+// Sets the grid index of group g (the groups of 8, or of 4 for the iq3 types) of block b.
+void set_grid_index(DType dt, std::byte* b, int g, uint32_t idx) {
+  switch (dt) {
+    case DType::kIQ2_XXS: reinterpret_cast<uint8_t*>(reinterpret_cast<BlockIQ2_XXS*>(b)->qs)[8 * (g / 4) + g % 4] = idx & 255; break;
+    case DType::kIQ2_XS: {
+      uint16_t& q = reinterpret_cast<BlockIQ2_XS*>(b)->qs[g];
+      q = static_cast<uint16_t>((q & ~511u) | idx);
+      break;
+    }
+    case DType::kIQ2_S: {
+      auto* blk = reinterpret_cast<BlockIQ2_S*>(b);
+      blk->qs[g] = idx & 255;
+      blk->qh[g / 4] = static_cast<uint8_t>((blk->qh[g / 4] & ~(3u << 2 * (g % 4))) | (idx >> 8) << 2 * (g % 4));
+      break;
+    }
+    case DType::kIQ3_XXS: reinterpret_cast<BlockIQ3_XXS*>(b)->qs[g] = idx & 255; break;
+    case DType::kIQ3_S: {
+      auto* blk = reinterpret_cast<BlockIQ3_S*>(b);
+      blk->qs[g] = idx & 255;
+      blk->qh[g / 8] = static_cast<uint8_t>((blk->qh[g / 8] & ~(1u << g % 8)) | (idx >> 8) << g % 8);
+      break;
+    }
+    case DType::kIQ1_S: {
+      auto* blk = reinterpret_cast<BlockIQ1_S*>(b);
+      blk->qs[g] = idx & 255;
+      blk->qh[g / 4] = static_cast<uint16_t>((blk->qh[g / 4] & ~(7u << 3 * (g % 4))) | (idx >> 8) << 3 * (g % 4));
+      break;
+    }
+    case DType::kIQ1_M: {
+      auto* blk = reinterpret_cast<BlockIQ1_M*>(b);
+      blk->qs[g] = idx & 255;
+      blk->qh[g / 2] = static_cast<uint8_t>((blk->qh[g / 2] & ~(7u << 4 * (g % 2))) | (idx >> 8) << 4 * (g % 2));
+      break;
+    }
+    default: FAIL() << "no grid: " << dtype_name(dt);
+  }
+}
+
+// Every grid index of every grid type, in rows of random signs, scales and shifts, through
+// every table's vec_dot, gemm tile and panel path: bit for bit the reference.
+TEST(IqParity, EveryGridIndexInEveryTable) {
+  struct Grid {
+    DType dt;
+    uint32_t n_entries;
+    int groups_per_block;
+  };
+  const Grid grids[] = {{DType::kIQ2_XXS, 256, 32}, {DType::kIQ2_XS, 512, 32}, {DType::kIQ2_S, 1024, 32},
+                        {DType::kIQ3_XXS, 256, 64}, {DType::kIQ3_S, 512, 64},  {DType::kIQ1_S, 2048, 32},
+                        {DType::kIQ1_M, 2048, 32}};
+  std::mt19937 rng(31);
+  const KernelTable& ref = reference_kernel_table();
+  for (const Grid& gr : grids) {
+    const int64_t n = 4 * kQkK, n_rows = 16;
+    const int64_t groups_per_row = 4 * gr.groups_per_block;
+    std::vector<std::byte> w = testing::random_weights(rng, gr.dt, n_rows, n);
+    const size_t bb = dtype_info(gr.dt).block_bytes;
+    for (int64_t k = 0; k < n_rows * groups_per_row; ++k) {
+      const int64_t block = k / gr.groups_per_block;
+      set_grid_index(gr.dt, w.data() + block * bb, static_cast<int>(k % gr.groups_per_block),
+                     static_cast<uint32_t>(k % gr.n_entries));
+    }
+    ASSERT_GE(n_rows * groups_per_row, gr.n_entries);
+    const MatmulKernels* mr = find_matmul_kernels(ref, gr.dt);
+    const int64_t n_cols = 9;
+    const size_t xs = row_bytes(DType::kQ8_K, n), ws = row_bytes(gr.dt, n);
+    std::vector<std::byte> xq(xs * n_cols);
+    for (int64_t c = 0; c < n_cols; ++c) mr->quantize_act(testing::random_floats(rng, n).data(), xq.data() + c * xs, n);
+    std::vector<float> want(n_rows * n_cols);
+    for (int64_t r = 0; r < n_rows; ++r)
+      for (int64_t c = 0; c < n_cols; ++c) want[c * n_rows + r] = mr->vec_dot(n, w.data() + r * ws, xq.data() + c * xs);
+    for (const KernelTable* t : available_kernel_tables()) {
+      const MatmulKernels* mk = find_matmul_kernels(*t, gr.dt);
+      std::vector<float> y(n_rows * n_cols);
+      mk->gemm(n, w.data(), ws, n_rows, xq.data(), xs, n_cols, y.data(), n_rows);
+      EXPECT_EQ(y, want) << t->name << " gemm " << dtype_name(gr.dt);
+      if (mk->panel.rows == 0) continue;
+      std::vector<std::byte> panel(mk->panel.panel_bytes(n));
+      mk->panel.pack(n, w.data(), ws, n_rows, panel.data());
+      std::fill(y.begin(), y.end(), 0.0f);
+      mk->panel.gemm(n, panel.data(), n_rows, xq.data(), xs, nullptr, 0, n_cols, y.data(), n_rows);
+      EXPECT_EQ(y, want) << t->name << " panel " << dtype_name(gr.dt);
+    }
+  }
+}
+
+// Hostile data: grid indices cannot be out of range (every index field is as wide as its
+// grid, iq_grids.h), so the only hostile values are the scales. NaN and inf scales give
+// NaN / inf results, the same in every table, and nothing reads outside the rows (ASan).
+TEST(IqHostile, NanAndInfScalesPropagate) {
+  std::mt19937 rng(41);
+  const KernelTable& ref = reference_kernel_table();
+  for (DType dt : kIqTypes) {
+    const int64_t n = 2 * kQkK, n_rows = 16, n_cols = 9;
+    for (uint16_t bad : {uint16_t{0x7e00}, uint16_t{0x7c00}, uint16_t{0xfc00}}) {  // NaN, +inf, -inf
+      std::vector<std::byte> w = testing::random_weights(rng, dt, n_rows, n);
+      const size_t bb = dtype_info(dt).block_bytes;
+      testing::set_block_d(dt, w.data() + bb, bad);  // row 0's second block
+      const MatmulKernels* mr = find_matmul_kernels(ref, dt);
+      const size_t xs = row_bytes(mr->act_dtype, n), ws = row_bytes(dt, n);
+      std::vector<std::byte> xq(xs * n_cols);
+      for (int64_t c = 0; c < n_cols; ++c) mr->quantize_act(testing::random_floats(rng, n).data(), xq.data() + c * xs, n);
+      const std::vector<float> deq = testing::dequantize(dt, w.data(), n);
+      EXPECT_FALSE(std::isfinite(deq[dtype_info(dt).block_size])) << dtype_name(dt);  // the bad block
+      const float want = mr->vec_dot(n, w.data(), xq.data());
+      EXPECT_FALSE(std::isfinite(want)) << dtype_name(dt);
+      for (const KernelTable* t : available_kernel_tables()) {
+        const MatmulKernels* mk = find_matmul_kernels(*t, dt);
+        std::vector<float> y(n_rows * n_cols);
+        mk->gemm(n, w.data(), ws, n_rows, xq.data(), xs, n_cols, y.data(), n_rows);
+        const float got = y[0];
+        // iq4_nl's AVX2 kernel sums blocks in 8 lanes (not bit-exact): +inf and -inf terms
+        // may meet in another order, so only "not finite" is required there.
+        const bool exact = dt != DType::kIQ4_NL || t == &ref;
+        EXPECT_TRUE(exact ? (got == want || (std::isnan(got) && std::isnan(want))) : !std::isfinite(got))
+            << t->name << " " << dtype_name(dt);
+        if (mk->panel.rows == 0) continue;
+        std::vector<std::byte> panel(mk->panel.panel_bytes(n));
+        std::vector<std::byte> side(mk->panel.side_bytes(n) * n_cols + 1);
+        if (mk->panel.prepare_side)
+          for (int64_t c = 0; c < n_cols; ++c) mk->panel.prepare_side(xq.data() + c * xs, n, side.data() + c * mk->panel.side_bytes(n));
+        mk->panel.pack(n, w.data(), ws, n_rows, panel.data());
+        mk->panel.gemm(n, panel.data(), n_rows, xq.data(), xs, side.data(), mk->panel.side_bytes(n), n_cols, y.data(),
+                       n_rows);
+        EXPECT_TRUE(y[0] == want || (std::isnan(y[0]) && std::isnan(want))) << t->name << " panel " << dtype_name(dt);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lumen::kernels
