@@ -98,9 +98,33 @@ Status set_sliding_window(const json& config, const std::string& a, const std::s
   return Status();
 }
 
+// Which layers slide, as `<arch>.attention.sliding_window_pattern`: HF's layer_types (one
+// "sliding_attention" / "full_attention" per layer) become per-layer flags, an integer
+// sliding_window_pattern a period (layer il slides iff il % period < period - 1). Absent,
+// the model's default holds (Gemma 3: 6, five local to one global).
+Status set_sliding_pattern(const json& config, const std::string& a, const std::string& dir, ModelFile* file) {
+  const auto types = config.find("layer_types");
+  if (types != config.end() && !types->is_null()) {
+    const int64_t n_layer = meta_int(*file, a + ".block_count");
+    if (!types->is_array() || static_cast<int64_t>(types->size()) != n_layer)
+      return fail(dir, "'layer_types' must list one attention type per layer (" + std::to_string(n_layer) + ")");
+    std::vector<int64_t> flags;
+    for (size_t il = 0; il < types->size(); ++il) {
+      const json& t = (*types)[il];
+      if (t != "sliding_attention" && t != "full_attention")
+        return fail(dir, "layer_types[" + std::to_string(il) + "] must be \"sliding_attention\" or \"full_attention\"");
+      flags.push_back(t == "sliding_attention" ? 1 : 0);
+    }
+    file->set_meta(a + ".attention.sliding_window_pattern", MetaValue::of_int_array(ValueType::kBool, std::move(flags)));
+    return Status();
+  }
+  return set_u32(config, "sliding_window_pattern", a + ".attention.sliding_window_pattern", 4096, dir, file);
+}
+
 Status set_gemma2(const json& config, const std::string& dir, ModelFile* file) {
   const std::string a = "gemma2";
   LUMEN_TRY(set_sliding_window(config, a, dir, file, true));
+  LUMEN_TRY(set_sliding_pattern(config, a, dir, file));
   // Gemma2Config defaults: attention soft-cap 50, final 30.
   file->set_meta(a + ".attn_logit_softcapping", MetaValue::of_f32(50.0f));
   file->set_meta(a + ".final_logit_softcapping", MetaValue::of_f32(30.0f));
@@ -109,22 +133,12 @@ Status set_gemma2(const json& config, const std::string& dir, ModelFile* file) {
   return check_query_scalar(config, a, 46, dir, *file);
 }
 
-// Gemma 3 text: local layers (window, RoPE base rope_local_base_freq) and every 6th layer
-// global (the file's base and scaling). llama.cpp hard-wires the 5 : 1 pattern.
+// Gemma 3 text: local layers (window, RoPE base rope_local_base_freq) and global layers
+// (the file's base and scaling), in the pattern the config states.
 Status set_gemma3(const json& config, const std::string& dir, ModelFile* file) {
   const std::string a = "gemma3";
   LUMEN_TRY(set_sliding_window(config, a, dir, file, false));
-  LUMEN_ASSIGN_OR_RETURN(std::optional<int64_t> pattern, json_int(config, "sliding_window_pattern", "config.json"));
-  if (pattern && *pattern != 6)
-    return fail(dir, "sliding_window_pattern " + std::to_string(*pattern) + " is not supported (only 6)");
-  const auto types = config.find("layer_types");
-  if (types != config.end() && types->is_array()) {
-    for (size_t il = 0; il < types->size(); ++il) {
-      const bool sliding = (*types)[il] == "sliding_attention";
-      if (sliding != (il % 6 < 5))
-        return fail(dir, "layer_types[" + std::to_string(il) + "] breaks the 5 local : 1 global pattern (not supported)");
-    }
-  }
+  LUMEN_TRY(set_sliding_pattern(config, a, dir, file));
   file->set_meta(a + ".rope.freq_base_swa", MetaValue::of_f32(10000.0f));
   LUMEN_TRY(set_f32(config, "rope_local_base_freq", a + ".rope.freq_base_swa", dir, file));
   LUMEN_ASSIGN_OR_RETURN(std::optional<double> final_cap, json_number(config, "final_logit_softcapping", "config.json"));
@@ -172,11 +186,11 @@ Status check_smollm3(const json& config, const std::string& dir) {
 
 Status set_arch_hparams(const json& config, const HfArch& arch, const std::string& dir, ModelFile* file) {
   if (arch.model_type == "mistral") {
-    // Mistral without a sliding window is llama. With one, attention differs: refuse.
+    // Mistral is llama, with a sliding window on every layer when the window is shorter
+    // than the context (Mistral 7B v0.1); a window that covers the context is full attention.
     LUMEN_ASSIGN_OR_RETURN(std::optional<int64_t> window, json_int(config, "sliding_window", "config.json"));
     LUMEN_ASSIGN_OR_RETURN(std::optional<int64_t> ctx, json_int(config, "max_position_embeddings", "config.json"));
-    if (window && (!ctx || *window < *ctx))
-      return fail(dir, "Mistral with sliding_window " + std::to_string(*window) + " is not supported (only full attention)");
+    if (window && (!ctx || *window < *ctx)) return set_sliding_window(config, std::string(arch.gguf_arch), dir, file, true);
     return Status();
   }
   if (arch.model_type == "qwen2") {

@@ -309,7 +309,7 @@ TEST(SafetensorsHfDir, ConfigErrors) {
   expect_error(R"({"model_type": "llama", )" + base + R"(, "num_attention_heads": "2"})", "must be an integer");
   expect_error(R"({"model_type": "llama", )" + base + R"(, "num_attention_heads": -2})", "out of range");
   expect_error(R"({"model_type": "llama", )" + base + "}", "missing 'num_attention_heads'");
-  expect_error(R"({"model_type": "mistral", "sliding_window": 4, )" + base + R"(, "num_attention_heads": 2})",
+  expect_error(R"({"model_type": "mistral", "sliding_window": -4, )" + base + R"(, "num_attention_heads": 2})",
                "sliding_window");
   expect_error(R"({"model_type": "qwen2", "use_sliding_window": true, )" + base + R"(, "num_attention_heads": 2})",
                "use_sliding_window");
@@ -322,6 +322,13 @@ TEST(SafetensorsHfDir, ConfigErrors) {
   auto mistral = open_hf_dir(dir.path());
   ASSERT_TRUE(mistral.ok()) << mistral.message();
   EXPECT_EQ(mistral->get_string("general.architecture"), "llama");
+  EXPECT_EQ(mistral->get_int("llama.attention.sliding_window").value_or(0), 0);
+  // With a window shorter than the context, every layer slides (Mistral 7B v0.1).
+  write_text(dir.file("config.json"),
+             R"({"architectures": ["MistralForCausalLM"], "sliding_window": 4, "num_attention_heads": 2, )" + base + "}");
+  auto mistral_swa = open_hf_dir(dir.path());
+  ASSERT_TRUE(mistral_swa.ok()) << mistral_swa.message();
+  EXPECT_EQ(mistral_swa->get_int("llama.attention.sliding_window"), 4);
 
   auto tensors = tiny_llama_tensors(true, true);
   tensors.push_back({"model.layers.0.self_attn.q_proj.bias", "F32", {8}, f32_bytes(8)});
@@ -400,15 +407,23 @@ TEST(SafetensorsHfDir, ArchitectureSpecificConfig) {
   expect_error(R"("model_type": "gemma2", "head_dim": 4, "sliding_window": 8, "query_pre_attn_scalar": 3)",
                "query_pre_attn_scalar");
 
-  // Gemma 3: local RoPE base, and only the 5 : 1 layer pattern.
+  // Gemma 3: local RoPE base; the layer pattern as a period or per-layer flags.
   auto g3 = open_with(R"("model_type": "gemma3_text", "head_dim": 4, "sliding_window": 8, "rope_local_base_freq": 20000.0,
                          "rope_scaling": {"rope_type": "linear", "factor": 8.0})");
   ASSERT_TRUE(g3.ok()) << g3.message();
   EXPECT_EQ(g3->get_string("general.architecture"), "gemma3");
   EXPECT_EQ(g3->get_float("gemma3.rope.freq_base_swa"), 20000.0);
   EXPECT_EQ(g3->get_float("gemma3.rope.scaling.factor"), 8.0);
-  expect_error(R"("model_type": "gemma3_text", "sliding_window": 8, "sliding_window_pattern": 4)", "sliding_window_pattern 4");
-  expect_error(R"("model_type": "gemma3_text", "sliding_window": 8, "layer_types": ["full_attention"])", "layer_types[0]");
+  auto g3p = open_with(R"("model_type": "gemma3_text", "head_dim": 4, "sliding_window": 8, "sliding_window_pattern": 4)");
+  ASSERT_TRUE(g3p.ok()) << g3p.message();
+  EXPECT_EQ(g3p->get_int("gemma3.attention.sliding_window_pattern"), 4);
+  auto g3t = open_with(R"("model_type": "gemma3_text", "head_dim": 4, "sliding_window": 8, "layer_types": ["full_attention"])");
+  ASSERT_TRUE(g3t.ok()) << g3t.message();
+  ASSERT_NE(g3t->get_int_array("gemma3.attention.sliding_window_pattern"), nullptr);
+  EXPECT_EQ(*g3t->get_int_array("gemma3.attention.sliding_window_pattern"), std::vector<int64_t>{0});
+  expect_error(R"("model_type": "gemma3_text", "sliding_window": 8, "layer_types": ["full_attention", "full_attention"])",
+               "layer_types");
+  expect_error(R"("model_type": "gemma3_text", "sliding_window": 8, "layer_types": ["chunked_attention"])", "layer_types[0]");
 
   // StableLM: partial rotary and LayerNorm epsilon; StarCoder2's epsilon name.
   auto st = open_with(R"("model_type": "stablelm", "partial_rotary_factor": 0.5, "layer_norm_eps": 1e-4)");

@@ -46,15 +46,28 @@ Result<int32_t> read_window(const gguf::ModelFile& f, const HParams& hp) {
 
 // Which layers slide: every layer (Llama / Mistral, Phi-3), or a period: layer il slides
 // iff il % period < period - 1 (Gemma 2: period 2, even layers; Gemma 3: 6, five local to
-// one global). `<arch>.attention.sliding_window_pattern` overrides the period.
-Result<int32_t> read_window_period(const gguf::ModelFile& f, const HParams& hp) {
+// one global). `<arch>.attention.sliding_window_pattern` overrides it, either as a period
+// (an integer, llama.cpp's set_swa_pattern) or as one flag per layer (an array, non-zero =
+// sliding, as newer llama.cpp files and HF's layer_types state it).
+Result<std::vector<bool>> read_sliding_layers(const gguf::ModelFile& f, const HParams& hp) {
   int32_t period = hp.arch == Arch::kGemma2 ? 2 : hp.arch == Arch::kGemma3 ? 6 : 1;
   const std::string key = hp.arch_key + ".attention.sliding_window_pattern";
+  std::vector<bool> slides(hp.n_layer);
+  if (const std::vector<int64_t>* flags = f.get_int_array(key)) {
+    if (static_cast<int64_t>(flags->size()) != hp.n_layer)
+      return error("model metadata: '" + key + "' has " + std::to_string(flags->size()) + " entries, expected " +
+                   std::to_string(hp.n_layer) + " (one per layer)");
+    for (int32_t il = 0; il < hp.n_layer; ++il) slides[il] = (*flags)[il] != 0;
+    return slides;
+  }
   if (std::optional<int64_t> p = f.get_int(key)) {
     if (*p < 1 || *p > 4096) return error("model metadata: '" + key + "' = " + std::to_string(*p) + " is out of range");
     period = static_cast<int32_t>(*p);
+  } else if (f.find(key)) {
+    return error("model metadata: '" + key + "' must be an integer or an array of per-layer flags");
   }
-  return period;
+  for (int32_t il = 0; il < hp.n_layer; ++il) slides[il] = period == 1 || il % period < period - 1;
+  return slides;
 }
 
 Result<float> read_float(const gguf::ModelFile& f, const std::string& key, float fallback) {
@@ -95,7 +108,9 @@ Result<std::vector<LayerSpec>> read_layer_specs(const gguf::ModelFile& f, const 
   const std::string& a = hp.arch_key;
   std::vector<LayerSpec> specs(hp.n_layer);
   LUMEN_ASSIGN_OR_RETURN(const int32_t window, read_window(f, hp));
-  LUMEN_ASSIGN_OR_RETURN(const int32_t period, read_window_period(f, hp));
+  LUMEN_ASSIGN_OR_RETURN(const std::vector<bool> slides, read_sliding_layers(f, hp));
+  // Gemma 3's local layers: their own RoPE base (10000 unless the file says), no scaling.
+  LUMEN_ASSIGN_OR_RETURN(const float theta_swa, read_float(f, a + ".rope.freq_base_swa", 10000.0f));
 
   // Attention scale: 1/sqrt(head_dim); llama.cpp's Gemma 2/3 27B use 1/sqrt(n_embd / n_head)
   // (query_pre_attn_scalar), recognised by their layer counts; the file may state its own.
@@ -121,8 +136,7 @@ Result<std::vector<LayerSpec>> read_layer_specs(const gguf::ModelFile& f, const 
     s.rope = rope;
     s.attn_scale = scale;
     s.attn_softcap = attn_softcap;
-    const bool slides = period == 1 || il % period < period - 1;
-    if (window > 0 && slides) {
+    if (window > 0 && slides[il]) {
       s.attn = AttnKind::kSliding;
       s.window = window;
     }
@@ -144,7 +158,7 @@ Result<std::vector<LayerSpec>> read_layer_specs(const gguf::ModelFile& f, const 
         s.post_attn_norm = s.post_ffn_norm = hp.arch != Arch::kGemma;
         s.qk_norm = hp.arch == Arch::kGemma3;
         if (hp.arch == Arch::kGemma3 && s.attn == AttnKind::kSliding) {
-          s.rope.theta = 10000.0f;  // local layers: base 10000, no scaling
+          s.rope.theta = theta_swa;
           s.rope.freq_scale = 1.0f;
         }
         break;
