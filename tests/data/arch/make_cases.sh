@@ -10,6 +10,11 @@
 #
 #   tests/data/arch/make_cases.sh [CASE...]    (default: every case below)
 #
+# The same cases at other shapes and seeds, into another directory (not committed; run the
+# harness on them with LUMEN_ARCH_CASES=DIR build/tests/lumen_arch_golden_tests):
+#
+#   ARCH_OUT=/tmp/sweep ARCH_SEED_ADD=100 ARCH_EXTRA="--layers 7 --sliding-window 8" make_cases.sh
+#
 # Two runs give byte-identical files (synth is deterministic, the goldens use one thread).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -45,7 +50,10 @@ want=("$@")
 for row in "${CASES[@]}"; do
   IFS='|' read -r name preset seed extra ref why <<<"$row"
   if [ ${#want[@]} -gt 0 ] && [[ ! " ${want[*]} " =~ " $name " ]]; then continue; fi
-  dir="$here/$name"
+  seed=$((seed + ${ARCH_SEED_ADD:-0}))
+  extra="$extra ${ARCH_EXTRA:-}"
+  extra="${extra# }"; extra="${extra% }"
+  dir="${ARCH_OUT:-$here}/$name"
   mkdir -p "$dir"
   # shellcheck disable=SC2086
   "$lumen" synth --preset "$preset" --type f32 --seed "$seed" $extra -t 1 -o "$dir/model.gguf" >/dev/null
