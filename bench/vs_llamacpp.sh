@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # lumen vs llama.cpp on the same GGUF files, same machine, same thread count, in one run.
 #
-#   bench/vs_llamacpp.sh [--lumen build/lumen] [--peer-dir ~/.cache/lumen-peer]
+#   bench/vs_llamacpp.sh [--lumen build/lumen] [--llama-bench BIN | --peer-dir ~/.cache/lumen-peer]
 #                        [--models-dir /tmp/lumen-vs-llamacpp] [-t 2] [-r 2] [--rounds 2]
-#                        [-d 4096 | --no-depth] [--fa] [--only PRESET:TYPE] [--keep-cache]
+#                        [-d 4096 | --no-depth] [--fa] [--only PRESET:TYPE[,PRESET:TYPE...]]
+#                        [--keep-cache]
+#
+# The fair peer is a native llama.cpp build (-DGGML_NATIVE=ON) on this machine: pass its
+# llama-bench with --llama-bench (built outside the repository; nothing of it is committed).
+# Its build may predate llama-bench's -d, so use --no-depth with it. Without --llama-bench:
 #
 # 1. Installs llama.cpp's prebuilt CPU libraries (npm: node-llama-cpp@3.22.1 and
 #    @node-llama-cpp/linux-x64@3.22.1, --ignore-scripts) into --peer-dir, outside the
@@ -40,11 +45,13 @@ fa=""
 only=""
 keep_cache=0
 peer_version="3.22.1"
+llama_bench=""
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --lumen) lumen=$2; shift 2 ;;
     --peer-dir) peer_dir=$2; shift 2 ;;
+    --llama-bench) llama_bench=$2; shift 2 ;;
     --models-dir) models_dir=$2; shift 2 ;;
     -t) threads=$2; shift 2 ;;
     -r) reps=$2; shift 2 ;;
@@ -54,16 +61,20 @@ while [[ $# -gt 0 ]]; do
     --fa) fa="--fa"; shift ;;
     --only) only=$2; shift 2 ;;
     --keep-cache) keep_cache=1; shift ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
     *) echo "vs_llamacpp.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 
 [[ -x "$lumen" ]] || { echo "vs_llamacpp.sh: no lumen binary at $lumen (build it, or pass --lumen)" >&2; exit 1; }
-command -v node >/dev/null || { echo "vs_llamacpp.sh: node (>= 20) is needed for llama.cpp" >&2; exit 1; }
+if [[ -n "$llama_bench" ]]; then
+  [[ -x "$llama_bench" ]] || { echo "vs_llamacpp.sh: --llama-bench $llama_bench is not an executable" >&2; exit 1; }
+else
+  command -v node >/dev/null || { echo "vs_llamacpp.sh: node (>= 20) is needed for llama.cpp" >&2; exit 1; }
+fi
 
 # --- 1. the peer ---------------------------------------------------------------------------
-if [[ ! -f "$peer_dir/node_modules/@node-llama-cpp/linux-x64/package.json" ]]; then
+if [[ -z "$llama_bench" && ! -f "$peer_dir/node_modules/@node-llama-cpp/linux-x64/package.json" ]]; then
   echo "installing node-llama-cpp@$peer_version (llama.cpp prebuilt CPU binaries) into $peer_dir"
   mkdir -p "$peer_dir"
   (cd "$peer_dir" && npm install --no-audit --no-fund --ignore-scripts \
@@ -73,7 +84,7 @@ fi
 # --- 2. the models -------------------------------------------------------------------------
 mkdir -p "$models_dir"
 specs=("qwen2.5-0.5b:q8_0" "qwen2.5-0.5b:q4_0" "qwen2.5-0.5b:q4_k" "llama-3.2-1b:q4_k")
-[[ -n "$only" ]] && specs=("$only")
+[[ -n "$only" ]] && IFS=',' read -r -a specs <<<"$only"
 files=()
 for spec in "${specs[@]}"; do
   preset=${spec%%:*}; type=${spec##*:}
@@ -107,6 +118,23 @@ run_lumen() {
     python3 -c 'import json,sys; [print(json.dumps(dict(r, engine="lumen", file=sys.argv[1], round=int(sys.argv[2])))) for r in json.load(sys.stdin)]' "$1" "$2"
 }
 run_llama() {
+  if [[ -n "$llama_bench" ]]; then
+    local fa_args=()
+    [[ -n "$fa" ]] && fa_args=(-fa 1)
+    "$llama_bench" -m "$1" -t "$threads" -p 512 -n 128 "${depth_args[@]}" -r "$reps" "${fa_args[@]}" -o jsonl 2>/dev/null |
+      python3 -c '
+import json, statistics, sys
+for line in sys.stdin:
+    if not line.strip().startswith("{"): continue
+    r = json.loads(line)
+    test = ("pp%d" % r["n_prompt"]) if r["n_gen"] == 0 else ("tg%d" % r["n_gen"])
+    if r.get("n_depth"): test += "@d%d" % r["n_depth"]
+    ts = r.get("samples_ts") or [r["avg_ts"]]
+    print(json.dumps({"engine": "llama.cpp", "llama_cpp": "native build " + r.get("build_commit", "?"),
+                      "test": test, "tok_s": statistics.median(ts), "threads": r["n_threads"],
+                      "file": sys.argv[1], "round": int(sys.argv[2])}))' "$1" "$2"
+    return
+  fi
   node "$here/llamacpp_bench.mjs" --peer-dir "$peer_dir" -m "$1" -t "$threads" -p 512 -n 128 "${depth_args[@]}" -r "$reps" $fa 2>/dev/null |
     python3 -c 'import json,sys; [print(json.dumps(dict(r, file=sys.argv[1], round=int(sys.argv[2])))) for r in json.load(sys.stdin)]' "$1" "$2"
 }
@@ -136,8 +164,10 @@ tests = []
 for r in rows:
     if r["test"] not in tests: tests.append(r["test"])
 llama = next((r.get("llama_cpp", "") for r in rows if r.get("engine") == "llama.cpp"), "")
-print(f"\nlumen vs llama.cpp ({llama}, node-llama-cpp prebuilt CPU libs), {rows[0]['threads']} threads, medians")
-print(f"{'model':<28} {'test':<13} {'lumen tok/s':>12} {'llama.cpp':>10} {'ratio':>7}   lumen GB/s (% of membw)")
+peer = "native" if llama.startswith("native") else "node-llama-cpp prebuilt CPU libs"
+print(f"\nlumen vs llama.cpp ({llama}, {peer}), {rows[0]['threads']} threads, medians")
+def rng(xs): return f"[{min(xs):.1f}-{max(xs):.1f}]" if xs else ""
+print(f"{'model':<28} {'test':<13} {'lumen tok/s':>12} {'range':>15} {'llama.cpp':>10} {'range':>15} {'ratio':>7}   lumen GB/s (% of membw)")
 for f in files:
     for t in tests:
         lu = [r for r in rows if r["file"] == f and r["test"] == t and r["engine"] == "lumen"]
@@ -149,11 +179,13 @@ for f in files:
         pct = [r["pct_bandwidth"] for r in lu if r.get("pct_bandwidth")]
         mem = [r["membw_gb_s"] for r in lu if r.get("membw_gb_s")]
         if gbs and pct: bw = f"{med(gbs):.1f} ({med(pct):.0f}% of {med(mem):.1f})"
-        print(f"{os.path.basename(f):<28} {t:<13} {a:>12.1f} {b:>10.1f} {a / b if b == b and b > 0 else float('nan'):>6.2f}x   {bw}")
+        ra = rng([r["tok_s"] for r in lu]); rb = rng([r["tok_s"] for r in ll])
+        print(f"{os.path.basename(f):<28} {t:<13} {a:>12.1f} {ra:>15} {b:>10.1f} {rb:>15} {a / b if b == b and b > 0 else float('nan'):>6.2f}x   {bw}")
 print(f"\n{'model':<28} {'lumen load ms':>14} {'peak RSS MiB':>13}   {'llama.cpp load ms':>17} {'peak RSS MiB (- node)':>22}")
 for f in files:
     lu = [r for r in rows if r["file"] == f and r["engine"] == "lumen"]
     ll = [r for r in rows if r["file"] == f and r["engine"] == "llama.cpp"]
+    ll = [r for r in ll if "load_ms" in r]  # llama-bench does not report them
     lrss = med([r["peak_rss_mib"] - r.get("baseline_rss_mib", 0) for r in ll])
     print(f"{os.path.basename(f):<28} {med([r['load_ms'] for r in lu]):>14.0f} {med([r['peak_rss_mib'] for r in lu]):>13.0f}   "
           f"{med([r['load_ms'] for r in ll]):>17.0f} {lrss:>22.0f}")

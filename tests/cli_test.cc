@@ -298,6 +298,13 @@ TEST(CliInfo, KvBytesPerGroupAndPerSequence) {
   r = run_lumen({"info", "-m", std::string(LUMEN_TEST_DATA_DIR) + "/arch/gemma3-swa/model.gguf"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("window 16: 5 layers (0,1,2,3,4)"), std::string::npos) << r.out;
+  // Cross-layer KV sharing: layers 1 and 3 store nothing, a token costs two layers' K/V.
+  r = run_lumen({"info", "-m", std::string(LUMEN_TEST_DATA_DIR) + "/arch/llama-cla/model.gguf", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json cla = nlohmann::json::parse(r.out);
+  EXPECT_EQ(cla["kv_bytes_per_token_f16"], 2 * 2 * 2 * 16 * 2) << r.out;
+  ASSERT_EQ(cla["kv_groups"].size(), 1u) << r.out;
+  EXPECT_EQ(cla["kv_groups"][0]["layers"], nlohmann::json::array({0, 2}));
 }
 
 // `lumen bench --json`: one object per test with the fields; each tg run's % of

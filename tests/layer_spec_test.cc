@@ -156,5 +156,33 @@ TEST(LayerSpecs, HfMistralSlidingWindowSlidesEveryLayer) {
   for (const LayerSpec& s : *specs2) EXPECT_EQ(s.attn, AttnKind::kFull);
 }
 
+// Cross-layer KV sharing (llama-cla: layers 1 and 3 read the K/V of layers 0 and 2): only the
+// two source layers store K/V, so a token costs half of what four storing layers would.
+TEST(LayerSpecs, CrossLayerSharingStoresOnlyTheSourceLayers) {
+  gguf::ModelFile f = open_case("llama-cla");
+  auto hp = read_hparams(f);
+  ASSERT_TRUE(hp.ok()) << hp.message();
+  auto specs = read_layer_specs(f, *hp);
+  ASSERT_TRUE(specs.ok()) << specs.message();
+  auto layout = make_kv_layout(*hp, *specs);
+  ASSERT_TRUE(layout.ok()) << layout.message();
+  size_t per_token = 0;
+  for (int32_t g = 0; g < layout->n_groups(); ++g) per_token += layout->group_bytes_per_token(g, 2);
+  const size_t per_layer = size_t{2} * hp->n_kv_head * hp->head_dim * 2;  // K and V, f16
+  int n_readers = 0;
+  for (const LayerSpec& s : *specs) n_readers += s.kv_source_layer >= 0;
+  ASSERT_EQ(hp->n_layer, 4);
+  ASSERT_EQ(n_readers, 2);
+  EXPECT_EQ(per_token, per_layer * 2);
+  // Without the key, every layer stores its own (the file then lacks the readers' attn_k/v,
+  // so only the layout is compared here).
+  for (LayerSpec& s : *specs) s.kv_source_layer = -1;
+  auto all = make_kv_layout(*hp, *specs);
+  ASSERT_TRUE(all.ok()) << all.message();
+  size_t all_per_token = 0;
+  for (int32_t g = 0; g < all->n_groups(); ++g) all_per_token += all->group_bytes_per_token(g, 2);
+  EXPECT_EQ(all_per_token, per_layer * 4);
+}
+
 }  // namespace
 }  // namespace lumen::model

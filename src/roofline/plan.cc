@@ -1,6 +1,7 @@
 #include "roofline/plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include <nlohmann/json.hpp>
@@ -103,11 +104,16 @@ nlohmann::json plan_to_json(const Plan& plan) {
                  {"mlp", plan.params.mlp},
                  {"norms", plan.params.norms}};
   j["kv_elems_per_token"] = kv_elems_per_token(plan.shape);
+  if (plan.shape.n_local_layers > 0)
+    j["sliding_window"] = {{"local_layers", plan.shape.n_local_layers},
+                           {"global_layers", plan.shape.n_layer - plan.shape.n_local_layers},
+                           {"window", plan.shape.window}};
 
   json capacity = json::object(), prefill = json::object();
   for (const PrecisionPlan& p : plan.precisions) {
     const std::string& name = p.precision.name;
-    capacity[name] = p.kv_tokens ? json(*p.kv_tokens) : json("oom");
+    capacity[name] = !p.kv_tokens ? json("oom") : *p.kv_tokens == kUnboundedTokens ? json("unbounded")
+                                                                                   : json(*p.kv_tokens);
     prefill[name] = {{"knee_tokens", p.knee_tokens ? json(*p.knee_tokens) : json(nullptr)},
                      {"prompt_tokens", plan.n_prompt},
                      {"memory_ms", p.prefill.memory_s * 1e3},
@@ -126,6 +132,11 @@ nlohmann::json plan_to_json(const Plan& plan) {
     const DecodeLine line = decode_line(w);
     decode["w" + std::to_string(static_cast<int>(bits))] = {
         {"B_ms", line.b_ms}, {"W_tokens_per_ms", line.w_tokens_per_ms}, {"kv_bits", kv_bits}};
+    if (line.window > 0) {
+      decode["w" + std::to_string(static_cast<int>(bits))]["window"] = line.window;
+      decode["w" + std::to_string(static_cast<int>(bits))]["W2_tokens_per_ms"] =
+          std::isinf(line.w2_tokens_per_ms) ? json("unbounded") : json(line.w2_tokens_per_ms);
+    }
   }
   j["decode"] = decode;
   j["prefill"] = prefill;

@@ -86,10 +86,18 @@ void append_params(std::string& out, const Plan& plan) {
          format_count(static_cast<double>(c.norms), u).c_str(), format_count_at(static_cast<double>(c.total), u, 3, 2).c_str(),
          format_grouped(c.total).c_str());
   const int64_t kv = kv_elems_per_token(plan.shape);
-  append(out, "kv cache   %s elements per token (%s) = %lld layers x 2 x %lld KV heads x %lld\n\n",
+  append(out, "kv cache   %s elements per token (%s) = %lld layers x 2 x %lld KV heads x %lld\n",
          format_grouped(kv).c_str(), format_count_at(static_cast<double>(kv), u, 2).c_str(),
          static_cast<long long>(plan.shape.n_layer), static_cast<long long>(plan.shape.n_kv_head),
          static_cast<long long>(plan.shape.head_dim));
+  if (plan.shape.n_local_layers > 0) {
+    const int64_t n_global = plan.shape.n_layer - plan.shape.n_local_layers;
+    append(out, "           %lld local layers keep only the last %s tokens (sliding window), %lld global layers all "
+                "of them: past the window a token adds %s elements\n",
+           static_cast<long long>(plan.shape.n_local_layers), format_grouped(plan.shape.window).c_str(),
+           static_cast<long long>(n_global), format_grouped(kv / plan.shape.n_layer * n_global).c_str());
+  }
+  append(out, "\n");
 }
 
 void append_precisions(std::string& out, const Plan& plan) {
@@ -100,7 +108,9 @@ void append_precisions(std::string& out, const Plan& plan) {
   for (size_t i = 0; i < plan.precisions.size(); ++i) {
     const PrecisionPlan& p = plan.precisions[i];
     const std::string name = p.precision.name + (i == plan.chosen_idx ? "*" : "");
-    const std::string fit = p.kv_tokens ? format_grouped(*p.kv_tokens) : "oom";
+    const std::string fit = !p.kv_tokens                       ? "oom"
+                            : *p.kv_tokens == kUnboundedTokens ? "unbounded"
+                                                               : format_grouped(*p.kv_tokens);
     const std::string knee = p.knee_tokens ? format_grouped(*p.knee_tokens) : "never";
     append(out, "%-10s %-11s %-11s %-15s %-10s %-11.0f %-12s |                %-10s %-10s %-10s %s\n", name.c_str(),
            format_bytes(p.workload.weight_bytes, u).c_str(), format_bytes(p.workload.kv_bytes_per_token, u).c_str(),

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "base/check.h"
 
@@ -45,14 +46,50 @@ Workload make_workload(const ModelShape& shape, const ParamCounts& params, const
   w.matmul_flop_rate = matmul_flop_rate(hw, precision.weight_bits, tensor_cores);
   w.attn_flop_rate = attention_flop_rate(hw, tensor_cores);
   w.memory_bytes = hw.memory_bytes;
+  w.n_layer = shape.n_layer;
+  w.n_local_layers = shape.n_local_layers;
+  w.window = static_cast<double>(shape.window);
   return w;
+}
+
+namespace {
+
+// The share of the layers that slide, and the positions one of them holds at n_ctx.
+double local_share(const Workload& w) {
+  return w.n_layer > 0 && w.n_local_layers > 0 ? static_cast<double>(w.n_local_layers) / w.n_layer : 0.0;
+}
+
+}  // namespace
+
+double Workload::kv_bytes_at(double n_ctx) const {
+  const double f = local_share(*this);
+  return kv_bytes_per_token * ((1 - f) * n_ctx + f * std::min(n_ctx, window));
+}
+
+double Workload::attn_macs_at(double n_ctx) const {
+  const double f = local_share(*this);
+  return attn_macs_per_pair * ((1 - f) * n_ctx + f * std::min(n_ctx, window));
+}
+
+double Workload::attn_macs_prefill(double d, double n) const {
+  const double f = local_share(*this);
+  const double full = n * d + n * (n + 1) / 2;
+  if (f == 0) return attn_macs_per_pair * full;
+  const double until = std::clamp(window - d, 0.0, n);  // queries whose context fits the window
+  const double local = until * d + until * (until + 1) / 2 + (n - until) * window;
+  return attn_macs_per_pair * ((1 - f) * full + f * local);
 }
 
 std::optional<int64_t> kv_tokens_that_fit(const Workload& w) {
   const double left = w.memory_bytes - w.weight_bytes;
   if (left < 0) return std::nullopt;
   if (w.kv_bytes_per_token <= 0) return std::nullopt;
-  return static_cast<int64_t>(std::floor(left / w.kv_bytes_per_token));
+  const double f = local_share(w);
+  if (f == 0 || left < w.kv_bytes_at(w.window)) return static_cast<int64_t>(std::floor(left / w.kv_bytes_per_token));
+  // Past the window only the global layers grow.
+  if (f == 1) return kUnboundedTokens;
+  const double beyond = (left - w.kv_bytes_at(w.window)) / (w.kv_bytes_per_token * (1 - f));
+  return static_cast<int64_t>(std::floor(w.window + beyond));
 }
 
 namespace {
@@ -74,10 +111,10 @@ StepEstimate finish(const Workload& w, double bytes, double matmul_flops, double
 StepEstimate estimate_prefill(const Workload& w, int64_t n_prompt) {
   LUMEN_DCHECK(n_prompt >= 1);
   const double n = static_cast<double>(n_prompt);
-  const double bytes = w.weight_bytes + 2.0 * n * w.kv_bytes_per_token;
+  const double bytes = w.weight_bytes + w.kv_bytes_at(n) + n * w.kv_bytes_per_token;
   const double matmul_flops = 2.0 * (w.decoder_macs * n + w.lm_head_macs);
-  // Causal: query i scores i + 1 keys; QK^T and PV each a MACs per pair.
-  const double attn_flops = 2.0 * 2.0 * w.attn_macs_per_pair * n * (n + 1) / 2.0;
+  // Causal: query i scores i + 1 keys (a local layer at most its window); QK^T and PV.
+  const double attn_flops = 2.0 * 2.0 * w.attn_macs_prefill(0, n);
   return finish(w, bytes, matmul_flops, attn_flops);
 }
 
@@ -107,9 +144,9 @@ StepEstimate estimate_decode_step(const Workload& w, int64_t n_seqs, int64_t n_p
   const double b = static_cast<double>(n_seqs);
   const double p = static_cast<double>(n_past);
   const double q = static_cast<double>(n_new);
-  const double bytes = w.weight_bytes + b * p * w.kv_bytes_per_token;
+  const double bytes = w.weight_bytes + b * w.kv_bytes_at(p);
   const double matmul_flops = 2.0 * b * q * (w.decoder_macs + w.lm_head_macs);
-  const double attn_flops = 2.0 * b * 2.0 * w.attn_macs_per_pair * (q * p + q * (q + 1) / 2.0);
+  const double attn_flops = 2.0 * b * 2.0 * w.attn_macs_prefill(p, q);
   return finish(w, bytes, matmul_flops, attn_flops);
 }
 
@@ -117,6 +154,10 @@ DecodeLine decode_line(const Workload& w) {
   DecodeLine line;
   line.b_ms = w.weight_bytes / w.read_bytes_per_s * 1e3;
   line.w_tokens_per_ms = w.read_bytes_per_s * 1e-3 / w.kv_bytes_per_token;
+  if (const double f = local_share(w); f > 0) {
+    line.window = w.window;
+    line.w2_tokens_per_ms = f < 1 ? line.w_tokens_per_ms / (1 - f) : std::numeric_limits<double>::infinity();
+  }
   return line;
 }
 
@@ -126,7 +167,7 @@ BatchEstimate estimate_batch(const Workload& w, int64_t n_batch, int64_t n_past)
   e.n_past = n_past;
   e.step = estimate_decode_step(w, n_batch, n_past, 1);
   e.tok_s = static_cast<double>(n_batch) / e.step.time_s;
-  e.kv_bytes = static_cast<double>(n_batch) * static_cast<double>(n_past + 1) * w.kv_bytes_per_token;
+  e.kv_bytes = static_cast<double>(n_batch) * w.kv_bytes_at(static_cast<double>(n_past + 1));
   e.fits = w.weight_bytes + e.kv_bytes <= w.memory_bytes;
   return e;
 }

@@ -9,6 +9,12 @@
 //     bytes  = weights + 2 N kv                      (KV written once, read once)
 //     FLOPs  = 2 (decoder N + lm_head + attention(N)),  lm_head for the last token only,
 //              attention(N) = 2 a N (N + 1) / 2       (QK^T and PV; a = attn_macs_per_pair)
+//
+//   Sliding windows: a model with local layers (Workload::n_local_layers of n_layer) counts
+//   each group apart wherever context appears: a local layer holds and scores at most
+//   `window` positions. "N kv" above is then kv_bytes_at(N) and the attention sums are
+//   attn_macs_at / attn_macs_prefill (shape.h); without local layers they reduce to the
+//   formulas as written.
 //     TTFT   = max(bytes / bandwidth, FLOPs / rate);  knee = smallest N where compute >= memory
 //
 //   decode, per step: b sequences, each with `n_past` cached tokens, each adds n_new tokens
@@ -70,12 +76,27 @@ struct Workload {
   double matmul_flop_rate = 0;    // compute roof of the weight matmuls
   double attn_flop_rate = 0;      // compute roof of attention
   double memory_bytes = 0;        // weights + KV cache must fit in this
+  // Sliding-window layers: of n_layer layers (0: not given, all global), n_local_layers keep
+  // and attend over at most `window` positions.
+  int64_t n_layer = 0;
+  int64_t n_local_layers = 0;
+  double window = 0;
+
+  // KV bytes one sequence holds at n_ctx tokens.
+  double kv_bytes_at(double n_ctx) const;
+  // QK^T multiply-adds of one query at context n_ctx (PV the same again).
+  double attn_macs_at(double n_ctx) const;
+  // QK^T multiply-adds of n queries after d cached tokens (query i at context d + i).
+  double attn_macs_prefill(double n_depth, double n_new) const;
 };
 Workload make_workload(const ModelShape& shape, const ParamCounts& params, const Precision& precision,
                        const Hardware& hw, bool tensor_cores);
 
-// KV-cache tokens that fit beside the weights: floor((memory - weights) / kv per token);
+// KV-cache tokens that fit beside the weights: the longest context one sequence can hold,
+// floor((memory - weights) / kv per token) without local layers (local layers count at
+// most their window); kUnboundedTokens when every layer is local and a full window fits;
 // nullopt ("oom") when the weights alone do not fit.
+inline constexpr int64_t kUnboundedTokens = INT64_MAX;
 std::optional<int64_t> kv_tokens_that_fit(const Workload& w);
 
 struct StepEstimate {
@@ -104,8 +125,17 @@ StepEstimate estimate_decode_step(const Workload& w, int64_t n_seqs, int64_t n_p
 struct DecodeLine {
   double b_ms = 0;              // latency of a step that reads only the weights
   double w_tokens_per_ms = 0;   // context tokens whose KV reads add one millisecond
-  // Latency of the n-th token (n >= 1): B + (n - 1) / W.
-  double latency_ms(int64_t n) const { return b_ms + static_cast<double>(n - 1) / w_tokens_per_ms; }
+  // With local layers the line bends at their window: past it only the global layers'
+  // KV grows (W2 tokens per ms; infinite when every layer is local).
+  double window = 0;            // 0: a straight line
+  double w2_tokens_per_ms = 0;
+  // Latency of the n-th token (n >= 1): B + (n - 1) / W, past the window
+  // B + window / W + (n - 1 - window) / W2.
+  double latency_ms(int64_t n) const {
+    const double c = static_cast<double>(n - 1);
+    if (window <= 0 || c <= window) return b_ms + c / w_tokens_per_ms;
+    return b_ms + window / w_tokens_per_ms + (c - window) / w2_tokens_per_ms;
+  }
 };
 DecodeLine decode_line(const Workload& w);
 

@@ -42,16 +42,17 @@ double weight_bytes_per_token(const ModelShape& shape, const FileWeights& w) {
 }
 
 // One prefill pass of n tokens after d cached ones: reads the weights and the cached and
-// new KV, writes the new KV; computes the decoder for every token, lm_head for the last.
+// new KV (local layers: their window), writes the new KV; computes the decoder for every
+// token, lm_head for the last.
 StepTimes prefill_times(const ModelShape& shape, const FileWeights& w, const MachineRates& r,
-                        double weight_bytes, double kv_bytes_per_token, int64_t n_prompt, int64_t n_depth) {
+                        double weight_bytes, double kv_bytes_per_elem, int64_t n_prompt, int64_t n_depth) {
   const double n = static_cast<double>(n_prompt);
   const double d = static_cast<double>(n_depth);
-  const double a = static_cast<double>(attn_macs_per_pair(shape));
   StepTimes t;
-  t.bytes = weight_bytes + (d + 2.0 * n) * kv_bytes_per_token;  // read depth + prompt, write prompt
+  const double kv_elems = kv_elems_at(shape, d + n) + n * static_cast<double>(kv_elems_per_token(shape));
+  t.bytes = weight_bytes + kv_elems * kv_bytes_per_elem;  // read depth + prompt, write prompt
   t.memory_s = t.bytes / r.read_bytes_per_s;
-  t.compute_s = matmul_seconds(w, r, n, 1) + 2.0 * 2.0 * a * (n * d + n * (n + 1) / 2.0) / r.flops_f32;
+  t.compute_s = matmul_seconds(w, r, n, 1) + 2.0 * 2.0 * attn_macs_prefill(shape, d, n) / r.flops_f32;
   return t;
 }
 
@@ -64,8 +65,6 @@ Prediction predict_lumen(const ModelShape& shape, const FileWeights& w, const Ma
   Prediction p;
   p.weight_bytes_per_token = weight_bytes_per_token(shape, w);
   p.kv_bytes_per_token = static_cast<double>(kv_elems_per_token(shape)) * o.kv_bytes_per_elem;
-  const double kv = p.kv_bytes_per_token;
-  const double a = static_cast<double>(attn_macs_per_pair(shape));
 
   // tg: one token at a time, the context growing from n_depth. A step is two phases that
   // run one after the other, each at its own roof: the matrices (the weights read once,
@@ -79,11 +78,12 @@ Prediction predict_lumen(const ModelShape& shape, const FileWeights& w, const Ma
   double mem_bound_s = 0, comp_bound_s = 0, bytes = 0;
   for (int64_t i = 0; i < o.n_gen; ++i) {
     const double n_ctx = static_cast<double>(o.n_depth + i) + 1;  // past + the new token
-    const double kv_mem_s = n_ctx * kv / r.read_bytes_per_s;     // read past, write new
-    const double attn_s = 2.0 * 2.0 * a * n_ctx / r.flops_f32;
+    const double kv_bytes = kv_elems_at(shape, n_ctx) * o.kv_bytes_per_elem;  // read past, write new
+    const double kv_mem_s = kv_bytes / r.read_bytes_per_s;
+    const double attn_s = 2.0 * 2.0 * attn_macs_at(shape, n_ctx) / r.flops_f32;
     (matmul_s > weights_mem_s ? comp_bound_s : mem_bound_s) += std::max(weights_mem_s, matmul_s);
     (attn_s > kv_mem_s ? comp_bound_s : mem_bound_s) += std::max(kv_mem_s, attn_s);
-    bytes += p.weight_bytes_per_token + n_ctx * kv;
+    bytes += p.weight_bytes_per_token + kv_bytes;
   }
   const double time_s = mem_bound_s + comp_bound_s;
   p.tg_ms = time_s * 1e3;
@@ -92,7 +92,7 @@ Prediction predict_lumen(const ModelShape& shape, const FileWeights& w, const Ma
   p.binding_roof = comp_bound_s > mem_bound_s ? "compute" : "memory";
 
   // pp: the whole prompt in one pass over the weights, after n_depth cached tokens.
-  const StepTimes pp = prefill_times(shape, w, r, p.weight_bytes_per_token, kv, o.n_prompt, o.n_depth);
+  const StepTimes pp = prefill_times(shape, w, r, p.weight_bytes_per_token, o.kv_bytes_per_elem, o.n_prompt, o.n_depth);
   p.pp_ms = std::max(pp.memory_s, pp.compute_s) * 1e3;
   p.pp_tok_s = static_cast<double>(o.n_prompt) / std::max(pp.memory_s, pp.compute_s);
   p.pp_binding_roof = pp.compute_s > pp.memory_s ? "compute" : "memory";
@@ -103,12 +103,11 @@ int64_t prefill_knee_tokens(const ModelShape& shape, const FileWeights& w, const
                             double kv_bytes_per_elem) {
   LUMEN_CHECK(r.read_bytes_per_s > 0 && r.flops_f32 > 0 && r.ops_int8 > 0);
   const double weight_bytes = weight_bytes_per_token(shape, w);
-  const double kv = static_cast<double>(kv_elems_per_token(shape)) * kv_bytes_per_elem;
   constexpr int64_t kCap = 65536;
   // compute - memory grows with n (quadratically through attention), so the first n where
   // it is >= 0 is found by doubling, then bisection.
   auto compute_bound = [&](int64_t n) {
-    const StepTimes t = prefill_times(shape, w, r, weight_bytes, kv, n, 0);
+    const StepTimes t = prefill_times(shape, w, r, weight_bytes, kv_bytes_per_elem, n, 0);
     return t.compute_s >= t.memory_s;
   };
   if (compute_bound(1)) return 1;

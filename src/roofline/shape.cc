@@ -1,9 +1,11 @@
 #include "roofline/shape.h"
 
+#include <algorithm>
 #include <charconv>
 #include <optional>
 
 #include "model/hparams.h"
+#include "model/layer_spec.h"
 #include "tensor/dtype.h"
 
 namespace lumen::roofline {
@@ -26,7 +28,45 @@ Status validate_shape(const ModelShape& s) {
   if (s.n_head % s.n_kv_head != 0)
     return error("model shape: heads = " + std::to_string(s.n_head) +
                  " is not a multiple of kv_heads = " + std::to_string(s.n_kv_head));
+  if (s.n_local_layers < 0 || s.n_local_layers > s.n_layer)
+    return error("model shape: local (sliding-window) layers = " + std::to_string(s.n_local_layers) +
+                 " is out of range [0, layers]");
+  if (s.n_local_layers > 0 && (s.window <= 0 || s.window > (int64_t{1} << 30)))
+    return error("model shape: window = " + std::to_string(s.window) + " must be positive for local layers");
   return Status();
+}
+
+namespace {
+
+// Sum over i = 1..n of min(d + i, w): the keys n successive queries after d cached tokens
+// see in a window of w.
+double window_pairs(double d, double n, double w) {
+  const double full_until = std::clamp(w - d, 0.0, n);  // queries with d + i <= w
+  return full_until * d + full_until * (full_until + 1) / 2 + (n - full_until) * w;
+}
+
+}  // namespace
+
+double kv_elems_at(const ModelShape& s, double n_ctx) {
+  const double per_layer = 2.0 * static_cast<double>(s.n_kv_head * s.head_dim);
+  const double local = s.n_local_layers > 0 ? std::min(n_ctx, static_cast<double>(s.window)) : 0.0;
+  return per_layer * (static_cast<double>(s.n_layer - s.n_local_layers) * n_ctx +
+                      static_cast<double>(s.n_local_layers) * local);
+}
+
+double attn_macs_at(const ModelShape& s, double n_ctx) {
+  const double per_layer = static_cast<double>(s.n_head * s.head_dim);
+  const double local = s.n_local_layers > 0 ? std::min(n_ctx, static_cast<double>(s.window)) : 0.0;
+  return per_layer * (static_cast<double>(s.n_layer - s.n_local_layers) * n_ctx +
+                      static_cast<double>(s.n_local_layers) * local);
+}
+
+double attn_macs_prefill(const ModelShape& s, double n_depth, double n_new) {
+  const double per_layer = static_cast<double>(s.n_head * s.head_dim);
+  const double full = n_new * n_depth + n_new * (n_new + 1) / 2;
+  const double local = s.n_local_layers > 0 ? window_pairs(n_depth, n_new, static_cast<double>(s.window)) : 0.0;
+  return per_layer * (static_cast<double>(s.n_layer - s.n_local_layers) * full +
+                      static_cast<double>(s.n_local_layers) * local);
 }
 
 LayerParams layer_params(const ModelShape& s) {
@@ -83,6 +123,11 @@ Result<ModelShape> model_preset(std::string_view name, std::string_view flag) {
     s.tied_output = p.tied_output;
     s.has_qkv_bias = p.has_qkv_bias;
     s.gated_mlp = true;
+    if (p.sliding_window > 0) {  // layer il slides iff il % period < period - 1 (or every layer)
+      for (int32_t il = 0; il < p.n_layer; ++il)
+        s.n_local_layers += p.window_period == 1 || il % p.window_period < p.window_period - 1;
+      s.window = p.sliding_window;
+    }
     return s;
   }
   return error(std::string(flag) + ": unknown model preset '" + std::string(name) +
@@ -170,7 +215,15 @@ Result<ModelShape> shape_from_model_file(const gguf::ModelFile& file) {
   s.n_vocab = hp->n_vocab;
   s.tied_output = hp->tied_output;
   s.has_qkv_bias = hp->has_qkv_bias;
-  s.gated_mlp = file.find_tensor("blk.0.ffn_gate.weight") != nullptr;
+  // Local layers from the layer specs (every sliding layer of the known architectures has
+  // the same window).
+  LUMEN_ASSIGN_OR_RETURN(const std::vector<model::LayerSpec> specs, model::read_layer_specs(file, *hp));
+  s.gated_mlp = specs.empty() || specs[0].mlp != model::MlpKind::kGelu;  // Phi-3's is fused in ffn_up
+  for (const model::LayerSpec& spec : specs) {
+    if (spec.attn != model::AttnKind::kSliding) continue;
+    ++s.n_local_layers;
+    s.window = std::max<int64_t>(s.window, spec.window);
+  }
   LUMEN_TRY(validate_shape(s));
   return s;
 }

@@ -46,6 +46,10 @@ struct ModelShape {
   bool tied_output = false;  // lm_head shares the embedding matrix
   bool has_qkv_bias = false; // q/k/v projections carry a bias
   bool gated_mlp = true;     // SwiGLU (gate, up, down) rather than up, down
+  // Sliding-window layers (Gemma 2 / 3, Mistral, Phi-3): n_local_layers of the n_layer keep
+  // and attend over only the last `window` positions; the others over the whole context.
+  int64_t n_local_layers = 0;
+  int64_t window = 0;        // tokens; > 0 when n_local_layers > 0
 
   int64_t n_q_dim() const { return n_head * head_dim; }
   int64_t n_kv_dim() const { return n_kv_head * head_dim; }
@@ -86,7 +90,8 @@ struct ParamCounts {
 };
 ParamCounts count_params(const ModelShape& shape);
 
-// K and V of one token over all layers: n_layer x 2 x n_kv_head x head_dim.
+// K and V of one token over all layers: n_layer x 2 x n_kv_head x head_dim (the rate at
+// which a sequence's KV grows while it is shorter than every window).
 inline int64_t kv_elems_per_token(const ModelShape& shape) {
   return shape.n_layer * 2 * shape.n_kv_head * shape.head_dim;
 }
@@ -97,6 +102,16 @@ inline int64_t kv_elems_per_token(const ModelShape& shape) {
 inline int64_t attn_macs_per_pair(const ModelShape& shape) {
   return shape.n_layer * shape.n_head * shape.head_dim;
 }
+
+// Sliding windows, counted per layer group: a global layer holds (and a query of it
+// scores) every position, a local one at most `window`.
+//
+//   kv_elems_at(n)    = 2 kv hd (n_global n + n_local min(n, window))     one sequence of n tokens
+//   attn_macs_at(n)   = h hd (n_global n + n_local min(n, window))        one query at context n
+//   attn_macs_prefill(d, n) = sum over i = 1..n of attn_macs_at(d + i)    n queries after d cached
+double kv_elems_at(const ModelShape& shape, double n_ctx);
+double attn_macs_at(const ModelShape& shape, double n_ctx);
+double attn_macs_prefill(const ModelShape& shape, double n_depth, double n_new);
 
 // ---- presets ----
 
