@@ -199,10 +199,12 @@ TEST(GgufFuzz, TinyStories656kQ8) {
   fuzz_gguf_file(testing::tinystories656k_dir() + "/TinyStories-656K-Q8_0.gguf");
 }
 
-// llama.cpp-quantized files of the i-quant types (tests/data/iq): their tensor sizes come
-// from the i-quant rows of the type table, so a truncated super-block is a clear error.
+// llama.cpp-quantized files of the i-quant types and a mix with iq4_nl fallbacks
+// (tests/data/iq): their tensor sizes come from the types' DType rows, so a truncated
+// super-block is a clear error.
 TEST(GgufFuzz, IquantFiles) {
-  for (const char* name : {"iq4_xs", "iq1_m"}) fuzz_gguf_file(std::string(LUMEN_TEST_DATA_DIR) + "/iq/" + name + "/model.gguf");
+  for (const char* name : {"iq4_xs", "iq1_m", "q3_k_m-h160"})
+    fuzz_gguf_file(std::string(LUMEN_TEST_DATA_DIR) + "/iq/" + name + "/model.gguf");
 }
 
 // Hand-made hostile images that random mutation rarely reaches.

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -280,6 +281,50 @@ TEST(GgufReader, RejectsHostileStringAndArrayLengths) {
   r = parse_gguf(v, "elem");
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.message().find("element type 99"), std::string::npos) << r.message();
+}
+
+// Every i-quant type (the DType rows named iq*): a tensor's size comes from its block size and
+// bytes, so a file cut inside a super-block and a row that is not a whole number of blocks
+// are clear errors naming the tensor, and an intact tensor is exactly its rows' bytes.
+TEST(GgufReader, IquantTensorsTruncatedOrMisshapenAreErrors) {
+  const std::string name = "blk.0.ffn_down.weight";
+  int n_types = 0;
+  for (uint32_t id = 0; id < kDTypeIdLimit; ++id) {
+    const DTypeInfo* info = find_dtype_info(id);
+    if (info == nullptr || !info->name.starts_with("iq")) continue;
+    ++n_types;
+    SCOPED_TRACE(std::string(info->name));
+    const int64_t ne0 = 2 * info->block_size, ne1 = 3;
+    const std::vector<std::byte> data(row_bytes(info->dtype, ne0) * ne1, std::byte{0x5a});
+    GgufWriter w(32);
+    w.set("general.architecture", MetaValue::of_string("llama"));
+    ASSERT_TRUE(w.add_tensor_copy(name, info->dtype, {ne0, ne1}, data).ok());
+    const std::vector<std::byte> img = w.serialize();
+    auto r = parse_gguf(img, "iq");
+    ASSERT_TRUE(r.ok()) << r.message();
+    const TensorInfo* t = r->find_tensor(name);
+    ASSERT_NE(t, nullptr);
+    ASSERT_EQ(t->view.n_bytes, data.size());
+    const size_t end = static_cast<size_t>(static_cast<const std::byte*>(t->view.data) - img.data()) + data.size();
+    // Cut inside the last super-block.
+    std::vector<std::byte> cut(img.begin(), img.begin() + static_cast<std::ptrdiff_t>(end - info->block_bytes / 2));
+    auto rc = parse_gguf(cut, "cut");
+    ASSERT_FALSE(rc.ok());
+    EXPECT_NE(rc.message().find("extends past end of file"), std::string::npos) << rc.message();
+    EXPECT_NE(rc.message().find(name), std::string::npos) << rc.message();
+    // ne[0] half a block: find ne[0] after the name and the dimension count.
+    const auto at = std::search(img.begin(), img.end(), reinterpret_cast<const std::byte*>(name.data()),
+                                 reinterpret_cast<const std::byte*>(name.data()) + name.size());
+    ASSERT_NE(at, img.end());
+    const size_t ne0_at = static_cast<size_t>(at - img.begin()) + name.size() + 4;
+    std::vector<std::byte> half = img;
+    put_u64(half, ne0_at, static_cast<uint64_t>(info->block_size / 2));
+    auto rh = parse_gguf(half, "half");
+    ASSERT_FALSE(rh.ok());
+    EXPECT_NE(rh.message().find("block size"), std::string::npos) << rh.message();
+    EXPECT_NE(rh.message().find(name), std::string::npos) << rh.message();
+  }
+  EXPECT_EQ(n_types, 9);
 }
 
 TEST(GgufReader, RejectsBadTensorInfos) {

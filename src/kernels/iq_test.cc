@@ -3,6 +3,7 @@
 // dequantized values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -261,6 +262,44 @@ TEST(IqParity, EveryGridIndexInEveryTable) {
       std::fill(y.begin(), y.end(), 0.0f);
       mk->panel.gemm(n, panel.data(), n_rows, xq.data(), xs, nullptr, 0, n_cols, y.data(), n_rows);
       EXPECT_EQ(y, want) << t->name << " panel " << dtype_name(gr.dt);
+    }
+  }
+}
+
+// Hostile data, any bit pattern: every index field of an i-quant is exactly as wide as its
+// grid (iq_grids.h; checked here against the grid sizes), so no pattern indexes past a grid.
+// Blocks of random bytes, all ones and all zeros (the block scales kept finite) go through
+// the dequantizer and every table's vec_dot and gemm on exactly-sized buffers (ASan sees any
+// read past a row, a grid or the sign table) and give finite results.
+TEST(IqHostile, EveryBitPatternStaysInBounds) {
+  static_assert(std::size(kIq2xxsGrid) == 1u << 8 && std::size(kIq2xsGrid) == 1u << 9 &&
+                std::size(kIq2sGrid) == 1u << 10 && std::size(kIq3xxsGrid) == 1u << 8 &&
+                std::size(kIq3sGrid) == 1u << 9 && std::size(kIq1sGrid) == 1u << 11);
+  std::mt19937 rng(43);
+  for (DType dt : kIqTypes) {
+    const int64_t n = 2 * kQkK, n_rows = 3;
+    const size_t ws = row_bytes(dt, n), bb = dtype_info(dt).block_bytes;
+    for (int fill : {-1, 0x00, 0xff}) {  // -1: random bytes
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " fill " + std::to_string(fill));
+      std::vector<std::byte> w = testing::random_weights(rng, dt, n_rows, n);
+      if (fill >= 0) {
+        std::fill(w.begin(), w.end(), static_cast<std::byte>(fill));
+        for (size_t off = 0; off < w.size(); off += bb) testing::set_block_d(dt, w.data() + off, f32_to_fp16(0.01f));
+      }
+      const std::vector<float> deq = testing::dequantize(dt, w.data(), n * n_rows);
+      for (float v : deq) ASSERT_TRUE(std::isfinite(v));
+      for (const KernelTable* t : available_kernel_tables()) {
+        const MatmulKernels* mk = find_matmul_kernels(*t, dt);
+        const size_t xs = row_bytes(mk->act_dtype, n);
+        std::vector<std::byte> xq(xs);
+        mk->quantize_act(testing::random_floats(rng, n).data(), xq.data(), n);
+        std::vector<float> y(n_rows);
+        mk->gemm(n, w.data(), ws, n_rows, xq.data(), xs, 1, y.data(), n_rows);
+        for (int64_t r = 0; r < n_rows; ++r) {
+          const float v = mk->vec_dot(n, w.data() + r * ws, xq.data());
+          EXPECT_TRUE(std::isfinite(v) && v == y[r]) << t->name << " row " << r << ": " << v << " vs " << y[r];
+        }
+      }
     }
   }
 }
