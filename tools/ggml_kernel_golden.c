@@ -1,5 +1,5 @@
-// Prints llama.cpp's (ggml's) results on pseudo-random blocks of each legacy and K type, the
-// golden values of KernelsGolden.* in src/kernels/golden_test.cc:
+// Prints llama.cpp's (ggml's) results on pseudo-random blocks of each legacy, K and i-quant
+// type, the golden values of KernelsGolden.* in src/kernels/golden_test.cc:
 //   * a hash of to_float (the reference dequantizer) over 4096 elements;
 //   * a hash of the activation row quantized by ggml-cpu's from_float for the type's
 //     vec_dot_type (q8_0, q8_1 or q8_K), and the float bits of vec_dot of 4 weight rows of
@@ -11,7 +11,9 @@
 //
 // Blocks: bytes from a 64-bit LCG (x = x * 6364136223846793005 + 1442695040888963407, byte =
 // x >> 56) seeded with the type id; then the block's fp16 fields set: the first (d) to 0x2e66
-// (0.1), the second (dmin / m) where there is one to 0x2a66 (0.05). Activations: x[i] =
+// (0.1), the second (dmin / m) where there is one to 0x2a66 (0.05); iq1_m, whose d is spread
+// over the top nibbles of its scales, keeps a random d made finite by clearing bit 6 of the
+// block's last byte (d's exponent MSB). Activations: x[i] =
 // (byte - 128) / 32 from the same LCG seeded with 1000 + type id. Hash: FNV-1a 64 over the
 // bytes (of the floats' bits for to_float).
 #include <stdint.h>
@@ -36,7 +38,7 @@ static uint64_t fnv(const void* p, size_t n) {
 
 struct TypeCase {
   enum ggml_type type;
-  int f16_offsets[2];  // byte offsets of d and dmin / m in a block; -1: none
+  int f16_offsets[2];  // byte offsets of d and dmin / m in a block; -1: none (iq1_m: see top)
 };
 
 int main(void) {
@@ -45,6 +47,9 @@ int main(void) {
       {GGML_TYPE_Q5_1, {0, 2}},     {GGML_TYPE_Q8_0, {0, -1}},   {GGML_TYPE_Q2_K, {80, 82}},
       {GGML_TYPE_Q3_K, {108, -1}},  {GGML_TYPE_Q4_K, {0, 2}},    {GGML_TYPE_Q5_K, {0, 2}},
       {GGML_TYPE_Q6_K, {208, -1}},  {GGML_TYPE_IQ4_NL, {0, -1}}, {GGML_TYPE_IQ4_XS, {0, -1}},
+      {GGML_TYPE_IQ3_S, {0, -1}},   {GGML_TYPE_IQ3_XXS, {0, -1}}, {GGML_TYPE_IQ2_S, {0, -1}},
+      {GGML_TYPE_IQ2_XS, {0, -1}},  {GGML_TYPE_IQ2_XXS, {0, -1}}, {GGML_TYPE_IQ1_S, {0, -1}},
+      {GGML_TYPE_IQ1_M, {-1, -1}},
   };
   enum { kElems = 4096, kRowElems = 1024 };
   static uint8_t buf[kElems * 2];
@@ -63,6 +68,7 @@ int main(void) {
       const uint16_t d = 0x2e66, m = 0x2a66;
       if (cases[c].f16_offsets[0] >= 0) memcpy(buf + b * bytes + cases[c].f16_offsets[0], &d, 2);
       if (cases[c].f16_offsets[1] >= 0) memcpy(buf + b * bytes + cases[c].f16_offsets[1], &m, 2);
+      if (type == GGML_TYPE_IQ1_M) buf[b * bytes + bytes - 1] &= 0xbf;
     }
     ggml_get_type_traits(type)->to_float(buf, out, kElems);
     printf("{%s, 0x%016llxull, ", ggml_type_name(type), (unsigned long long)fnv(out, sizeof(out)));

@@ -1,4 +1,4 @@
-// llama.cpp's own results on the legacy and K types (and iq4_nl / iq4_xs), written by
+// llama.cpp's own results on the legacy, K and i-quant types, written by
 // tools/ggml_kernel_golden.c against a native llama.cpp build (c392e5094): lumen's scalar
 // dequantizers and activation quantizers must reproduce them bit for bit, and every table's
 // vec_dot must agree with ggml-cpu's to f32 summation-order tolerance.
@@ -39,6 +39,13 @@ constexpr GoldenCase kCases[] = {
     {DType::kQ6_K, 0x0dd1ff9db61dcfa7ull, DType::kQ8_K, 0x70c14a3e4bc523cbull, {0x45c8e841, 0xc51cc19e, 0x4620949d, 0xc6a507bd}},
     {DType::kIQ4_NL, 0x1d6e985a1cd13bd6ull, DType::kQ8_0, 0xb3d5244298ff6f30ull, {0xc22dace2, 0x43eb2616, 0x43f714a5, 0x4333697f}},
     {DType::kIQ4_XS, 0x04b87d18cad84c11ull, DType::kQ8_K, 0x4f5dce52340680ffull, {0x465e65fd, 0x44a217a0, 0xc5e53562, 0x43b8f380}},
+    {DType::kIQ3_S, 0x90b53753a0d5032aull, DType::kQ8_K, 0x53d191ced5957c04ull, {0x448e29a8, 0xc3267420, 0xc3e0a6e2, 0x453ced1b}},
+    {DType::kIQ3_XXS, 0xf8106fc2e2ac8cd1ull, DType::kQ8_K, 0x5393049f02f14414ull, {0x42022fe0, 0x4497b16c, 0xc3edceaf, 0xc44b32aa}},
+    {DType::kIQ2_S, 0xbde1fbfc4c7a8108ull, DType::kQ8_K, 0x13e752eee0194d9bull, {0xc3a80c3d, 0x443a0fce, 0xc4216c46, 0x43acbd1d}},
+    {DType::kIQ2_XS, 0x5655033ffa90408bull, DType::kQ8_K, 0xa22f701631878f4eull, {0xc3d3439f, 0xc3852235, 0xc1fec9d0, 0xc2ce9c30}},
+    {DType::kIQ2_XXS, 0xb563027f5737bebeull, DType::kQ8_K, 0x3320c7bb0ebc682cull, {0x448efffe, 0x42f6765f, 0xc266b658, 0x41951a48}},
+    {DType::kIQ1_S, 0x69901317d7a5988aull, DType::kQ8_K, 0x550f3477ee787328ull, {0xc264f18f, 0x41ef03f6, 0x42520b2e, 0xc186a608}},
+    {DType::kIQ1_M, 0x9a7867d5293904dbull, DType::kQ8_K, 0x433ec6147cc1aa4bull, {0x407c7474, 0xbf369d61, 0xc31e346e, 0xc0aa3b40}},
 };
 
 constexpr int kElems = 4096, kRowElems = 1024;
@@ -60,7 +67,8 @@ uint64_t fnv(const void* p, size_t n) {
 }
 
 // kElems elements of blocks as the tool makes them: LCG bytes seeded with the type id, the
-// fp16 fields set to 0.1 (d) and 0.05 (dmin / m).
+// fp16 fields set to 0.1 (d) and 0.05 (dmin / m); iq1_m's spread d stays random, made finite
+// by clearing bit 6 of the block's last byte (d's exponent MSB).
 std::vector<std::byte> golden_blocks(DType dt) {
   const DTypeInfo& info = dtype_info(dt);
   std::vector<std::byte> w(row_bytes(dt, kElems));
@@ -70,6 +78,8 @@ std::vector<std::byte> golden_blocks(DType dt) {
   for (size_t ib = 0; ib < w.size() / info.block_bytes; ++ib)
     for (int f = 0; f < 2; ++f)
       if (info.f16_offsets[f] >= 0) std::memcpy(w.data() + ib * info.block_bytes + info.f16_offsets[f], &f16[f], 2);
+  if (dt == DType::kIQ1_M)
+    for (size_t ib = 0; ib < w.size() / info.block_bytes; ++ib) w[(ib + 1) * info.block_bytes - 1] &= std::byte{0xbf};
   return w;
 }
 

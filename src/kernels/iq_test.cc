@@ -1,6 +1,7 @@
-// The i-quant formats: the transcribed grids, the reference dequantizers against llama.cpp's
-// (bit for bit, on pseudo-random blocks), and the reference dot products against the
-// dequantized values.
+// The i-quant formats: the transcribed grids, every grid index through the dequantizers and
+// every table, hostile blocks. (llama.cpp's own dequantized values and dot products of every
+// i-quant are KernelsGolden.*, golden_test.cc; the dot against the dequantized values is
+// KernelsVecDot.MatchesDequantizedDoubleReference.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -74,70 +75,6 @@ TEST(IqGrids, EveryEntryIsFromTheValueSet) {
 
 const DType kIqTypes[] = {DType::kIQ4_NL, DType::kIQ4_XS,  DType::kIQ3_S, DType::kIQ3_XXS, DType::kIQ2_S,
                           DType::kIQ2_XS, DType::kIQ2_XXS, DType::kIQ1_S, DType::kIQ1_M};
-
-// The blocks of tools/iq_dequant_golden.c: LCG bytes, then each fp16 d set to 0.1 (iq1_m:
-// its d's exponent MSB cleared so it stays finite).
-std::vector<std::byte> golden_blocks(DType dt, int64_t n) {
-  const DTypeInfo& info = dtype_info(dt);
-  std::vector<std::byte> buf(row_bytes(dt, n));
-  uint64_t x = static_cast<uint64_t>(dt);
-  for (std::byte& b : buf) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    b = static_cast<std::byte>(x >> 56);
-  }
-  for (size_t off = 0; off < buf.size(); off += info.block_bytes) {
-    if (dt == DType::kIQ1_M) {
-      buf[off + info.block_bytes - 1] &= std::byte{0xbf};
-    } else {
-      buf[off] = std::byte{0x66};
-      buf[off + 1] = std::byte{0x2e};
-    }
-  }
-  return buf;
-}
-
-// Hashes of llama.cpp's dequantize_row_iq* on those blocks (tools/iq_dequant_golden.c).
-TEST(IqGolden, DequantizeMatchesLlamaCpp) {
-  const uint64_t want[] = {0x1d6e985a1cd13bd6ull, 0x04b87d18cad84c11ull, 0x90b53753a0d5032aull,
-                           0xf8106fc2e2ac8cd1ull, 0xbde1fbfc4c7a8108ull, 0x5655033ffa90408bull,
-                           0xb563027f5737bebeull, 0x69901317d7a5988aull, 0x9a7867d5293904dbull};
-  constexpr int64_t kN = 4096;
-  for (size_t t = 0; t < std::size(kIqTypes); ++t) {
-    const std::vector<std::byte> w = golden_blocks(kIqTypes[t], kN);
-    const std::vector<float> y = testing::dequantize(kIqTypes[t], w.data(), kN);
-    EXPECT_EQ(fnv1a(y.data(), y.size() * sizeof(float)), want[t]) << dtype_name(kIqTypes[t]) << " y[0] = " << y[0];
-  }
-}
-
-// The reference dot product equals the double-precision dot of the dequantized weights
-// with the dequantized activations, up to f32 rounding of the per-block float steps.
-TEST(IqReference, VecDotMatchesDequantizedDot) {
-  std::mt19937 rng(13);
-  const KernelTable& ref = reference_kernel_table();
-  for (DType dt : kIqTypes) {
-    const MatmulKernels* mk = find_matmul_kernels(ref, dt);
-    ASSERT_NE(mk, nullptr) << dtype_name(dt);
-    for (int64_t n_blocks : {1, 3, 8}) {
-      const int64_t n = 256 * n_blocks;
-      std::vector<std::byte> w = golden_blocks(dt, n);
-      if (dt != DType::kIQ1_M) {  // vary the scales
-        for (size_t off = 0; off < w.size(); off += dtype_info(dt).block_bytes) {
-          const uint16_t d = f32_to_fp16(std::uniform_real_distribution<float>(-0.05f, 0.05f)(rng));
-          std::memcpy(&w[off], &d, 2);
-        }
-      }
-      const std::vector<float> x = testing::random_floats(rng, n);
-      std::vector<std::byte> xq(row_bytes(mk->act_dtype, n));
-      mk->quantize_act(x.data(), xq.data(), n);
-      const std::vector<float> wf = testing::dequantize(dt, w.data(), n);
-      const std::vector<float> xf = testing::dequantize(mk->act_dtype, xq.data(), n);
-      const double want = testing::dot_double(wf.data(), xf.data(), n);
-      const double mag = testing::abs_dot_double(wf.data(), xf.data(), n);
-      const float got = mk->vec_dot(n, w.data(), xq.data());
-      EXPECT_NEAR(got, want, 1e-5 * mag + 1e-30) << dtype_name(dt) << " n=" << n;
-    }
-  }
-}
 
 // Every grid index and every sign pattern decodes to the grid entry with those signs: one
 // block per index range, built field by field (independent of the block's bit layout
