@@ -1,20 +1,20 @@
 // POST /v1/completions and /v1/chat/completions: validate -> chat template -> encode ->
 // AsyncEngine::submit -> events -> one JSON body or an SSE stream.
 //
-// A handler thread owns its request from submit to the last event. While it waits for the
-// next event it wakes every idle_poll_ms to check that the client is still connected
-// (ConnectionProbe) and that the server is not stopping; a client that has gone gets its
-// request cancelled at once, which frees its KV blocks.
-#include <httplib.h>
-
+// A worker thread owns its request from submit to the last event. While it waits for the
+// next event it wakes every idle_poll_ms to check that the client is still connected (the
+// transport sees the hang-up: HttpRequest::client_gone) and that the server is not
+// stopping; a client that has gone gets its request cancelled at once, which frees its KV
+// blocks. A stream's writes wait while the client reads slower than tokens come; only this
+// thread waits (the engine thread queues events in the RequestStream).
 #include <chrono>
 #include <algorithm>
 #include <random>
 
 #include "base/log.h"
 #include "base/timer.h"
-#include "server/connection_probe.h"
 #include "server/openai_response.h"
+#include "server/routing_key.h"
 #include "server/serving_state.h"
 
 namespace lumen::server {
@@ -146,41 +146,6 @@ class RequestRun {
   std::string error_;
 };
 
-// Asks at most once per interval whether the client is still there; the socket is
-// looked up on the first question (the /proc scan is only worth it for requests that last).
-class LazyProbe {
- public:
-  LazyProbe(const httplib::Request& req, double interval_ms)
-      : local_addr_(req.local_addr), remote_addr_(req.remote_addr), local_port_(req.local_port),
-        remote_port_(req.remote_port), interval_ms_(interval_ms), t_next_ms_(now_ms() + interval_ms) {}
-  // Whether the client has gone, if the interval has passed since the last question.
-  bool due_and_gone() {
-    const double t = now_ms();
-    if (t < t_next_ms_) return false;
-    t_next_ms_ = t + interval_ms_;
-    return peer_gone();
-  }
-  bool peer_gone() {
-    search();
-    return probe_.peer_gone();
-  }
-  // Finds the socket now. A stream must do this before its first write: once the client
-  // has gone, that write draws a reset, and a reset socket has no peer address to match.
-  void search() {
-    if (searched_) return;
-    probe_ = ConnectionProbe::find(local_addr_, local_port_, remote_addr_, remote_port_);
-    searched_ = true;
-    if (!probe_.found()) LUMEN_LOG_DEBUG("server: connection probe found no socket; disconnects are seen on write");
-  }
-
- private:
-  std::string local_addr_, remote_addr_;
-  int local_port_, remote_port_;
-  double interval_ms_, t_next_ms_;
-  bool searched_ = false;
-  ConnectionProbe probe_;
-};
-
 const char* endpoint_name(Endpoint e) { return e == Endpoint::kChatCompletions ? "chat" : "completions"; }
 
 void log_request(const HandlerEnv& env, Endpoint endpoint, bool stream, int status, int32_t n, const RequestRun& run) {
@@ -191,19 +156,15 @@ void log_request(const HandlerEnv& env, Endpoint endpoint, bool stream, int stat
                  u.cached_tokens, run.ttft_ms(), run.elapsed_ms(), run.done() ? "" : " (client gone)");
 }
 
-// Everything the SSE content provider needs; shared by the provider and its releaser.
+// Everything a stream needs while it runs.
 struct StreamJob {
-  StreamJob(RequestRun r, ResponseHeader h, const ServingState* s, HandlerEnv e, const httplib::Request& req)
-      : run(std::move(r)), header(std::move(h)), state(s), env(e), probe(req, e.config->idle_poll_ms),
-        text_offset(run.choices().size(), 0) {}
+  StreamJob(RequestRun r, ResponseHeader h, const ServingState* s, HandlerEnv e)
+      : run(std::move(r)), header(std::move(h)), state(s), env(e), text_offset(run.choices().size(), 0) {}
   RequestRun run;
   ResponseHeader header;
   const ServingState* state;
   HandlerEnv env;
-  LazyProbe probe;
   std::vector<int64_t> text_offset;
-  bool started = false;
-  bool ended = false;  // [DONE] written
 };
 
 // The SSE text for one event ("" if there is nothing to tell the client).
@@ -229,54 +190,41 @@ std::string event_chunks(StreamJob& job, const RequestEvent& ev) {
                          ev.finished ? ev.finish_reason : FinishReason::kNone, tk, &job.text_offset[ev.seq_index]);
 }
 
-bool write_all(httplib::DataSink& sink, const std::string& s) { return s.empty() || sink.write(s.data(), s.size()); }
-
-// One call of the chunked content provider: waits for one event (or a poll interval) and
-// writes what it means. Returning false aborts the response (the releaser cancels).
-bool provide_stream(StreamJob& job, httplib::DataSink& sink) {
+// Writes the SSE events of a running request until its end, the client's hang-up or the
+// server's stop (then an error event and [DONE]). Returns when the stream is complete.
+void run_stream(StreamJob& job, StreamWriter& out) {
   const auto poll = std::chrono::milliseconds(job.env.config->idle_poll_ms);
-  if (!job.started) {
-    job.started = true;
-    std::string out;
-    if (job.header.endpoint == Endpoint::kChatCompletions)
-      for (size_t i = 0; i < job.text_offset.size(); ++i) out += sse_role_chunk(job.header, static_cast<int32_t>(i));
-    if (!write_all(sink, out)) return false;
-  }
-  if (job.ended) {
-    sink.done();
-    return true;
-  }
-  RequestEvent ev;
-  if (!job.run.wait_next(&ev, poll, *job.env.metrics)) {
-    if (job.env.stopping->load()) {
-      job.run.cancel();
-      ApiError e{503, "the server is shutting down", "server_error", "", ""};
-      job.ended = true;
-      const bool ok = write_all(sink, sse_error_event(api_error_json(e)) + kSseDone);
-      sink.done();
-      return ok;
+  std::string first;
+  if (job.header.endpoint == Endpoint::kChatCompletions)
+    for (size_t i = 0; i < job.text_offset.size(); ++i) first += sse_role_chunk(job.header, static_cast<int32_t>(i));
+  if (!first.empty() && !out.write(first)) return;
+  for (;;) {
+    RequestEvent ev;
+    if (!job.run.wait_next(&ev, poll, *job.env.metrics)) {
+      if (out.client_gone()) return;
+      if (job.env.stopping->load()) {
+        job.run.cancel();
+        ApiError e{503, "the server is shutting down", "server_error", "", ""};
+        out.write(sse_error_event(api_error_json(e)) + kSseDone);
+        return;
+      }
+      continue;
     }
-    return !job.probe.peer_gone();  // false: the client has gone; the releaser cancels
+    std::string chunk = event_chunks(job, ev);
+    if (job.run.done()) {
+      if (job.header.include_usage && !job.run.failed() && !job.run.engine_cancelled())
+        chunk += sse_usage_chunk(job.header, job.run.usage());
+      chunk += kSseDone;
+    }
+    if (!chunk.empty() && !out.write(chunk)) return;
+    if (job.run.done()) return;
+    if (out.client_gone()) return;
   }
-  // Writes into a closed connection can succeed for a while (socket buffers); ask the
-  // kernel too, so a client that hangs up mid-stream is cancelled within idle_poll_ms.
-  if (job.probe.due_and_gone()) return false;
-  std::string out = event_chunks(job, ev);
-  if (job.run.done()) {
-    if (job.header.include_usage && !job.run.failed() && !job.run.engine_cancelled())
-      out += sse_usage_chunk(job.header, job.run.usage());
-    out += kSseDone;
-    job.ended = true;
-  }
-  if (!write_all(sink, out)) return false;
-  if (job.ended) sink.done();
-  return true;
 }
 
 // Non-streaming: waits for the whole request, then answers with one JSON body.
 void serve_whole(RequestRun& run, const ResponseHeader& header, const ServingState& state, const HandlerEnv& env,
-                 const httplib::Request& req, httplib::Response& res) {
-  LazyProbe probe(req, env.config->idle_poll_ms);
+                 const HttpRequest& req, HttpResponse& res) {
   const auto poll = std::chrono::milliseconds(env.config->idle_poll_ms);
   while (!run.done()) {
     RequestEvent ev;
@@ -292,8 +240,7 @@ void serve_whole(RequestRun& run, const ResponseHeader& header, const ServingSta
       send_error(res, ApiError{503, "the server is shutting down", "server_error", "", ""});
       return;
     }
-    // Events keep coming while it runs, so ask between them too (at most once per poll).
-    if (got ? probe.due_and_gone() : probe.peer_gone()) {
+    if (req.client_gone()) {
       run.cancel();
       res.status = 499;  // nginx's "client closed request": nobody reads it, the logs do
       return;
@@ -341,7 +288,7 @@ Status fit_context(const ServingState& state, ParsedRequest& pr, int32_t n_promp
 
 }  // namespace
 
-void send_error(httplib::Response& res, const ApiError& error) {
+void send_error(HttpResponse& res, const ApiError& error) {
   res.status = error.http_status;
   if (error.http_status == 503) res.set_header("Retry-After", "1");
   if (error.http_status == 401) res.set_header("WWW-Authenticate", "Bearer");
@@ -358,7 +305,7 @@ Result<std::vector<int32_t>> chat_prompt_ids(const ServingState& state, std::spa
 }
 
 void handle_generation(const ServingState& state, const HandlerEnv& env, Endpoint endpoint,
-                       const httplib::Request& req, httplib::Response& res) {
+                       const HttpRequest& req, HttpResponse& res) {
   const double t_arrival = now_ms();
   auto parsed = parse_generation_request(req.body, endpoint, state.limits);
   if (!parsed.ok()) return send_error(res, api_error_from_status(parsed.status()));
@@ -372,6 +319,7 @@ void handle_generation(const ServingState& state, const HandlerEnv& env, Endpoin
   if (!ids.ok()) return send_error(res, api_error_from_status(ids.status()));
   const int32_t n_prompt = static_cast<int32_t>(ids->size());
   if (Status st = fit_context(state, pr, n_prompt); !st.ok()) return send_error(res, api_error_from_status(st));
+  res.set_header("X-Routing-Key", routing_key(req.header_value("X-Session-Id"), pr.user, pr.params.cache_salt, *ids));
   if (!pr.seed_given) pr.params.sampling.seed = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
 
   engine::Request request;
@@ -400,19 +348,16 @@ void handle_generation(const ServingState& state, const HandlerEnv& env, Endpoin
     log_request(env, endpoint, false, res.status, n_choices, run);
     return;
   }
-  auto job = std::make_shared<StreamJob>(std::move(run), std::move(header), &state, env, req);
-  job->probe.search();
+  auto job = std::make_shared<StreamJob>(std::move(run), std::move(header), &state, env);
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider(
-      "text/event-stream", [job](size_t, httplib::DataSink& sink) { return provide_stream(*job, sink); },
-      [job, endpoint, n_choices](bool) {
-        // Called once when the response ends, however it ends.
-        if (!job->run.done()) job->run.cancel();
-        job->run.record(*job->env.metrics);
-        log_request(job->env, endpoint, true, 200, n_choices, job->run);
-      });
+  res.set_stream("text/event-stream", [job, endpoint, n_choices](StreamWriter& out) {
+    run_stream(*job, out);
+    if (!job->run.done()) job->run.cancel();  // the client went away (or the server stops)
+    job->run.record(*job->env.metrics);
+    log_request(job->env, endpoint, true, 200, n_choices, job->run);
+  });
 }
 
 }  // namespace lumen::server

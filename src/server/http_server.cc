@@ -1,10 +1,7 @@
-// The cpp-httplib adapter: server lifecycle, routes, authentication, the small endpoints.
-// httplib is confined to this file and generation_handler.cc; no exception leaves them
-// (httplib's exception handler turns one into a 500).
-#include <httplib.h>
-
-#include <sys/socket.h>
-
+// The server's routes, authentication, Host / Origin checks, health and the small
+// endpoints, over the epoll transport (http_transport.h). No exception leaves a handler:
+// handle() catches them (STYLE 4) and answers 500.
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -12,6 +9,8 @@
 
 #include "base/check.h"
 #include "base/log.h"
+#include "server/http_transport.h"
+#include "server/routing_key.h"
 #include "server/serving_state.h"
 
 namespace lumen::server {
@@ -25,6 +24,14 @@ constexpr const char* kChatMlTemplate =
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
     "'<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
+// /tokenize reads at most this many bytes of text per context token (and at least
+// kMinTokenizeBytes): any prompt that fits the context fits, and a 4 MiB body cannot
+// become millions of ids. /detokenize takes at most kDetokenizeIdsPerCtx ids per context
+// token.
+constexpr int64_t kTokenizeBytesPerCtx = 32;
+constexpr int64_t kMinTokenizeBytes = 64 << 10;
+constexpr int64_t kDetokenizeIdsPerCtx = 4;
+
 std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 // Compares without an early exit, so the time taken says nothing about the key.
@@ -36,119 +43,236 @@ bool same_secret(const std::string& a, const std::string& b) {
 
 ApiError loading_error() { return ApiError{503, "the model is loading", "server_error", "", "model_loading"}; }
 
-// httplib 0.11 listens with a backlog of 5: a burst of more simultaneous connects (16
-// clients starting together) overflows it, and the kernel drops their SYNs, which clients
-// retry only after a second. The listening socket is a protected member, so a subclass can
-// raise the backlog after binding (listen() on a listening socket updates it; the kernel
-// caps it at net.core.somaxconn).
-class Server : public httplib::Server {
- public:
-  bool raise_backlog(int backlog) { return ::listen(svr_sock_, backlog) == 0; }
-};
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return out;
+}
 
-constexpr int kListenBacklog = 1024;
+// The host of a Host header value or an Origin's authority: without port, brackets, case.
+std::string host_of(std::string_view authority) {
+  if (!authority.empty() && authority[0] == '[') {
+    const size_t close = authority.find(']');
+    return lower(authority.substr(1, close == std::string_view::npos ? std::string_view::npos : close - 1));
+  }
+  const size_t colon = authority.find(':');
+  if (colon != std::string_view::npos && authority.find(':', colon + 1) == std::string_view::npos)
+    authority = authority.substr(0, colon);
+  return lower(authority);
+}
+
+bool is_loopback_name(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0 ||
+         (host.size() > 10 && host.compare(host.size() - 10, 10, ".localhost") == 0);
+}
+
+enum class RouteKind : uint8_t { kInline, kWorker };
 
 }  // namespace
 
 struct HttpServer::Impl {
   ServerConfig config;
-  Server svr;
+  std::unique_ptr<HttpTransport> transport;
   mutable ServerMetrics metrics;  // internally synchronized
   std::atomic<bool> stopping{false};
+  std::atomic<bool> draining{false};
+  std::vector<std::string> allowed_hosts;  // lower case, beside the loopback names
+  bool any_host = false;
   // Written once by attach_engine before `state` publishes it; read-only afterwards.
   std::unique_ptr<ServingState> state_owner;
   std::atomic<const ServingState*> state{nullptr};
-  std::thread listener;
-  int port = 0;
   std::mutex lifecycle_mu;  // attach_engine vs stop
   bool stopped = false;
+
+  using Handler = void (Impl::*)(const HttpRequest&, HttpResponse&) const;
+  struct Route {
+    const char* method;
+    const char* path;
+    RouteKind kind;
+    bool open;  // no API key, Host or Origin check (health checks: probes send any Host)
+    Handler handler;
+  };
+  static const std::vector<Route>& routes();
+  // The route of a request (null: none); *path_known says whether another method has it.
+  static const Route* find_route(const HttpRequest& req, bool* path_known);
 
   HandlerEnv env() const { return HandlerEnv{&config, &metrics, &stopping}; }
   const ServingState* ready() const { return state.load(std::memory_order_acquire); }
 
-  void routes();
-  void handle_health(httplib::Response& res) const;
-  void handle_models(httplib::Response& res) const;
-  void handle_metrics(httplib::Response& res) const;
-  void handle_tokenize(const httplib::Request& req, httplib::Response& res) const;
-  void handle_detokenize(const httplib::Request& req, httplib::Response& res) const;
+  HttpCallbacks callbacks();
+  void handle(const HttpRequest& req, HttpResponse& res) const;
+  void route(const HttpRequest& req, HttpResponse& res) const;
+  // A 401 / 403 for a request that may not use a guarded route, or nothing.
+  bool refused(const HttpRequest& req, HttpResponse& res) const;
+  bool host_allowed(const std::string& host) const;
+  void error_response(int status, const std::string& message, HttpResponse& res) const;
+  void before_send(HttpResponse& res) const;
+
+  void handle_health(const HttpRequest&, HttpResponse& res) const;
+  void handle_live(const HttpRequest&, HttpResponse& res) const;
+  void handle_models(const HttpRequest&, HttpResponse& res) const;
+  void handle_metrics(const HttpRequest&, HttpResponse& res) const;
+  void handle_tokenize(const HttpRequest& req, HttpResponse& res) const;
+  void handle_detokenize(const HttpRequest& req, HttpResponse& res) const;
+  void handle_routing_key(const HttpRequest& req, HttpResponse& res) const;
+  void handle_completions(const HttpRequest& req, HttpResponse& res) const;
+  void handle_chat(const HttpRequest& req, HttpResponse& res) const;
 };
 
-void HttpServer::Impl::routes() {
-  svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (config.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    const std::string auth = req.get_header_value("Authorization");
-    constexpr std::string_view kBearer = "Bearer ";
-    if (auth.rfind(kBearer, 0) == 0 && same_secret(auth.substr(kBearer.size()), config.api_key))
-      return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, ApiError{401, "invalid or missing API key (send Authorization: Bearer KEY)",
-                             "authentication_error", "", "invalid_api_key"});
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  // Errors httplib produces itself (404 for unknown routes, 413, 400 for bad HTTP) get an
-  // OpenAI error body too; responses that already have one keep it.
-  httplib::Server::HandlerWithResponse on_error = [](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    ApiError e;
-    e.http_status = res.status;
-    if (res.status == 404) {
-      e.type = "not_found_error";
-      e.message = "no route " + req.method + " " + req.path.substr(0, 256);
-    } else if (res.status == 413) {
-      e.message = "the request body is over the size limit";
-    } else {
-      e.message = "HTTP error " + std::to_string(res.status);
-      if (res.status >= 500) e.type = "server_error";
-    }
-    send_error(res, e);
-    return httplib::Server::HandlerResponse::Handled;
+const std::vector<HttpServer::Impl::Route>& HttpServer::Impl::routes() {
+  static const std::vector<Route> kRoutes = {
+      {"GET", "/health", RouteKind::kInline, true, &Impl::handle_health},
+      {"GET", "/health/ready", RouteKind::kInline, true, &Impl::handle_health},
+      {"GET", "/readyz", RouteKind::kInline, true, &Impl::handle_health},
+      {"GET", "/health/live", RouteKind::kInline, true, &Impl::handle_live},
+      {"GET", "/livez", RouteKind::kInline, true, &Impl::handle_live},
+      {"GET", "/v1/models", RouteKind::kInline, false, &Impl::handle_models},
+      {"GET", "/metrics", RouteKind::kInline, false, &Impl::handle_metrics},
+      {"POST", "/v1/completions", RouteKind::kWorker, false, &Impl::handle_completions},
+      {"POST", "/v1/chat/completions", RouteKind::kWorker, false, &Impl::handle_chat},
+      {"POST", "/tokenize", RouteKind::kWorker, false, &Impl::handle_tokenize},
+      {"POST", "/detokenize", RouteKind::kWorker, false, &Impl::handle_detokenize},
+      {"POST", "/v1/routing_key", RouteKind::kWorker, false, &Impl::handle_routing_key},
   };
-  svr.set_error_handler(std::move(on_error));
-  svr.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-    // The exception's text is not logged: a library may quote the request in it (STYLE 19).
-    const char* kind = "unknown exception";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::bad_alloc&) {
-      kind = "std::bad_alloc";
-    } catch (const std::exception&) {
-      kind = "std::exception";
-    } catch (...) {
-    }
-    LUMEN_LOG_ERROR("server: %s in the handler of %s (%zu-byte body)", kind, req.path.substr(0, 64).c_str(),
-                    req.body.size());
-    send_error(res, ApiError{500, "internal error", "server_error", "", ""});
-  });
-  svr.set_logger([this](const httplib::Request&, const httplib::Response& res) { metrics.count_http(res.status); });
-
-  svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) { handle_health(res); });
-  svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { handle_models(res); });
-  svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { handle_metrics(res); });
-  auto generation = [this](Endpoint endpoint) {
-    return [this, endpoint](const httplib::Request& req, httplib::Response& res) {
-      const ServingState* s = ready();
-      if (!s) return send_error(res, loading_error());
-      handle_generation(*s, env(), endpoint, req, res);
-    };
-  };
-  svr.Post("/v1/completions", generation(Endpoint::kCompletions));
-  svr.Post("/v1/chat/completions", generation(Endpoint::kChatCompletions));
-  svr.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { handle_tokenize(req, res); });
-  svr.Post("/detokenize",
-           [this](const httplib::Request& req, httplib::Response& res) { handle_detokenize(req, res); });
+  return kRoutes;
 }
 
-void HttpServer::Impl::handle_health(httplib::Response& res) const {
-  if (!ready()) {
+const HttpServer::Impl::Route* HttpServer::Impl::find_route(const HttpRequest& req, bool* path_known) {
+  *path_known = false;
+  // HEAD is GET without the body (the transport leaves it out).
+  const std::string_view method = req.method == "HEAD" ? "GET" : req.method;
+  for (const Route& r : routes()) {
+    if (req.path != r.path) continue;
+    *path_known = true;
+    if (method == r.method) return &r;
+  }
+  return nullptr;
+}
+
+HttpCallbacks HttpServer::Impl::callbacks() {
+  HttpCallbacks cb;
+  cb.handle = [this](const HttpRequest& req, HttpResponse& res) { handle(req, res); };
+  // Unknown routes and refusals are answered on the I/O thread too: they cost nothing.
+  cb.runs_inline = [](const HttpRequest& req) {
+    bool known = false;
+    const Route* r = find_route(req, &known);
+    return r == nullptr || r->kind == RouteKind::kInline;
+  };
+  cb.error_response = [this](int status, const std::string& message, HttpResponse& res) {
+    error_response(status, message, res);
+  };
+  cb.before_send = [this](HttpResponse& res) { before_send(res); };
+  return cb;
+}
+
+void HttpServer::Impl::error_response(int status, const std::string& message, HttpResponse& res) const {
+  ApiError e;
+  e.http_status = status;
+  e.message = message;
+  if (status >= 500) e.type = "server_error";
+  send_error(res, e);
+}
+
+void HttpServer::Impl::before_send(HttpResponse& res) const {
+  if (!config.replica_id.empty()) res.set_header("X-Replica-Id", config.replica_id);
+  metrics.count_http(res.status);
+}
+
+bool HttpServer::Impl::host_allowed(const std::string& host) const {
+  if (any_host || is_loopback_name(host)) return true;
+  return std::find(allowed_hosts.begin(), allowed_hosts.end(), host) != allowed_hosts.end();
+}
+
+bool HttpServer::Impl::refused(const HttpRequest& req, HttpResponse& res) const {
+  if (!config.api_key.empty()) {
+    const std::string auth = req.header_value("Authorization");
+    constexpr std::string_view kBearer = "Bearer ";
+    if (auth.rfind(kBearer, 0) == 0 && same_secret(auth.substr(kBearer.size()), config.api_key)) return false;
+    send_error(res, ApiError{401, "invalid or missing API key (send Authorization: Bearer KEY)", "authentication_error",
+                             "", "invalid_api_key"});
+    return true;
+  }
+  // No key: a web page the user visits must not drive this server (CSRF), nor read its
+  // answers through a rebound DNS name. Browsers send the page's Origin and the name they
+  // resolved as Host; both must be allowed names.
+  const std::string host = host_of(req.header_value("Host"));
+  if (req.has_header("Host") && !host_allowed(host)) {
+    send_error(res, ApiError{403,
+                             "Host '" + host.substr(0, 128) +
+                                 "' is not allowed without an API key (loopback names only; see --allowed-host)",
+                             "invalid_request_error", "", "host_not_allowed"});
+    return true;
+  }
+  if (req.has_header("Origin")) {
+    const std::string origin = req.header_value("Origin");
+    const size_t scheme_end = origin.find("://");
+    const std::string origin_host = scheme_end == std::string::npos ? "" : host_of(std::string_view(origin).substr(scheme_end + 3));
+    if (origin_host.empty() || !host_allowed(origin_host)) {
+      send_error(res, ApiError{403,
+                               "Origin '" + origin.substr(0, 128) +
+                                   "' is not allowed without an API key (cross-origin requests are refused; see "
+                                   "--allowed-host)",
+                               "invalid_request_error", "", "origin_not_allowed"});
+      return true;
+    }
+  }
+  return false;
+}
+
+void HttpServer::Impl::route(const HttpRequest& req, HttpResponse& res) const {
+  bool path_known = false;
+  const Route* r = find_route(req, &path_known);
+  if (!r) {
+    if (!path_known)
+      return send_error(res, ApiError{404, "no route " + req.method.substr(0, 16) + " " + req.path.substr(0, 256),
+                                      "not_found_error", "", ""});
+    std::string allow;
+    for (const Route& other : routes())
+      if (req.path == other.path) allow += std::string(allow.empty() ? "" : ", ") + other.method;
+    res.set_header("Allow", allow);
+    return send_error(res, ApiError{405, "method " + req.method.substr(0, 16) + " is not allowed on " + req.path +
+                                             " (allowed: " + allow + ")",
+                                    "invalid_request_error", "", ""});
+  }
+  if (!r->open && refused(req, res)) return;
+  (this->*(r->handler))(req, res);
+}
+
+void HttpServer::Impl::handle(const HttpRequest& req, HttpResponse& res) const {
+  try {
+    route(req, res);
+  } catch (const std::bad_alloc&) {
+    LUMEN_LOG_ERROR("server: out of memory in the handler of %s (%zu-byte body)", req.path.substr(0, 64).c_str(),
+                    req.body.size());
+    res = HttpResponse();
+    send_error(res, ApiError{500, "internal error", "server_error", "", ""});
+  } catch (const std::exception&) {
+    // The exception's text is not logged: a library may quote the request in it (STYLE 19).
+    LUMEN_LOG_ERROR("server: exception in the handler of %s (%zu-byte body)", req.path.substr(0, 64).c_str(),
+                    req.body.size());
+    res = HttpResponse();
+    send_error(res, ApiError{500, "internal error", "server_error", "", ""});
+  }
+}
+
+// Readiness (/health, /health/ready, /readyz): 200 only while the model is loaded and the
+// server is not draining; a balancer sends nothing new to a replica that says 503.
+void HttpServer::Impl::handle_health(const HttpRequest&, HttpResponse& res) const {
+  const char* status = draining.load() ? "draining" : ready() ? "ok" : "loading";
+  if (std::string_view(status) != "ok") {
     res.status = 503;
     res.set_header("Retry-After", "1");
-    res.set_content(R"({"status":"loading"})", "application/json");
-    return;
   }
-  res.set_content(R"({"status":"ok"})", "application/json");
+  res.set_content(std::string(R"({"status":")") + status + "\"}", "application/json");
 }
 
-void HttpServer::Impl::handle_models(httplib::Response& res) const {
+// Liveness (/health/live, /livez): the process answers; loading and draining are alive.
+void HttpServer::Impl::handle_live(const HttpRequest&, HttpResponse& res) const {
+  res.set_content(R"({"status":"alive"})", "application/json");
+}
+
+void HttpServer::Impl::handle_models(const HttpRequest&, HttpResponse& res) const {
   const ServingState* s = ready();
   if (!s) return send_error(res, loading_error());
   Json model = {{"id", s->model_name},
@@ -159,23 +283,49 @@ void HttpServer::Impl::handle_models(httplib::Response& res) const {
   res.set_content(dump(Json{{"object", "list"}, {"data", Json::array({model})}}), "application/json");
 }
 
-void HttpServer::Impl::handle_metrics(httplib::Response& res) const {
+void HttpServer::Impl::handle_metrics(const HttpRequest&, HttpResponse& res) const {
   const ServingState* s = ready();
+  const TransportStats stats = transport ? transport->stats() : TransportStats{};
+  ServingGauges gauges;
+  gauges.draining = draining.load();
+  gauges.transport = &stats;
+  gauges.model_name = s ? s->model_name : config.model_alias;
   std::string body;
   if (s) {
     const engine::EngineMetrics m = s->engine->metrics();
-    body = metrics.render(&m);
+    body = metrics.render(&m, gauges);
   } else {
-    body = metrics.render(nullptr);
+    body = metrics.render(nullptr, gauges);
   }
   res.set_content(body, "text/plain; version=0.0.4; charset=utf-8");
 }
 
-void HttpServer::Impl::handle_tokenize(const httplib::Request& req, httplib::Response& res) const {
+void HttpServer::Impl::handle_completions(const HttpRequest& req, HttpResponse& res) const {
+  const ServingState* s = ready();
+  if (!s) return send_error(res, loading_error());
+  handle_generation(*s, env(), Endpoint::kCompletions, req, res);
+}
+
+void HttpServer::Impl::handle_chat(const HttpRequest& req, HttpResponse& res) const {
+  const ServingState* s = ready();
+  if (!s) return send_error(res, loading_error());
+  handle_generation(*s, env(), Endpoint::kChatCompletions, req, res);
+}
+
+void HttpServer::Impl::handle_tokenize(const HttpRequest& req, HttpResponse& res) const {
   const ServingState* s = ready();
   if (!s) return send_error(res, loading_error());
   auto parsed = parse_tokenize_request(req.body, s->limits);
   if (!parsed.ok()) return send_error(res, api_error_from_status(parsed.status()));
+  // The output cap, enforced on the input: the text bounds the ids and the memory.
+  const int64_t max_bytes = std::max<int64_t>(kMinTokenizeBytes, kTokenizeBytesPerCtx * s->limits.n_ctx);
+  int64_t n_bytes = static_cast<int64_t>(parsed->text.size());
+  for (const tok::ChatMessage& m : parsed->messages) n_bytes += static_cast<int64_t>(m.content.size());
+  if (n_bytes > max_bytes)
+    return send_error(res, invalid_request(parsed->has_messages ? "messages" : "content",
+                                           "the text to tokenize is " + std::to_string(n_bytes) +
+                                               " bytes; the limit is " + std::to_string(max_bytes) + " (" +
+                                               std::to_string(kTokenizeBytesPerCtx) + " per context token)"));
   std::vector<int32_t> ids;
   if (parsed->has_messages) {
     auto chat = chat_prompt_ids(*s, parsed->messages);
@@ -188,14 +338,44 @@ void HttpServer::Impl::handle_tokenize(const httplib::Request& req, httplib::Res
   res.set_content(dump(body), "application/json");
 }
 
-void HttpServer::Impl::handle_detokenize(const httplib::Request& req, httplib::Response& res) const {
+void HttpServer::Impl::handle_detokenize(const HttpRequest& req, HttpResponse& res) const {
   const ServingState* s = ready();
   if (!s) return send_error(res, loading_error());
   auto ids = parse_detokenize_request(req.body, s->limits);
   if (!ids.ok()) return send_error(res, api_error_from_status(ids.status()));
+  const int64_t max_ids = kDetokenizeIdsPerCtx * std::max<int64_t>(s->limits.n_ctx, 4096);
+  if (static_cast<int64_t>(ids->size()) > max_ids)
+    return send_error(res, invalid_request("tokens", std::to_string(ids->size()) + " ids; the limit is " +
+                                                         std::to_string(max_ids)));
   const std::string text = s->engine->tokenizer().decode(*ids, /*remove_special=*/false);
   // "content" as llama.cpp's server answers, "prompt" as vLLM's: the same text.
   res.set_content(dump(Json{{"content", text}, {"prompt", text}}), "application/json");
+}
+
+// POST /v1/routing_key: a generation request's body (completions or chat, told apart by
+// "messages") -> {"routing_key", "source"}: what X-Routing-Key would say, without generating.
+void HttpServer::Impl::handle_routing_key(const HttpRequest& req, HttpResponse& res) const {
+  const ServingState* s = ready();
+  if (!s) return send_error(res, loading_error());
+  const bool chat = req.body.find("\"messages\"") != std::string::npos;
+  auto parsed = parse_generation_request(req.body, chat ? Endpoint::kChatCompletions : Endpoint::kCompletions, s->limits);
+  if (!parsed.ok()) return send_error(res, api_error_from_status(parsed.status()));
+  std::vector<int32_t> ids;
+  const std::string session = req.header_value("X-Session-Id");
+  if (session.empty() && parsed->user.empty() && parsed->params.cache_salt.empty()) {
+    if (chat) {
+      auto r = chat_prompt_ids(*s, parsed->messages);
+      if (!r.ok()) return send_error(res, api_error_from_status(r.status()));
+      ids = std::move(r).value();
+    } else if (parsed->prompt_is_ids) {
+      ids = parsed->prompt_ids;
+    } else {
+      ids = s->engine->tokenizer().encode(parsed->prompt_text, /*add_special=*/true, /*parse_special=*/true);
+    }
+  }
+  const std::string key = routing_key(session, parsed->user, parsed->params.cache_salt, ids);
+  res.set_header("X-Routing-Key", key);
+  res.set_content(dump(Json{{"routing_key", key}, {"source", key.substr(0, key.find('-'))}}), "application/json");
 }
 
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -206,31 +386,30 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(const ServerConfig& config
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   Impl& s = *impl;
-  const size_t n_threads = config.n_http_threads > 0 ? static_cast<size_t>(config.n_http_threads) : 64;
-  s.svr.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
-  s.svr.set_payload_max_length(static_cast<size_t>(config.max_body_bytes));
-  s.svr.set_read_timeout(30, 0);   // a client that stalls mid-request is dropped
-  s.svr.set_write_timeout(30, 0);
-  s.svr.set_keep_alive_timeout(5);
-  s.svr.set_tcp_nodelay(true);     // SSE chunks go out as tokens come
-  s.routes();
-  if (config.port == 0) {
-    s.port = s.svr.bind_to_any_port(config.host);
-    if (s.port <= 0) return error("--host " + config.host + ": cannot bind any port on this address");
-  } else {
-    if (!s.svr.bind_to_port(config.host, config.port))
-      return error("--host/--port: cannot bind " + config.host + ":" + std::to_string(config.port) +
-                   " (in use, or not an address of this machine)");
-    s.port = config.port;
+  for (const std::string& h : config.allowed_hosts) {
+    if (h == "*") s.any_host = true;
+    else s.allowed_hosts.push_back(host_of(h));
   }
-  if (!s.svr.raise_backlog(kListenBacklog)) LUMEN_LOG_WARN("server: could not raise the listen backlog");
-  s.listener = std::thread([&s] { s.svr.listen_after_bind(); });
-  // stop() right after start() must find the accept loop running, or it would not end it.
-  for (int i = 0; i < 5000 && !s.svr.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (config.host != "0.0.0.0" && config.host != "::" && !config.host.empty())
+    s.allowed_hosts.push_back(host_of(config.host));
+  TransportConfig t;
+  t.host = config.host;
+  t.port = config.port;
+  t.n_workers = config.n_http_threads > 0 ? config.n_http_threads : 64;
+  t.max_queued_jobs = std::max(256, 4 * t.n_workers);
+  t.max_connections = config.max_connections;
+  t.max_connections_per_client = config.max_connections_per_client;
+  t.request_timeout_ms = config.request_timeout_ms;
+  t.keep_alive_timeout_ms = config.keep_alive_timeout_ms;
+  t.write_timeout_ms = config.write_timeout_ms;
+  t.limits.max_body_bytes = config.max_body_bytes;
+  auto transport = HttpTransport::start(t, s.callbacks());
+  if (!transport.ok()) return transport.status();
+  s.transport = std::move(transport).value();
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
 }
 
-int HttpServer::port() const { return impl_->port; }
+int HttpServer::port() const { return impl_->transport->port(); }
 
 void HttpServer::attach_engine(std::unique_ptr<engine::AsyncEngine> engine) {
   std::lock_guard<std::mutex> lock(impl_->lifecycle_mu);
@@ -273,17 +452,41 @@ engine::AsyncEngine* HttpServer::engine() const {
   return s ? s->engine.get() : nullptr;
 }
 
+bool HttpServer::draining() const { return impl_->draining.load(); }
+
+bool HttpServer::drain(std::chrono::milliseconds timeout) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point t_end = Clock::now() + timeout;
+  // The last part of the timeout is kept for ending what is still running: streams get
+  // an error event and [DONE], whole responses a 503, and the bytes reach the clients.
+  const auto grace = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(2000), timeout / 4);
+  impl_->draining.store(true);  // readiness says 503 from now on, before anything closes
+  impl_->transport->stop_accepting();
+  bool all_done = impl_->transport->wait_idle_until(t_end - grace);
+  if (!all_done) {
+    LUMEN_LOG_WARN("server: drain deadline: ending %lld request(s) still running",
+                   static_cast<long long>(impl_->transport->stats().n_active));
+    impl_->stopping.store(true);
+    impl_->transport->wait_idle_until(t_end);
+  }
+  stop();
+  return all_done;
+}
+
 void HttpServer::stop() {
   {
     std::lock_guard<std::mutex> lock(impl_->lifecycle_mu);
     if (impl_->stopped) return;
     impl_->stopped = true;
   }
-  // Handlers see `stopping` within idle_poll_ms and end their requests; then httplib's
-  // pool drains and the listener returns.
+  // Handlers see `stopping` within idle_poll_ms and end their requests (an error event or a
+  // 503 for their clients); then the transport closes the connections and joins its threads.
   impl_->stopping.store(true);
-  impl_->svr.stop();
-  if (impl_->listener.joinable()) impl_->listener.join();
+  impl_->draining.store(true);
+  impl_->transport->stop_accepting();
+  impl_->transport->wait_idle_until(std::chrono::steady_clock::now() +
+                                    std::chrono::milliseconds(std::max(200, 10 * impl_->config.idle_poll_ms)));
+  impl_->transport->stop();
   impl_->state.store(nullptr, std::memory_order_release);
   impl_->state_owner.reset();  // stops the engine thread
 }

@@ -27,12 +27,31 @@ void metric_header(std::string* out, std::string_view name, std::string_view hel
 }
 
 void scalar(std::string* out, std::string_view name, std::string_view help, std::string_view type,
-            double value) {
+            double value, std::string_view labels = "") {
   metric_header(out, name, help, type);
   *out += name;
+  if (!labels.empty()) {
+    *out += '{';
+    *out += labels;
+    *out += '}';
+  }
   *out += ' ';
   *out += num(value);
   *out += '\n';
+}
+
+// A Prometheus label value: backslash, double quote and newline escaped.
+std::string label_value(std::string_view v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
 }
 
 // Latency buckets in seconds, 1 ms .. 120 s (TTFT / e2e / queue time).
@@ -97,7 +116,7 @@ uint64_t Histogram::count() const {
   return n_;
 }
 
-void Histogram::render(std::string* out, std::string_view name, std::string_view help) const {
+void Histogram::render(std::string* out, std::string_view name, std::string_view help, std::string_view labels) const {
   std::vector<uint64_t> n_in_bucket;
   double sum = 0;
   uint64_t n = 0;
@@ -114,10 +133,13 @@ void Histogram::render(std::string* out, std::string_view name, std::string_view
     *out += name;
     *out += "_bucket{le=\"";
     *out += b < bounds_.size() ? num(bounds_[b]) : "+Inf";
-    *out += "\"} " + std::to_string(cumulative) + "\n";
+    *out += '"';
+    if (!labels.empty()) *out += "," + std::string(labels);
+    *out += "} " + std::to_string(cumulative) + "\n";
   }
-  *out += std::string(name) + "_sum " + num(sum) + "\n";
-  *out += std::string(name) + "_count " + std::to_string(n) + "\n";
+  const std::string braced = labels.empty() ? "" : "{" + std::string(labels) + "}";
+  *out += std::string(name) + "_sum" + braced + " " + num(sum) + "\n";
+  *out += std::string(name) + "_count" + braced + " " + std::to_string(n) + "\n";
 }
 
 ServerMetrics::ServerMetrics()
@@ -133,7 +155,7 @@ void ServerMetrics::count_outcome(Outcome outcome) {
   n_outcome_[static_cast<size_t>(outcome)].fetch_add(1, std::memory_order_relaxed);
 }
 
-std::string ServerMetrics::render(const engine::EngineMetrics* engine) const {
+std::string ServerMetrics::render(const engine::EngineMetrics* engine, const ServingGauges& gauges) const {
   std::string out;
   out.reserve(8192);
   scalar(&out, "lumen_model_loaded", "1 once the model is loaded and requests are served.", "gauge",
@@ -161,6 +183,52 @@ std::string ServerMetrics::render(const engine::EngineMetrics* engine) const {
     scalar(&out, "lumen_engine_steps_total", "Forward steps run by the engine.", "counter",
            static_cast<double>(m.steps));
   }
+  scalar(&out, "lumen_draining", "1 while the server drains (SIGTERM): not ready, finishing accepted requests.",
+         "gauge", gauges.draining ? 1 : 0);
+  if (const TransportStats* t = gauges.transport) {
+    scalar(&out, "lumen_http_connections_open", "HTTP connections open.", "gauge", static_cast<double>(t->n_open));
+    scalar(&out, "lumen_http_requests_in_flight", "HTTP requests queued for or running on a worker.", "gauge",
+           static_cast<double>(t->n_active));
+    scalar(&out, "lumen_http_connections_accepted_total", "HTTP connections accepted.", "counter",
+           static_cast<double>(t->n_accepted));
+    metric_header(&out, "lumen_http_connections_refused_total",
+                  "Connections refused or closed to stay within the limits, by reason.", "counter");
+    out += "lumen_http_connections_refused_total{reason=\"capacity\"} " + std::to_string(t->n_refused_capacity) + "\n";
+    out += "lumen_http_connections_refused_total{reason=\"per_client\"} " + std::to_string(t->n_refused_per_client) + "\n";
+    out += "lumen_http_connections_refused_total{reason=\"idle_evicted\"} " + std::to_string(t->n_evicted_idle) + "\n";
+    metric_header(&out, "lumen_http_timeouts_total", "Connections closed by a deadline, by phase.", "counter");
+    out += "lumen_http_timeouts_total{phase=\"request\"} " + std::to_string(t->n_request_timeouts) + "\n";
+    out += "lumen_http_timeouts_total{phase=\"write\"} " + std::to_string(t->n_write_timeouts) + "\n";
+    scalar(&out, "lumen_http_bad_requests_total", "Requests refused by the HTTP parser (4xx/5xx before routing).",
+           "counter", static_cast<double>(t->n_bad_requests));
+  }
+  const std::string model = "model_name=\"" + label_value(gauges.model_name) + "\"";
+  if (engine) {  // vLLM's v1 names for the same series
+    const engine::EngineMetrics& m = *engine;
+    scalar(&out, "vllm:num_requests_running", "Requests in the running batch (vLLM name).", "gauge", m.n_running, model);
+    scalar(&out, "vllm:num_requests_waiting", "Requests waiting for admission (vLLM name).", "gauge", m.n_waiting, model);
+    scalar(&out, "vllm:kv_cache_usage_perc", "KV cache usage, 1 = 100% (vLLM name).", "gauge",
+           m.kv_blocks_total > 0 ? static_cast<double>(m.kv_blocks_used) / m.kv_blocks_total : 0.0, model);
+    scalar(&out, "vllm:num_preemptions_total", "Preemptions (vLLM name).", "counter",
+           static_cast<double>(m.preemptions), model);
+    scalar(&out, "vllm:prompt_tokens_total", "Prompt tokens (vLLM name).", "counter",
+           static_cast<double>(m.prompt_tokens), model);
+    scalar(&out, "vllm:generation_tokens_total", "Generated tokens (vLLM name).", "counter",
+           static_cast<double>(m.generated_tokens), model);
+    scalar(&out, "vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache (vLLM name).",
+           "counter", static_cast<double>(m.prompt_tokens), model);
+    scalar(&out, "vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache (vLLM name).", "counter",
+           static_cast<double>(m.cached_tokens), model);
+  }
+  ttft_s.render(&out, "vllm:time_to_first_token_seconds", "TTFT (vLLM name).", model);
+  itl_s.render(&out, "vllm:inter_token_latency_seconds", "Inter-token latency (vLLM name).", model);
+  e2e_s.render(&out, "vllm:e2e_request_latency_seconds", "End-to-end request latency (vLLM name).", model);
+  queue_s.render(&out, "vllm:request_queue_time_seconds", "Time waiting for the first step (vLLM name).", model);
+  metric_header(&out, "vllm:request_success_total", "Finished requests by finish reason (vLLM name).", "counter");
+  out += "vllm:request_success_total{finished_reason=\"stop\"," + model + "} " +
+         std::to_string(n_outcome_[static_cast<size_t>(Outcome::kStop)].load(std::memory_order_relaxed)) + "\n";
+  out += "vllm:request_success_total{finished_reason=\"length\"," + model + "} " +
+         std::to_string(n_outcome_[static_cast<size_t>(Outcome::kLength)].load(std::memory_order_relaxed)) + "\n";
   ttft_s.render(&out, "lumen_time_to_first_token_seconds", "Time from arrival to the first generated token.");
   itl_s.render(&out, "lumen_inter_token_latency_seconds", "Time between consecutive generated tokens.");
   e2e_s.render(&out, "lumen_e2e_request_latency_seconds", "Time from arrival to the last token.");

@@ -57,6 +57,7 @@ struct ParsedRequest {
   bool seed_given = false;                    // else the caller draws a random seed
   bool stream = false;
   bool include_usage = false;                 // stream_options.include_usage
+  std::string user;                           // OpenAI's end-user id (a routing key, routing_key.h)
 };
 
 // Parses and checks one request body. Errors are kInvalidArgument with a message

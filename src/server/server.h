@@ -1,20 +1,26 @@
-// lumen's OpenAI-compatible HTTP server (cpp-httplib underneath, hidden here).
+// lumen's OpenAI-compatible HTTP server (its own epoll transport underneath, http_transport.h).
 //
 //   POST /v1/completions       POST /v1/chat/completions     (streaming SSE or one JSON)
-//   GET  /v1/models            GET  /health (503 while the model loads)
+//   GET  /v1/models            GET  /health (503 while loading or draining)
+//   GET  /health/live, /livez  GET  /health/ready, /readyz   (liveness / readiness)
 //   POST /tokenize             POST /detokenize              GET  /metrics (Prometheus)
+//   POST /v1/routing_key       (the key a balancer routes on, without generating)
 //
 // The server starts listening before the model is loaded, so /health can say "loading";
 // attach_engine() makes it ready. It talks to the engine only through AsyncEngine's public
-// API (STYLE: server -> engine public API only). Threads: httplib's worker pool runs the
-// handlers; a handler blocks on its RequestStream while its request runs. The only state
-// handlers share is the engine (thread-safe by contract) and the metrics (own mutexes).
-// Every route but /health needs `Authorization: Bearer KEY` when an API key is set.
+// API (STYLE: server -> engine public API only). Threads: the transport's I/O thread
+// answers health, models and metrics itself; its workers run the other handlers, and a
+// handler blocks on its RequestStream while its request runs. The only state handlers
+// share is the engine (thread-safe by contract) and the metrics (own mutexes).
+// Every route but the health checks needs `Authorization: Bearer KEY` when an API key is
+// set; without a key, Host and Origin must name an allowed host (loopback by default).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "engine/async_engine.h"
@@ -33,6 +39,16 @@ struct ServerConfig {
   int32_t max_logprobs = 20;
   int32_t idle_poll_ms = 50;        // how often a waiting handler checks its client is there
   bool log_requests = true;         // one info line per request: lengths and timings, never text
+  std::string replica_id;           // sent back as X-Replica-Id on every response ("" : none)
+  // Without an API key, requests must name one of these in Host (and Origin, if sent):
+  // loopback names always, plus these ("*": any; the listen address is added when specific).
+  std::vector<std::string> allowed_hosts;
+  // Connection handling (the transport's).
+  int32_t max_connections = 1024;          // open at once
+  int32_t max_connections_per_client = 256; // per remote address (0: no limit)
+  int32_t request_timeout_ms = 30000;      // a request's head and body as a whole
+  int32_t keep_alive_timeout_ms = 15000;   // an idle connection
+  int32_t write_timeout_ms = 30000;        // a response that makes no write progress
 };
 
 class HttpServer {
@@ -49,6 +65,12 @@ class HttpServer {
   void attach_engine(std::unique_ptr<engine::AsyncEngine> engine);
   // The engine, once attached (tests read its metrics); null before.
   engine::AsyncEngine* engine() const;
+  // Graceful drain: readiness turns false, the listening socket closes, requests that
+  // arrive on open connections get 503 + Retry-After, requests already accepted run on.
+  // Blocks until they are done or `timeout` is nearly over; then ends the rest as stop()
+  // does (streams get an error event and [DONE]) and returns whether all had finished.
+  bool drain(std::chrono::milliseconds timeout);
+  bool draining() const;
   // Ends every running request (clients get an error event / 503), stops listening and
   // joins the worker threads. Idempotent.
   void stop();

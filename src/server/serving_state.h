@@ -1,5 +1,5 @@
 // Internal to the server layer: what the handlers share once the model is loaded, and the
-// httplib-facing helpers both adapter files (http_server.cc, generation_handler.cc) use.
+// helpers both handler files (http_server.cc, generation_handler.cc) use.
 #pragma once
 
 #include <atomic>
@@ -11,15 +11,11 @@
 
 #include "engine/async_engine.h"
 #include "server/api_error.h"
+#include "server/http_message.h"
 #include "server/metrics.h"
 #include "server/request_parser.h"
 #include "server/server.h"
 #include "tokenizer/chat_template.h"
-
-namespace httplib {
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace lumen::server {
 
@@ -41,7 +37,7 @@ struct HandlerEnv {
 };
 
 // Sets an OpenAI error response (with Retry-After on 503).
-void send_error(httplib::Response& res, const ApiError& error);
+void send_error(HttpResponse& res, const ApiError& error);
 
 // The chat prompt: template rendered with the generation prompt, encoded with special
 // tokens recognised, BOS prepended when the model wants it and the template did not write it.
@@ -49,6 +45,6 @@ Result<std::vector<int32_t>> chat_prompt_ids(const ServingState& state, std::spa
 
 // POST /v1/completions and /v1/chat/completions.
 void handle_generation(const ServingState& state, const HandlerEnv& env, Endpoint endpoint,
-                       const httplib::Request& req, httplib::Response& res);
+                       const HttpRequest& req, HttpResponse& res);
 
 }  // namespace lumen::server
