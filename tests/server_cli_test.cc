@@ -21,82 +21,12 @@
 #include <nlohmann/json.hpp>
 
 #include "base/shared_dir.h"
+#include "serve_process.h"
 
 extern char** environ;
 
 namespace lumen::testing {
 namespace {
-
-std::string lumen_bin() {
-  const char* env = std::getenv("LUMEN_BIN");
-  return env && *env ? env : LUMEN_BIN_PATH;
-}
-
-std::string tiny_model() { return shared_dir() + "/models/TinyStories-656K/TinyStories-656K-Q8_0.gguf"; }
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-// A `lumen serve` child process with its stderr in a file; SIGKILLed if still running.
-class ServeProcess {
- public:
-  explicit ServeProcess(std::vector<std::string> args) {
-    log_path_ = ::testing::TempDir() + "lumen_serve_" + std::to_string(getpid()) + ".log";
-    std::vector<std::string> argv_s = {lumen_bin(), "serve"};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (std::string& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 2, log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    if (posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&fa);
-  }
-  ~ServeProcess() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    std::remove(log_path_.c_str());
-  }
-  bool started() const { return pid_ > 0; }
-  std::string log() const { return read_file(log_path_); }
-
-  // The port from "listening on http://HOST:PORT", or 0 after the timeout.
-  int wait_for_port(double timeout_s = 20) const {
-    const std::regex re("listening on http://[^:]+:([0-9]+)");
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-    while (std::chrono::steady_clock::now() < deadline) {
-      std::smatch m;
-      const std::string text = log();
-      if (std::regex_search(text, m, re)) return std::stoi(m[1]);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return 0;
-  }
-  // Sends SIGTERM and returns the exit code (-1 if it did not exit in time or was signalled).
-  int terminate(double timeout_s = 20) {
-    kill(pid_, SIGTERM);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-    while (std::chrono::steady_clock::now() < deadline) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-  std::string log_path_;
-};
 
 struct CmdResult {
   int exit_code = -1;

@@ -1,9 +1,12 @@
 // lumen serve: listens first (so /health can answer "loading"), loads the model on a
-// second thread, serves until SIGINT / SIGTERM, then ends running requests and exits.
+// second thread, serves until SIGINT / SIGTERM, then drains: readiness false, the listener
+// closed, running requests finished (or ended at the --drain-timeout), exit 0. A second
+// signal exits at once.
 #include "cli/serve_cmd.h"
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -53,6 +56,13 @@ std::vector<OptionSpec> serve_option_specs() {
       {{"--max-queue"}, "N", "requests waiting for admission before new ones get 503 (default 64)"},
       {{"--http-threads"}, "N", "HTTP worker threads (default: max-seqs + max-queue + 8)"},
       {{"--max-body"}, "SIZE", "largest request body (default 4MiB)"},
+      {{"--replica-id"}, "ID", "sent back as the X-Replica-Id header of every response (letters, digits, . _ -)"},
+      {{"--allowed-host"}, "NAME", "without --api-key, a Host / Origin name to serve besides loopback names (repeatable; '*': any)", true},
+      {{"--drain-timeout"}, "SECONDS", "on SIGTERM / SIGINT, finish running requests for up to this long (default 30)"},
+      {{"--request-timeout"}, "SECONDS", "a request's head and body must arrive within this (default 30)"},
+      {{"--keep-alive-timeout"}, "SECONDS", "close idle keep-alive connections after this (default 15)"},
+      {{"--max-connections"}, "N", "open HTTP connections at most (default 1024)"},
+      {{"--max-connections-per-client"}, "N", "open connections per client address (default 256; 0: no limit)"},
       {{"--deterministic"}, "", "no effect (warns): results never depend on the batch, threads or prefix cache"},
       {{"--no-prefix-cache"}, "", "do not share KV blocks between requests with a common prefix"},
   };
@@ -64,7 +74,19 @@ struct ServeOptions {
   engine::EngineConfig engine;
   engine::AsyncEngineConfig async;
   server::ServerConfig server;
+  int64_t drain_timeout_ms = 30000;
 };
+
+Result<int32_t> get_ms(const ArgParser& args, const char* flag, double fallback_s, double max_s) {
+  LUMEN_ASSIGN_OR_RETURN(double seconds, args.get_float(flag, fallback_s, 0.05, max_s));
+  return static_cast<int32_t>(seconds * 1000);
+}
+
+bool is_replica_id(const std::string& id) {
+  return !id.empty() && id.size() <= 64 && std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '.' || c == '_' || c == '-';
+  });
+}
 
 Result<ServeOptions> serve_options_from_args(const ArgParser& args) {
   ServeOptions o;
@@ -105,7 +127,42 @@ Result<ServeOptions> serve_options_from_args(const ArgParser& args) {
     if (*bytes < 1024 || *bytes > (int64_t{1} << 30)) return error("--max-body: must be in [1KiB, 1GiB]");
     s.max_body_bytes = *bytes;
   }
+  s.replica_id = args.get_or("--replica-id", "");
+  if (args.has("--replica-id") && !is_replica_id(s.replica_id))
+    return error("--replica-id: '" + s.replica_id.substr(0, 80) + "' must be 1..64 letters, digits, '.', '_' or '-'");
+  s.allowed_hosts = args.get_all("--allowed-host");
+  for (const std::string& h : s.allowed_hosts)
+    if (h.empty() || h.size() > 253 || h.find_first_of(" /\t") != std::string::npos)
+      return error("--allowed-host: '" + h.substr(0, 80) + "' is not a host name");
+  LUMEN_ASSIGN_OR_RETURN(int32_t drain_ms, get_ms(args, "--drain-timeout", 30, 3600));
+  o.drain_timeout_ms = drain_ms;
+  LUMEN_ASSIGN_OR_RETURN(s.request_timeout_ms, get_ms(args, "--request-timeout", 30, 3600));
+  LUMEN_ASSIGN_OR_RETURN(s.keep_alive_timeout_ms, get_ms(args, "--keep-alive-timeout", 15, 3600));
+  LUMEN_ASSIGN_OR_RETURN(int64_t max_conns, args.get_int("--max-connections", 1024, 16, 1 << 20));
+  s.max_connections = static_cast<int32_t>(max_conns);
+  LUMEN_ASSIGN_OR_RETURN(int64_t per_client, args.get_int("--max-connections-per-client", 256, 0, 1 << 20));
+  s.max_connections_per_client = static_cast<int32_t>(per_client);
   return o;
+}
+
+// Every connection is a descriptor: raise the soft limit to the hard one, and keep
+// --max-connections (plus room for the model, logs and sockets being accepted) under it.
+void fit_descriptor_limit(server::ServerConfig* s) {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0) return;
+  if (r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+    getrlimit(RLIMIT_NOFILE, &r);
+  }
+  constexpr int64_t kReserved = 64;
+  const int64_t room = static_cast<int64_t>(r.rlim_cur) - kReserved;
+  if (r.rlim_cur != RLIM_INFINITY && s->max_connections > room) {
+    std::fprintf(stderr, "lumen serve: warning: --max-connections %d lowered to %lld (open-file limit %llu; raise it with ulimit -n)\n",
+                 s->max_connections, static_cast<long long>(std::max<int64_t>(room, 16)),
+                 static_cast<unsigned long long>(r.rlim_cur));
+    s->max_connections = static_cast<int32_t>(std::max<int64_t>(room, 16));
+  }
 }
 
 // The default token budget per step (see kMinDefaultChunk), and the knee it came from.
@@ -146,7 +203,8 @@ int cmd_serve(int argc, char** argv, int first) {
     std::fprintf(stderr, "error: %s\n", options.message().c_str());
     return 2;
   }
-  const ServeOptions& o = *options;
+  ServeOptions& o = *options;
+  fit_descriptor_limit(&o.server);
   if (!is_loopback_host(o.server.host) && o.server.api_key.empty())
     std::fprintf(stderr, "lumen serve: warning: listening on %s without --api-key: anyone who can reach it can use it\n",
                  o.server.host.c_str());
@@ -169,6 +227,7 @@ int cmd_serve(int argc, char** argv, int first) {
                o.server.host.c_str(), (*server)->port());
 
   std::atomic<bool> load_failed{false};
+  std::atomic<bool> loaded{false};
   std::thread loader([&] {
     const double t0 = now_ms();
     engine::EngineConfig config = o.engine;
@@ -192,13 +251,35 @@ int cmd_serve(int argc, char** argv, int first) {
                    "rounded to 16 (set --max-batch-tokens to override)\n",
                    c.max_batch_tokens, c.max_seqs, static_cast<long long>(batch_default.knee_tokens), kMinDefaultChunk);
     (*server)->attach_engine(engine::AsyncEngine::start(std::move(eng), o.async));
+    loaded = true;
   });
   int sig = 0;
   sigwait(&stop_signals, &sig);
-  if (!load_failed) std::fprintf(stderr, "lumen serve: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  if (load_failed) {
+    loader.join();
+    (*server)->stop();
+    return 1;
+  }
+  std::fprintf(stderr, "lumen serve: %s: draining (readiness 503, no new connections; running requests get up to %.1f s; "
+               "a second signal exits at once)\n", sig == SIGINT ? "SIGINT" : "SIGTERM", o.drain_timeout_ms / 1e3);
+  // A second signal ends the process at once, whatever the drain is waiting for.
+  std::thread([stop_signals] {
+    int again = 0;
+    sigwait(&stop_signals, &again);
+    std::fprintf(stderr, "lumen serve: second %s: exiting now\n", again == SIGINT ? "SIGINT" : "SIGTERM");
+    _exit(128 + again);
+  }).detach();
+  const double t0 = now_ms();
+  const bool all_done = (*server)->drain(std::chrono::milliseconds(o.drain_timeout_ms));
+  std::fprintf(stderr, "lumen serve: drained in %.0f ms (%s)\n", now_ms() - t0,
+               all_done ? "every request finished" : "requests still running at the deadline were ended");
+  if (!loaded) {  // still loading: nothing to finish, and the load is not worth waiting for
+    std::fprintf(stderr, "lumen serve: exiting while the model loads\n");
+    std::fflush(stderr);
+    _exit(0);
+  }
   loader.join();
-  (*server)->stop();
-  return load_failed ? 1 : 0;
+  return 0;
 }
 
 }  // namespace lumen::cli

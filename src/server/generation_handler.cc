@@ -199,15 +199,17 @@ void run_stream(StreamJob& job, StreamWriter& out) {
     for (size_t i = 0; i < job.text_offset.size(); ++i) first += sse_role_chunk(job.header, static_cast<int32_t>(i));
   if (!first.empty() && !out.write(first)) return;
   for (;;) {
+    // Checked before every event: a request that streams without pause must still end
+    // when the server stops.
+    if (job.env.stopping->load()) {
+      job.run.cancel();
+      ApiError e{503, "the server is shutting down: the request was ended before it finished", "server_error", "", ""};
+      out.write(sse_error_event(api_error_json(e)) + kSseDone);
+      return;
+    }
     RequestEvent ev;
     if (!job.run.wait_next(&ev, poll, *job.env.metrics)) {
       if (out.client_gone()) return;
-      if (job.env.stopping->load()) {
-        job.run.cancel();
-        ApiError e{503, "the server is shutting down", "server_error", "", ""};
-        out.write(sse_error_event(api_error_json(e)) + kSseDone);
-        return;
-      }
       continue;
     }
     std::string chunk = event_chunks(job, ev);

@@ -461,7 +461,7 @@ bool HttpServer::drain(std::chrono::milliseconds timeout) {
   // an error event and [DONE], whole responses a 503, and the bytes reach the clients.
   const auto grace = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(2000), timeout / 4);
   impl_->draining.store(true);  // readiness says 503 from now on, before anything closes
-  impl_->transport->stop_accepting();
+  impl_->transport->begin_drain();
   bool all_done = impl_->transport->wait_idle_until(t_end - grace);
   if (!all_done) {
     LUMEN_LOG_WARN("server: drain deadline: ending %lld request(s) still running",
@@ -483,7 +483,7 @@ void HttpServer::stop() {
   // 503 for their clients); then the transport closes the connections and joins its threads.
   impl_->stopping.store(true);
   impl_->draining.store(true);
-  impl_->transport->stop_accepting();
+  impl_->transport->begin_drain();
   impl_->transport->wait_idle_until(std::chrono::steady_clock::now() +
                                     std::chrono::milliseconds(std::max(200, 10 * impl_->config.idle_poll_ms)));
   impl_->transport->stop();

@@ -631,14 +631,13 @@ void HttpTransport::Impl::sweep(double now) {
 
 void HttpTransport::Impl::io_loop() {
   std::vector<epoll_event> events(256);
-  bool listening = true;
+  bool drain_seen = false;
   while (!stopping.load()) {
-    if (listening && draining.load()) {
-      epoll_ctl(epoll_fd, EPOLL_CTL_DEL, listen_fd, nullptr);
-      ::close(listen_fd);
-      listen_fd = -1;
-      listening = false;
-      // Nothing new will come on connections that are not serving a request.
+    if (!drain_seen && draining.load()) {
+      // Idle keep-alive connections go now (a client's next request opens a new one and
+      // learns that this server is draining); the listener stays open, so a balancer's
+      // health check sees "draining" rather than a refused connection.
+      drain_seen = true;
       std::vector<uint64_t> idle;
       for (const auto& [id, c] : conns)
         if (c->idle()) idle.push_back(id);
@@ -648,7 +647,7 @@ void HttpTransport::Impl::io_loop() {
     for (int i = 0; i < n; ++i) {
       const uint64_t id = events[i].data.u64;
       if (id == kListenId) {
-        if (listening) on_accept();
+        on_accept();
       } else if (id == kWakeId) {
         on_posted();
       } else if (auto it = conns.find(id); it != conns.end()) {
@@ -656,7 +655,7 @@ void HttpTransport::Impl::io_loop() {
       }
     }
     const double t = now_ms();
-    if (accept_paused && listening && t >= t_accept_resume_ms) {
+    if (accept_paused && t >= t_accept_resume_ms) {
       epoll_event ev{};
       ev.events = EPOLLIN;
       ev.data.u64 = kListenId;
@@ -734,7 +733,7 @@ Result<std::unique_ptr<HttpTransport>> HttpTransport::start(const TransportConfi
 
 int HttpTransport::port() const { return impl_->port; }
 
-void HttpTransport::stop_accepting() {
+void HttpTransport::begin_drain() {
   impl_->draining.store(true);
   impl_->wake();
 }
@@ -750,6 +749,8 @@ void HttpTransport::stop() {
   t.draining.store(true);
   t.wake();
   if (t.io_thread.joinable()) t.io_thread.join();  // closes every connection: links go gone
+  if (t.listen_fd >= 0) ::close(t.listen_fd);  // no more connections from here on
+  t.listen_fd = -1;
   {
     std::lock_guard<std::mutex> lock(t.mu);
     t.stop_workers = true;

@@ -80,14 +80,15 @@ class HttpTransport {
   HttpTransport& operator=(const HttpTransport&) = delete;
 
   int port() const;
-  // Draining: closes the listening socket. Requests already queued or being served go on;
-  // inline requests still run (health says it is draining); any other request that
-  // arrives from now on gets 503 + Retry-After; every response closes its connection.
-  void stop_accepting();
+  // Draining: no new work. Requests already queued or being served go on; idle
+  // connections close; inline requests still run (health says it is draining, so the
+  // listener stays open for balancers to see that); any other request that arrives from
+  // now on gets 503 + Retry-After; every response closes its connection.
+  void begin_drain();
   // Blocks until no request is queued or being served, or the deadline; true if none is.
   bool wait_idle_until(std::chrono::steady_clock::time_point deadline);
-  // Every connection is closed (handlers see their client gone and return), then the
-  // threads are joined. Idempotent.
+  // Every connection and the listening socket are closed (handlers see their client gone
+  // and return), then the threads are joined. Idempotent.
   void stop();
   TransportStats stats() const;
 

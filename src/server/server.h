@@ -65,8 +65,9 @@ class HttpServer {
   void attach_engine(std::unique_ptr<engine::AsyncEngine> engine);
   // The engine, once attached (tests read its metrics); null before.
   engine::AsyncEngine* engine() const;
-  // Graceful drain: readiness turns false, the listening socket closes, requests that
-  // arrive on open connections get 503 + Retry-After, requests already accepted run on.
+  // Graceful drain: readiness turns false (the listener stays open so balancers see it),
+  // idle connections close, requests that arrive get 503 + Retry-After and a closed
+  // connection, requests already accepted run on.
   // Blocks until they are done or `timeout` is nearly over; then ends the rest as stop()
   // does (streams get an error event and [DONE]) and returns whether all had finished.
   bool drain(std::chrono::milliseconds timeout);

@@ -11,7 +11,9 @@
 #include <httplib.h>
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <thread>
@@ -205,11 +207,24 @@ inline bool wait_until(const std::function<bool()>& pred, double timeout_s = 10)
   return pred();
 }
 
-// A raw TCP connection: for clients that send a request and hang up without reading.
+// A raw TCP connection: for clients that send a request and hang up without reading, send
+// bytes slowly, or come from another loopback address (`source`, e.g. "127.0.0.5").
 class RawConnection {
  public:
-  explicit RawConnection(int port) {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+  explicit RawConnection(int port, const std::string& source = "", int rcvbuf_bytes = 0) {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd_ < 0) return;
+    if (rcvbuf_bytes > 0) setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf_bytes, sizeof rcvbuf_bytes);
+    if (!source.empty()) {
+      sockaddr_in b{};
+      b.sin_family = AF_INET;
+      inet_pton(AF_INET, source.c_str(), &b.sin_addr);
+      if (bind(fd_, reinterpret_cast<sockaddr*>(&b), sizeof b) != 0) {
+        close(fd_);
+        fd_ = -1;
+        return;
+      }
+    }
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<uint16_t>(port));
@@ -220,12 +235,51 @@ class RawConnection {
     }
   }
   ~RawConnection() { hang_up(); }
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
   bool ok() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
   bool send_post(const std::string& path, const std::string& body) {
-    const std::string req = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                            "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-    return ::send(fd_, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size());
+    return send("POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
   }
+  bool send(const std::string& bytes) {
+    return fd_ >= 0 && ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+  }
+  // Reads what arrives within `timeout_s` (until `stop` appears in what was read, if given,
+  // or the peer closes). Sets closed() if the peer closed the connection.
+  std::string read_for(double timeout_s, const std::string& stop = "") {
+    std::string got;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    while (fd_ >= 0 && std::chrono::steady_clock::now() < deadline) {
+      if (!stop.empty() && got.find(stop) != std::string::npos) break;
+      timeval tv{0, 20000};
+      setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      char buf[16384];
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n > 0) got.append(buf, static_cast<size_t>(n));
+      else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        closed_ = true;
+        break;
+      }
+    }
+    return got;
+  }
+  // One whole response (head + Content-Length body), or what came before the timeout.
+  std::string read_response(double timeout_s = 5) {
+    std::string got = read_for(timeout_s, "\r\n\r\n");
+    const size_t head_end = got.find("\r\n\r\n");
+    if (head_end == std::string::npos) return got;
+    const std::string head = got.substr(0, head_end);
+    size_t cl = head.find("Content-Length: ");
+    if (cl == std::string::npos) return got;
+    const size_t want = head_end + 4 + std::stoul(head.substr(cl + 16));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    while (got.size() < want && !closed_ && std::chrono::steady_clock::now() < deadline)
+      got += read_for(0.05);
+    return got;
+  }
+  bool closed() const { return closed_; }
   void hang_up() {
     if (fd_ >= 0) close(fd_);
     fd_ = -1;
@@ -233,6 +287,13 @@ class RawConnection {
 
  private:
   int fd_ = -1;
+  bool closed_ = false;
 };
+
+// The status code of a raw response ("HTTP/1.1 413 ..."), or 0.
+inline int raw_status(const std::string& response) {
+  if (response.rfind("HTTP/1.", 0) != 0 || response.size() < 12) return 0;
+  return std::atoi(response.c_str() + 9);
+}
 
 }  // namespace lumen::server::testing

@@ -1,0 +1,184 @@
+// `lumen serve` as an operator runs it (issue 18, acceptance 3 and 4): a second server on a
+// taken port exits non-zero naming the port; SIGTERM during 32 streams drains (readiness
+// false first, every stream ends with [DONE], exit 0 within --drain-timeout even with
+// slow-header clients connected); a second signal exits at once.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include "serve_process.h"
+
+namespace lumen::testing {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// A loopback connection that sends a request head a byte at a time and never finishes it.
+int slow_header_client(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  const std::string start = "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nX-Slow: ";
+  send(fd, start.data(), start.size(), MSG_NOSIGNAL);
+  return fd;
+}
+
+struct StreamResult {
+  int status = 0;
+  bool done = false;        // data: [DONE] arrived
+  bool error_event = false; // an error event before it
+  bool finished = false;    // a finish_reason arrived
+  double t_end_s = 0;
+};
+
+StreamResult stream(int port, int max_tokens, int i) {
+  httplib::Client cli("127.0.0.1", port);
+  cli.set_read_timeout(60, 0);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = "{\"prompt\": \"Once upon a time, story " + std::to_string(i) + "\", \"max_tokens\": " +
+             std::to_string(max_tokens) + ", \"temperature\": 0, \"ignore_eos\": true, \"stream\": true}";
+  req.set_header("Content-Type", "application/json");
+  StreamResult r;
+  std::string raw;
+  req.response_handler = [&](const httplib::Response& res) {
+    r.status = res.status;
+    return true;
+  };
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    raw.append(data, n);
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error err;
+  cli.send(req, res, err);
+  r.done = raw.find("data: [DONE]") != std::string::npos;
+  r.error_event = raw.find("data: {\"error\"") != std::string::npos;
+  r.finished = raw.find("\"finish_reason\":\"length\"") != std::string::npos;
+  r.t_end_s = now_s();
+  return r;
+}
+
+TEST(ServeLifecycle, SecondServerOnATakenPortExitsNamingThePort) {
+  ServeProcess first({"-m", tiny_model(), "--port", "0", "-t", "1", "--max-batch-tokens", "64"});
+  const int port = first.wait_for_port();
+  ASSERT_GT(port, 0) << first.log();
+  ServeProcess second({"-m", tiny_model(), "--port", std::to_string(port), "-t", "1", "--max-batch-tokens", "64"});
+  const int code = second.wait_exit(20);
+  EXPECT_NE(code, 0) << second.log();
+  EXPECT_NE(code, -1) << "still running: " << second.log();
+  EXPECT_NE(second.log().find(std::to_string(port)), std::string::npos) << second.log();
+  EXPECT_NE(second.log().find("in use"), std::string::npos) << second.log();
+  EXPECT_TRUE(first.wait_ready(port)) << "the first server still serves";
+  EXPECT_EQ(first.terminate(), 0);
+}
+
+TEST(ServeLifecycle, SigtermDrainsThirtyTwoStreamsWithSlowHeaderClientsConnected) {
+  constexpr double kDrainS = 4;
+  ServeProcess serve({"-m", tiny_model(), "--port", "0", "-t", "1", "-c", "4096", "--max-seqs", "8",
+                      "--max-batch-tokens", "64", "--drain-timeout", std::to_string(kDrainS)});
+  const int port = serve.wait_for_port();
+  ASSERT_GT(port, 0) << serve.log();
+  ASSERT_TRUE(serve.wait_ready(port)) << serve.log();
+
+  std::vector<int> slow;
+  for (int i = 0; i < 20; ++i) slow.push_back(slow_header_client(port));
+  // 24 short streams finish inside the drain; 8 long ones (4000 tokens) are still running
+  // at its deadline and must end with an error event and [DONE].
+  std::vector<StreamResult> results(32);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 32; ++i)
+    clients.emplace_back([&, i] { results[i] = stream(port, i < 24 ? 96 : 4000, i); });
+
+  // Readiness, polled on fresh connections: what it said after SIGTERM, in order.
+  std::mutex mu;
+  std::vector<int> after_term;  // guarded by mu: statuses (0: no connection)
+  std::atomic<bool> term_sent{false}, stop_poll{false};
+  std::thread poller([&] {
+    while (!stop_poll) {
+      const bool after = term_sent.load();
+      httplib::Client cli("127.0.0.1", port);
+      cli.set_connection_timeout(0, 200000);
+      auto r = cli.Get("/health/ready");
+      if (after) {
+        std::lock_guard<std::mutex> lock(mu);
+        after_term.push_back(r ? r->status : 0);
+        if (!r) return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the streams are running
+  for (int fd : slow) send(fd, "a", 1, MSG_NOSIGNAL);
+  const double t_term = now_s();
+  term_sent = true;
+  serve.signal(SIGTERM);
+  const int code = serve.wait_exit(kDrainS + 10);
+  const double t_exit = now_s();
+  stop_poll = true;
+  poller.join();
+  for (auto& t : clients) t.join();
+  for (int fd : slow) close(fd);
+
+  EXPECT_EQ(code, 0) << serve.log();
+  EXPECT_LE(t_exit - t_term, kDrainS + 0.5) << "exit within the drain timeout";
+  int n_completed = 0, n_ended = 0;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const StreamResult& r = results[i];
+    SCOPED_TRACE("stream " + std::to_string(i));
+    EXPECT_EQ(r.status, 200);
+    EXPECT_TRUE(r.done) << "every stream ends with [DONE]";
+    EXPECT_TRUE(r.finished != r.error_event) << "completed, or ended with an error event";
+    n_completed += r.finished;
+    n_ended += r.error_event;
+  }
+  EXPECT_EQ(n_completed, 24) << "the short streams complete during the drain";
+  EXPECT_EQ(n_ended, 8) << "the long ones are ended at the deadline";
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_FALSE(after_term.empty());
+  size_t first_not_ok = 0;
+  while (first_not_ok < after_term.size() && after_term[first_not_ok] == 200) ++first_not_ok;
+  ASSERT_LT(first_not_ok, after_term.size());
+  EXPECT_EQ(after_term[first_not_ok], 503) << "readiness said 503 before the listener went away";
+  EXPECT_NE(serve.log().find("draining"), std::string::npos) << serve.log();
+}
+
+TEST(ServeLifecycle, SecondSignalExitsAtOnce) {
+  ServeProcess serve({"-m", tiny_model(), "--port", "0", "-t", "1", "-c", "4096", "--max-batch-tokens", "64",
+                      "--drain-timeout", "60"});
+  const int port = serve.wait_for_port();
+  ASSERT_GT(port, 0) << serve.log();
+  ASSERT_TRUE(serve.wait_ready(port)) << serve.log();
+  std::thread client([&] { stream(port, 4000, 0); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  serve.signal(SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(serve.wait_exit(0.01), -1) << "still draining after the first signal";
+  const double t0 = now_s();
+  serve.signal(SIGINT);
+  const int code = serve.wait_exit(5);
+  EXPECT_LT(now_s() - t0, 1.0);
+  EXPECT_EQ(code, 128 + SIGINT) << serve.log();
+  client.join();
+}
+
+}  // namespace
+}  // namespace lumen::testing
