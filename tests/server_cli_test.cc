@@ -86,8 +86,8 @@ TEST(ServerCli, ServeBenchAndShutDown) {
     ASSERT_TRUE(j.is_object()) << bench.out;
     std::set<std::string> keys;
     for (const auto& [k, v] : j.items()) keys.insert(k);
-    EXPECT_EQ(keys, (std::set<std::string>{"output_tok_s", "req_s", "goodput_req_s", "n_ok", "n_failed", "ttft_ms",
-                                           "tpot_ms", "itl_ms", "e2e_ms"}));
+    EXPECT_EQ(keys, (std::set<std::string>{"output_tok_s", "req_s", "goodput_req_s", "n_ok", "n_failed",
+                                           "cached_token_ratio", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"}));
     EXPECT_EQ(j["n_ok"], 4);
     EXPECT_EQ(j["n_failed"], 0);
     EXPECT_GT(j["output_tok_s"].get<double>(), 0);

@@ -21,7 +21,8 @@ std::vector<OptionSpec> bench_serve_specs() {
       {{"--concurrency"}, "LIST", "clients at once, comma-separated levels (default 1,4,8,16)"},
       {{"--requests"}, "N", "requests per level (default 64, at most 100000)"},
       {{"--prompt-tokens"}, "N", "distinct prompt tokens per request (default 200)"},
-      {{"--shared-prefix"}, "N", "tokens of one prefix shared by every prompt (default 0)"},
+      {{"--shared-prefix"}, "N", "tokens of a prefix shared by every prompt of a group (default 0)"},
+      {{"--prefix-groups"}, "N", "distinct shared prefixes (system prompts, tenants); request i has prefix i % N (default 1)"},
       {{"--max-tokens"}, "N", "tokens to generate per request (default 64)"},
       {{"--respect-eos"}, "", "let requests stop at end-of-generation (default: ignore_eos, fixed length)"},
       {{"--prompt-format"}, "FMT", "auto (token ids via the server's /tokenize, else text), text, or ids"},
@@ -71,6 +72,8 @@ Result<BenchServeOptions> options_from_args(const ArgParser& args) {
   c.prompt_tokens = static_cast<int32_t>(pt);
   LUMEN_ASSIGN_OR_RETURN(int64_t sp, args.get_int("--shared-prefix", 0, 0, 1 << 20));
   c.shared_prefix_tokens = static_cast<int32_t>(sp);
+  LUMEN_ASSIGN_OR_RETURN(int64_t groups, args.get_int("--prefix-groups", 1, 1, 4096));
+  c.prefix_groups = static_cast<int32_t>(groups);
   LUMEN_ASSIGN_OR_RETURN(int64_t mt, args.get_int("--max-tokens", 64, 1, 1 << 20));
   c.max_tokens = static_cast<int32_t>(mt);
   c.ignore_eos = !args.has("--respect-eos");
@@ -139,14 +142,16 @@ int cmd_bench_serve(int argc, char** argv, int first) {
                   c.shared_prefix_tokens > 0 ? (" + " + std::to_string(c.shared_prefix_tokens) + " shared").c_str() : "",
                   result->prompts_as_ids ? "token ids" : "text, ~1 tok/word", c.max_tokens,
                   c.ignore_eos ? " (ignore_eos)" : "", o.sla.ttft_ms, o.sla.tpot_ms);
-      std::printf("%5s %9s %7s %9s %8s %22s %19s %19s %22s\n", "conc", "ok/fail", "req/s", "out tok/s", "goodput",
-                  "TTFT p50/90/99 ms", "TPOT p50/90/99", "ITL p50/90/99", "E2E p50/90/99 ms");
+      std::printf("%5s %9s %7s %9s %8s %22s %19s %19s %22s %7s\n", "conc", "ok/fail", "req/s", "out tok/s", "goodput",
+                  "TTFT p50/90/99 ms", "TPOT p50/90/99", "ITL p50/90/99", "E2E p50/90/99 ms", "cached");
     }
     char okfail[32];
     std::snprintf(okfail, sizeof okfail, "%d/%d", s.n_ok, s.n_failed);
-    std::printf("%5d %9s %7.2f %9.1f %8.2f %22s %19s %19s %22s\n", level, okfail, s.req_s, s.output_tok_s,
+    char cached[16] = "-";
+    if (s.cached_token_ratio >= 0) std::snprintf(cached, sizeof cached, "%.1f%%", 100 * s.cached_token_ratio);
+    std::printf("%5d %9s %7.2f %9.1f %8.2f %22s %19s %19s %22s %7s\n", level, okfail, s.req_s, s.output_tok_s,
                 s.goodput_req_s, triple(s.ttft_ms).c_str(), triple(s.tpot_ms).c_str(), triple(s.itl_ms).c_str(),
-                triple(s.e2e_ms).c_str());
+                triple(s.e2e_ms).c_str(), cached);
     std::fflush(stdout);
     if (s.n_failed > 0) {
       for (const server::RequestSample& r : result->samples)

@@ -93,6 +93,14 @@ bool HttpRequestParser::take_line(std::string_view data, size_t* pos, int64_t ma
   return true;
 }
 
+bool HttpRequestParser::take_body(std::string_view data, size_t* pos) {
+  const size_t n = static_cast<size_t>(std::min<int64_t>(body_remaining_, static_cast<int64_t>(data.size() - *pos)));
+  req_.body.append(data.data() + *pos, n);
+  *pos += n;
+  body_remaining_ -= static_cast<int64_t>(n);
+  return body_remaining_ == 0;
+}
+
 size_t HttpRequestParser::feed(std::string_view data) {
   size_t pos = 0;
   while (pos < data.size() && state_ == State::kNeedMore) {
@@ -108,14 +116,9 @@ size_t HttpRequestParser::feed(std::string_view data) {
         head_line(line);  // on error the state is kError and the loop ends
         break;
       }
-      case Phase::kBody: {
-        const size_t n = static_cast<size_t>(std::min<int64_t>(body_remaining_, static_cast<int64_t>(data.size() - pos)));
-        req_.body.append(data.data() + pos, n);
-        pos += n;
-        body_remaining_ -= static_cast<int64_t>(n);
-        if (body_remaining_ == 0) complete();
+      case Phase::kBody:
+        if (take_body(data, &pos)) complete();
         break;
-      }
       case Phase::kChunkSize: {
         if (!take_line(data, &pos, kMaxChunkLineBytes, 400, "a chunk-size line")) break;
         const std::string line = std::move(line_);
@@ -123,14 +126,9 @@ size_t HttpRequestParser::feed(std::string_view data) {
         chunk_size_line(line);
         break;
       }
-      case Phase::kChunkData: {
-        const size_t n = static_cast<size_t>(std::min<int64_t>(body_remaining_, static_cast<int64_t>(data.size() - pos)));
-        req_.body.append(data.data() + pos, n);
-        pos += n;
-        body_remaining_ -= static_cast<int64_t>(n);
-        if (body_remaining_ == 0) phase_ = Phase::kChunkDataEnd;
+      case Phase::kChunkData:
+        if (take_body(data, &pos)) phase_ = Phase::kChunkDataEnd;
         break;
-      }
       case Phase::kChunkDataEnd: {
         if (!take_line(data, &pos, 2, 400, "the end of a chunk")) break;
         if (!line_.empty()) fail(400, "chunked body: a chunk's data is longer than its size");

@@ -71,6 +71,8 @@ class HttpRequestParser {
   bool chunk_size_line(std::string_view line);
   // Takes one line (without its end) from data at *pos into line_; true when complete.
   bool take_line(std::string_view data, size_t* pos, int64_t max_bytes, int too_long_status, const char* what);
+  // Appends body bytes from data at *pos, up to body_remaining_; true when that is reached.
+  bool take_body(std::string_view data, size_t* pos);
   void fail(int status, std::string message);
   void complete();
 

@@ -118,19 +118,25 @@ Result<Prompts> build_prompts(httplib::Client& cli, const LoadConfig& c) {
   p.as_ids = c.format == PromptFormat::kIds;
   if (c.format == PromptFormat::kAuto) p.as_ids = tokenize(cli, c, "hello world").has_value();
   if (p.as_ids) {
-    std::vector<int32_t> prefix;
+    std::vector<std::vector<int32_t>> prefixes(std::max(1, c.prefix_groups));
     if (c.shared_prefix_tokens > 0) {
-      LUMEN_ASSIGN_OR_RETURN(prefix, token_prompt(cli, c, rng, c.shared_prefix_tokens));
+      for (auto& prefix : prefixes) {
+        LUMEN_ASSIGN_OR_RETURN(prefix, token_prompt(cli, c, rng, c.shared_prefix_tokens));
+      }
     }
     for (int32_t i = 0; i < c.n_requests; ++i) {
       LUMEN_ASSIGN_OR_RETURN(std::vector<int32_t> ids, token_prompt(cli, c, rng, c.prompt_tokens));
+      const std::vector<int32_t>& prefix = prefixes[i % prefixes.size()];
       ids.insert(ids.begin(), prefix.begin(), prefix.end());
       p.prompts.emplace_back(std::move(ids));
     }
     return p;
   }
-  const std::string prefix = c.shared_prefix_tokens > 0 ? random_words(rng, c.shared_prefix_tokens) + " " : "";
-  for (int32_t i = 0; i < c.n_requests; ++i) p.prompts.emplace_back(prefix + random_words(rng, c.prompt_tokens));
+  std::vector<std::string> prefixes(std::max(1, c.prefix_groups));
+  if (c.shared_prefix_tokens > 0)
+    for (std::string& prefix : prefixes) prefix = random_words(rng, c.shared_prefix_tokens) + " ";
+  for (int32_t i = 0; i < c.n_requests; ++i)
+    p.prompts.emplace_back(prefixes[i % prefixes.size()] + random_words(rng, c.prompt_tokens));
   return p;
 }
 
@@ -164,6 +170,8 @@ class SseReader {
   void finish(RequestSample* s, double t_end_ms) const {
     s->e2e_ms = t_end_ms - t_send_ms_;
     s->n_output = usage_tokens_ >= 0 ? usage_tokens_ : n_text_chunks_;
+    s->n_prompt = usage_prompt_;
+    s->n_cached = usage_cached_;
     s->ttft_ms = t_first_ms_ > 0 ? t_first_ms_ - t_send_ms_ : s->e2e_ms;
     s->tpot_ms = s->n_output > 1 ? (s->e2e_ms - s->ttft_ms) / (s->n_output - 1) : 0;
     s->itl_ms = itl_ms_;
@@ -202,9 +210,17 @@ class SseReader {
                                                                                   : "error event";
       return;
     }
-    if (j.contains("usage") && j["usage"].is_object() && j["usage"].contains("completion_tokens") &&
-        j["usage"]["completion_tokens"].is_number_integer())
-      usage_tokens_ = j["usage"]["completion_tokens"].get<int32_t>();
+    if (j.contains("usage") && j["usage"].is_object()) {
+      const Json& u = j["usage"];
+      if (u.contains("completion_tokens") && u["completion_tokens"].is_number_integer())
+        usage_tokens_ = u["completion_tokens"].get<int32_t>();
+      if (u.contains("prompt_tokens") && u["prompt_tokens"].is_number_integer())
+        usage_prompt_ = u["prompt_tokens"].get<int32_t>();
+      if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object() &&
+          u["prompt_tokens_details"].contains("cached_tokens") &&
+          u["prompt_tokens_details"]["cached_tokens"].is_number_integer())
+        usage_cached_ = u["prompt_tokens_details"]["cached_tokens"].get<int32_t>();
+    }
     if (!j.contains("choices") || !j["choices"].is_array()) return;
     for (const Json& ch : j["choices"]) {
       if (!ch.is_object()) continue;
@@ -227,6 +243,8 @@ class SseReader {
   double t_first_ms_ = 0, t_last_ms_ = 0;
   int32_t n_text_chunks_ = 0;
   int32_t usage_tokens_ = -1;
+  int32_t usage_prompt_ = -1;
+  int32_t usage_cached_ = -1;
   std::vector<double> itl_ms_;
   std::string error_;
   bool done_ = false;
@@ -406,8 +424,9 @@ Percentiles percentiles(std::vector<double> v) {
 LoadSummary summarize(const LoadResult& r, const Sla& sla) {
   LoadSummary s;
   std::vector<double> ttft, tpot, itl, e2e;
-  int64_t n_out = 0;
+  int64_t n_out = 0, n_prompt = 0, n_cached = 0;
   int32_t n_good = 0;
+  bool usage_complete = true;  // every ok sample reported prompt and cached tokens
   for (const RequestSample& x : r.samples) {
     if (!x.ok) {
       s.n_failed++;
@@ -415,6 +434,12 @@ LoadSummary summarize(const LoadResult& r, const Sla& sla) {
     }
     s.n_ok++;
     n_out += x.n_output;
+    if (x.n_prompt >= 0 && x.n_cached >= 0) {
+      n_prompt += x.n_prompt;
+      n_cached += x.n_cached;
+    } else {
+      usage_complete = false;
+    }
     ttft.push_back(x.ttft_ms);
     e2e.push_back(x.e2e_ms);
     if (x.n_output > 1) tpot.push_back(x.tpot_ms);
@@ -426,6 +451,7 @@ LoadSummary summarize(const LoadResult& r, const Sla& sla) {
     s.req_s = s.n_ok / r.wall_s;
     s.goodput_req_s = n_good / r.wall_s;
   }
+  if (usage_complete && n_prompt > 0) s.cached_token_ratio = static_cast<double>(n_cached) / static_cast<double>(n_prompt);
   s.ttft_ms = percentiles(std::move(ttft));
   s.tpot_ms = percentiles(std::move(tpot));
   s.itl_ms = percentiles(std::move(itl));
@@ -436,7 +462,8 @@ LoadSummary summarize(const LoadResult& r, const Sla& sla) {
 std::string summary_json(const LoadSummary& s) {
   auto pj = [](const Percentiles& p) { return Json{{"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}, {"mean", p.mean}}; };
   Json j = {{"output_tok_s", s.output_tok_s}, {"req_s", s.req_s},       {"goodput_req_s", s.goodput_req_s},
-            {"n_ok", s.n_ok},                 {"n_failed", s.n_failed}, {"ttft_ms", pj(s.ttft_ms)},
+            {"n_ok", s.n_ok},                 {"n_failed", s.n_failed}, {"cached_token_ratio", s.cached_token_ratio},
+            {"ttft_ms", pj(s.ttft_ms)},
             {"tpot_ms", pj(s.tpot_ms)},       {"itl_ms", pj(s.itl_ms)}, {"e2e_ms", pj(s.e2e_ms)}};
   return j.dump();
 }

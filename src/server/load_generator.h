@@ -36,7 +36,8 @@ struct LoadConfig {
   int32_t concurrency = 1;
   int32_t n_requests = 64;
   int32_t prompt_tokens = 200;       // distinct tokens per request
-  int32_t shared_prefix_tokens = 0;  // the same tokens before every prompt
+  int32_t shared_prefix_tokens = 0;  // the same tokens before every prompt (of one group)
+  int32_t prefix_groups = 1;         // distinct shared prefixes; request i has prefix i % groups
   int32_t max_tokens = 64;
   bool ignore_eos = true;            // fixed-length outputs (lumen, vLLM, llama-server honour it)
   PromptFormat format = PromptFormat::kAuto;
@@ -49,6 +50,8 @@ struct RequestSample {
   bool ok = false;
   std::string error;
   int32_t n_output = 0;
+  int32_t n_prompt = -1;             // from the final usage (-1: not reported)
+  int32_t n_cached = -1;             // usage.prompt_tokens_details.cached_tokens
   double ttft_ms = 0;
   double tpot_ms = 0;
   double e2e_ms = 0;
@@ -75,6 +78,7 @@ struct LoadSummary {
   double output_tok_s = 0;
   double req_s = 0;
   double goodput_req_s = 0;  // requests meeting the SLA per second
+  double cached_token_ratio = -1;  // prompt tokens served from the prefix cache / prompt tokens (-1: not reported)
   int32_t n_ok = 0;
   int32_t n_failed = 0;
   Percentiles ttft_ms, tpot_ms, itl_ms, e2e_ms;
@@ -90,8 +94,8 @@ Result<LoadResult> run_load(const LoadConfig& config);
 // Percentiles by linear interpolation between order statistics (numpy's default).
 Percentiles percentiles(std::vector<double> values);
 LoadSummary summarize(const LoadResult& result, const Sla& sla);
-// {"output_tok_s", "req_s", "goodput_req_s", "n_ok", "n_failed", "ttft_ms", "tpot_ms",
-//  "itl_ms", "e2e_ms"}, the latter each {"p50", "p90", "p99", "mean"}.
+// {"output_tok_s", "req_s", "goodput_req_s", "n_ok", "n_failed", "cached_token_ratio", "ttft_ms",
+//  "tpot_ms", "itl_ms", "e2e_ms"}, the latter each {"p50", "p90", "p99", "mean"}.
 std::string summary_json(const LoadSummary& summary);
 
 }  // namespace lumen::server

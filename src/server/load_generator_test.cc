@@ -42,6 +42,26 @@ TEST(ServerBench, Percentiles) {
   EXPECT_EQ(empty.p50, 0);
 }
 
+// The cached-token ratio sums over the requests that completed, and is unknown (-1) if any
+// of them did not report its usage.
+TEST(ServerBench, CachedTokenRatio) {
+  LoadResult r;
+  r.wall_s = 1.0;
+  auto sample = [](int n_prompt, int n_cached) {
+    RequestSample s;
+    s.ok = true;
+    s.n_output = 1;
+    s.n_prompt = n_prompt;
+    s.n_cached = n_cached;
+    return s;
+  };
+  r.samples = {sample(64, 0), sample(64, 48), sample(64, 48), sample(64, 48)};
+  r.samples.push_back(RequestSample{});  // failed: not counted
+  EXPECT_DOUBLE_EQ(summarize(r, Sla{}).cached_token_ratio, 144.0 / 256.0);
+  r.samples.push_back(sample(-1, -1));
+  EXPECT_EQ(summarize(r, Sla{}).cached_token_ratio, -1);
+}
+
 TEST(ServerBench, SummaryAndGoodput) {
   LoadResult r;
   r.wall_s = 2.0;
@@ -66,8 +86,9 @@ TEST(ServerBench, SummaryAndGoodput) {
   const nlohmann::json j = nlohmann::json::parse(summary_json(s));
   std::set<std::string> keys;
   for (const auto& [k, v] : j.items()) keys.insert(k);
-  EXPECT_EQ(keys, (std::set<std::string>{"output_tok_s", "req_s", "goodput_req_s", "n_ok", "n_failed", "ttft_ms",
-                                         "tpot_ms", "itl_ms", "e2e_ms"}));
+  EXPECT_EQ(keys, (std::set<std::string>{"output_tok_s", "req_s", "goodput_req_s", "n_ok", "n_failed",
+                                         "cached_token_ratio", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"}));
+  EXPECT_EQ(s.cached_token_ratio, -1) << "no sample reported usage";
   for (const char* k : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"}) {
     std::set<std::string> pk;
     for (const auto& [name, v] : j[k].items()) pk.insert(name);

@@ -3,7 +3,8 @@
 // Every real request completes, their p99 time to first token stays within 2x of the same
 // run without the abusers, and /health answers within 100 ms throughout. Loopback only;
 // the abusers come from other 127.0.0.x addresses so the per-client limit (default 256)
-// is not what protects the server here: the event loop is.
+// is not what protects the server here: the event loop is. A timing test: CTest runs it
+// alone (*_serial_test.cc, see cmake/lumen.cmake).
 #include <sys/resource.h>
 
 #include <gtest/gtest.h>
@@ -76,7 +77,42 @@ void raise_fd_limit() {
   setrlimit(RLIMIT_NOFILE, &r);
 }
 
+// The abusers: heads that never end (from 127.0.0.2-4), and idle keep-alive connections
+// that made one request (from 127.0.0.5-9). Closed when destroyed.
+struct Abusers {
+  std::vector<std::unique_ptr<RawConnection>> slow, idle;
+
+  // False if a connection could not be made or its request was not answered.
+  bool open(int port) {
+    for (int i = 0; i < kSlowHeaders; ++i) {
+      slow.push_back(std::make_unique<RawConnection>(port, "127.0.0." + std::to_string(2 + i / 100)));
+      if (!slow.back()->ok()) return false;
+      slow.back()->send("POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nX-Slow: ");
+    }
+    for (int i = 0; i < kIdle; ++i) {
+      idle.push_back(std::make_unique<RawConnection>(port, "127.0.0." + std::to_string(5 + i / 100)));
+      if (!idle.back()->ok()) return false;
+      idle.back()->send("GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    }
+    for (auto& c : idle)
+      if (raw_status(c->read_response()) != 200) return false;
+    return true;
+  }
+  void trickle() {  // one more header byte on every slow connection
+    for (auto& c : slow) c->send("a");
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Alternating rounds, each one p99 without the abusers and one with them connected; the
+// medians of the rounds are compared, so a burst of load from outside the test (other
+// processes on the machine) in one measurement does not decide it.
 TEST(ServerAbuse, SlowHeadersAndIdleConnectionsDoNotHurtRealStreams) {
+  constexpr int kRounds = 3;
   raise_fd_limit();
   rlimit r{};
   getrlimit(RLIMIT_NOFILE, &r);
@@ -87,11 +123,14 @@ TEST(ServerAbuse, SlowHeadersAndIdleConnectionsDoNotHurtRealStreams) {
   auto s = TestServer::start(o);
   ASSERT_TRUE(s);
   ASSERT_GT(p99_ttft_ms(*s), 0);  // warm-up
-  const double base = p99_ttft_ms(*s);
-  ASSERT_GT(base, 0) << "a real request failed without abusers";
+
   // The helper threads stop and are joined however the test ends (an ASSERT returns early).
-  std::atomic<bool> stop{false};
-  std::thread prober, trickle;
+  std::atomic<bool> stop{false}, abusing{false};
+  std::mutex mu;
+  Abusers* current = nullptr;     // guarded by mu
+  std::vector<double> health_ms;  // guarded by mu: /health latencies while abusers were connected
+  int n_health_failed = 0;        // guarded by mu
+  std::thread prober, trickler;
   struct Joiner {
     std::atomic<bool>& stop;
     std::thread& a;
@@ -101,19 +140,16 @@ TEST(ServerAbuse, SlowHeadersAndIdleConnectionsDoNotHurtRealStreams) {
       if (a.joinable()) a.join();
       if (b.joinable()) b.join();
     }
-  } joiner{stop, prober, trickle};
-
-  std::mutex mu;
-  std::vector<double> health_ms;  // guarded by mu
-  int n_health_failed = 0;        // guarded by mu
+  } joiner{stop, prober, trickler};
   prober = std::thread([&] {  // /health on a fresh connection every 20 ms
     while (!stop) {
+      const bool during = abusing.load();
       const double t0 = now_ms();
       RawConnection c(s->port, "127.0.0.10");
       c.send("GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n");
       const int status = raw_status(c.read_response(2));
       const double took = now_ms() - t0;
-      {
+      if (during && abusing.load()) {
         std::lock_guard<std::mutex> lock(mu);
         if (status == 200) health_ms.push_back(took);
         else ++n_health_failed;
@@ -121,44 +157,55 @@ TEST(ServerAbuse, SlowHeadersAndIdleConnectionsDoNotHurtRealStreams) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });
-  // The abusers: heads that never end, from 127.0.0.2-4; idle keep-alive connections that
-  // made one request, from 127.0.0.5-9.
-  std::vector<std::unique_ptr<RawConnection>> slow, idle;
-  for (int i = 0; i < kSlowHeaders; ++i) {
-    slow.push_back(std::make_unique<RawConnection>(s->port, "127.0.0." + std::to_string(2 + i / 100)));
-    ASSERT_TRUE(slow.back()->ok()) << i;
-    slow.back()->send("POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nX-Slow: ");
-  }
-  for (int i = 0; i < kIdle; ++i) {
-    idle.push_back(std::make_unique<RawConnection>(s->port, "127.0.0." + std::to_string(5 + i / 100)));
-    ASSERT_TRUE(idle.back()->ok()) << i;
-    idle.back()->send("GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n");
-  }
-  for (auto& c : idle) ASSERT_EQ(raw_status(c->read_response()), 200);
-  trickle = std::thread([&] {  // one more header byte per slow connection every 200 ms
+  trickler = std::thread([&] {  // a header byte per slow connection every 200 ms
     while (!stop) {
-      for (auto& c : slow) c->send("a");
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (current) current->trickle();
+      }
       for (int i = 0; i < 20 && !stop; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   });
-  ASSERT_TRUE(wait_until([&] { return metric(*s, "lumen_http_connections_open") >= kSlowHeaders + kIdle; }, 5));
-  const double abused = p99_ttft_ms(*s);
-  const double open_after = metric(*s, "lumen_http_connections_open");
+
+  std::vector<double> base, abused;
+  double open_min = 1e9;
+  for (int round = 0; round < kRounds; ++round) {
+    base.push_back(p99_ttft_ms(*s));
+    ASSERT_GT(base.back(), 0) << "a real request failed without abusers";
+    auto abusers = std::make_unique<Abusers>();
+    ASSERT_TRUE(abusers->open(s->port));
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      current = abusers.get();
+    }
+    ASSERT_TRUE(wait_until([&] { return metric(*s, "lumen_http_connections_open") >= kSlowHeaders + kIdle; }, 5));
+    abusing = true;
+    abused.push_back(p99_ttft_ms(*s));
+    open_min = std::min(open_min, metric(*s, "lumen_http_connections_open"));
+    abusing = false;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      current = nullptr;
+    }
+    ASSERT_GT(abused.back(), 0) << "a real request failed with the abusers connected";
+    abusers.reset();
+    ASSERT_TRUE(wait_until([&] { return metric(*s, "lumen_http_connections_open") < 10; }, 5));
+  }
   stop = true;
-  trickle.join();
+  trickler.join();
   prober.join();  // (the Joiner then has nothing left to do)
 
-  EXPECT_GT(abused, 0) << "a real request failed with the abusers connected";
-  EXPECT_LE(abused, 2 * base) << "p99 TTFT " << abused << " ms with abusers vs " << base << " ms without";
-  EXPECT_GE(open_after, kSlowHeaders + kIdle) << "the abusers were still connected";
+  EXPECT_LE(median(abused), 2 * median(base)) << "median p99 TTFT with abusers vs without";
+  EXPECT_GE(open_min, kSlowHeaders + kIdle) << "the abusers were connected while the requests ran";
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_EQ(n_health_failed, 0);
   ASSERT_FALSE(health_ms.empty());
   const double worst = *std::max_element(health_ms.begin(), health_ms.end());
   EXPECT_LT(worst, 100) << "slowest /health of " << health_ms.size() << ": " << worst << " ms";
-  std::printf("p99 TTFT %.1f ms without abusers, %.1f ms with %d slow-header + %d idle connections; "
-              "/health worst %.1f ms over %zu checks\n",
-              base, abused, kSlowHeaders, kIdle, worst, health_ms.size());
+  std::string rounds;
+  for (int i = 0; i < kRounds; ++i) rounds += " " + std::to_string(static_cast<int>(base[i])) + "/" + std::to_string(static_cast<int>(abused[i]));
+  std::printf("p99 TTFT ms without/with %d slow-header + %d idle connections, per round:%s; /health worst %.1f ms over %zu checks\n",
+              kSlowHeaders, kIdle, rounds.c_str(), worst, health_ms.size());
 }
 
 }  // namespace
