@@ -11,6 +11,9 @@ PACKAGES=(
   # test references: chat templates rendered by jinja2 (tests/data/chat_templates),
   # numpy forward passes (tests/ref)
   python3 python3-jinja2 python3-numpy
+  libnuma-dev   # NUMA-aware placement of `lumen serve --cpus` (optional at build)
+  haproxy       # deploy/haproxy.cfg and its integration test (ctest -L haproxy)
+  yamllint      # the Kubernetes manifests under deploy/ (ctest -L deploy)
 )
 
 missing=()

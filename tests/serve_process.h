@@ -39,23 +39,33 @@ inline std::string read_file(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-// A `lumen serve` child process with its stderr in a file; SIGKILLed if still running.
+// A child process (`lumen serve` by default) with its stdout and stderr in a file and extra
+// environment variables; SIGKILLed if a test leaves it running.
 class ServeProcess {
  public:
-  explicit ServeProcess(std::vector<std::string> args) {
+  explicit ServeProcess(std::vector<std::string> args, std::vector<std::string> env = {}, std::string program = "") {
     static std::atomic<int> n_started{0};
     log_path_ = ::testing::TempDir() + "lumen_serve_" + std::to_string(getpid()) + "_" +
                 std::to_string(n_started++) + ".log";
-    std::vector<std::string> argv_s = {lumen_bin(), "serve"};
+    std::vector<std::string> argv_s;
+    if (program.empty()) argv_s = {lumen_bin(), "serve"};
+    else argv_s = {program};
     argv_s.insert(argv_s.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (std::string& a : argv_s) argv.push_back(a.data());
     argv.push_back(nullptr);
+    std::vector<std::string> env_s;
+    for (char** e = environ; *e; ++e) env_s.emplace_back(*e);
+    env_s.insert(env_s.end(), env.begin(), env.end());
+    std::vector<char*> envp;
+    for (std::string& e : env_s) envp.push_back(e.data());
+    envp.push_back(nullptr);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 2, log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 2, 1);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    if (posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    if (posix_spawnp(&pid_, argv[0], &fa, nullptr, argv.data(), envp.data()) != 0) pid_ = -1;
     posix_spawn_file_actions_destroy(&fa);
   }
   ~ServeProcess() {
@@ -65,6 +75,8 @@ class ServeProcess {
     }
     std::remove(log_path_.c_str());
   }
+  ServeProcess(const ServeProcess&) = delete;
+  ServeProcess& operator=(const ServeProcess&) = delete;
   bool started() const { return pid_ > 0; }
   std::string log() const { return read_file(log_path_); }
 
@@ -126,5 +138,48 @@ class ServeProcess {
   pid_t pid_ = -1;
   std::string log_path_;
 };
+
+// One streaming completion and how it ended.
+struct StreamResult {
+  int status = 0;
+  bool done = false;         // data: [DONE] arrived
+  bool error_event = false;  // an error event came
+  bool finished = false;     // a finish_reason "length" came (the tests use ignore_eos)
+  bool any_event = false;    // any data event came
+  std::string replica;       // X-Replica-Id
+};
+
+inline StreamResult stream_completion(int port, int max_tokens, const std::string& prompt,
+                                      const std::string& session = "") {
+  httplib::Client cli("127.0.0.1", port);
+  cli.set_read_timeout(60, 0);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = "{\"prompt\": \"" + prompt + "\", \"max_tokens\": " + std::to_string(max_tokens) +
+             ", \"temperature\": 0, \"ignore_eos\": true, \"stream\": true}";
+  req.set_header("Content-Type", "application/json");
+  if (!session.empty()) req.set_header("X-Session-Id", session);
+  StreamResult r;
+  std::string raw;
+  req.response_handler = [&](const httplib::Response& res) {
+    r.status = res.status;
+    r.replica = res.get_header_value("X-Replica-Id");
+    return true;
+  };
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    raw.append(data, n);
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error err;
+  cli.send(req, res, err);
+  if (r.status == 0) r.status = res.status;
+  r.done = raw.find("data: [DONE]") != std::string::npos;
+  r.error_event = raw.find("data: {\"error\"") != std::string::npos;
+  r.finished = raw.find("\"finish_reason\":\"length\"") != std::string::npos;
+  r.any_event = raw.find("data: ") != std::string::npos;
+  return r;
+}
 
 }  // namespace lumen::testing

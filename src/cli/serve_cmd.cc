@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "base/cpu_affinity.h"
 #include "base/log.h"
 #include "base/timer.h"
 #include "cli/common.h"
@@ -56,6 +57,8 @@ std::vector<OptionSpec> serve_option_specs() {
       {{"--max-queue"}, "N", "requests waiting for admission before new ones get 503 (default 64)"},
       {{"--http-threads"}, "N", "HTTP worker threads (default: max-seqs + max-queue + 8)"},
       {{"--max-body"}, "SIZE", "largest request body (default 4MiB)"},
+      {{"--cpus"}, "LIST", "run on these CPUs only, e.g. 0-7,16-23 (default -t: their count); memory prefers their NUMA nodes"},
+      {{"--numa-node"}, "N", "run on the CPUs of NUMA node N, with memory from it (instead of --cpus)"},
       {{"--replica-id"}, "ID", "sent back as the X-Replica-Id header of every response (letters, digits, . _ -)"},
       {{"--allowed-host"}, "NAME", "without --api-key, a Host / Origin name to serve besides loopback names (repeatable; '*': any)", true},
       {{"--drain-timeout"}, "SECONDS", "on SIGTERM / SIGINT, finish running requests for up to this long (default 30)"},
@@ -75,6 +78,7 @@ struct ServeOptions {
   engine::AsyncEngineConfig async;
   server::ServerConfig server;
   int64_t drain_timeout_ms = 30000;
+  std::vector<int> cpus;  // empty: wherever the kernel puts the threads
 };
 
 Result<int32_t> get_ms(const ArgParser& args, const char* flag, double fallback_s, double max_s) {
@@ -134,6 +138,18 @@ Result<ServeOptions> serve_options_from_args(const ArgParser& args) {
   for (const std::string& h : s.allowed_hosts)
     if (h.empty() || h.size() > 253 || h.find_first_of(" /\t") != std::string::npos)
       return error("--allowed-host: '" + h.substr(0, 80) + "' is not a host name");
+  if (args.has("--cpus") && args.has("--numa-node")) return error("give one of --cpus and --numa-node");
+  if (auto list = args.get("--cpus")) {
+    auto cpus = parse_cpu_list(*list);
+    if (!cpus.ok()) return error("--cpus: " + cpus.message());
+    o.cpus = std::move(cpus).value();
+  }
+  if (args.has("--numa-node")) {
+    LUMEN_ASSIGN_OR_RETURN(int64_t node, args.get_int("--numa-node", 0, 0, 1023));
+    auto cpus = cpus_of_numa_node(static_cast<int>(node));
+    if (!cpus.ok()) return error("--numa-node: " + cpus.message());
+    o.cpus = std::move(cpus).value();
+  }
   LUMEN_ASSIGN_OR_RETURN(int32_t drain_ms, get_ms(args, "--drain-timeout", 30, 3600));
   o.drain_timeout_ms = drain_ms;
   LUMEN_ASSIGN_OR_RETURN(s.request_timeout_ms, get_ms(args, "--request-timeout", 30, 3600));
@@ -205,6 +221,16 @@ int cmd_serve(int argc, char** argv, int first) {
   }
   ServeOptions& o = *options;
   fit_descriptor_limit(&o.server);
+  if (!o.cpus.empty()) {
+    // Before any thread starts: the engine's pool and the HTTP threads inherit the mask.
+    if (Status st = pin_to_cpus(o.cpus); !st.ok()) {
+      std::fprintf(stderr, "error: --cpus: %s\n", st.message().c_str());
+      return 2;
+    }
+    if (o.engine.n_threads <= 0) o.engine.n_threads = static_cast<int32_t>(o.cpus.size());
+    std::fprintf(stderr, "lumen serve: pinned to CPUs %s (%d compute threads); %s\n", format_cpu_list(o.cpus).c_str(),
+                 o.engine.n_threads, place_memory_near(o.cpus).c_str());
+  }
   if (!is_loopback_host(o.server.host) && o.server.api_key.empty())
     std::fprintf(stderr, "lumen serve: warning: listening on %s without --api-key: anyone who can reach it can use it\n",
                  o.server.host.c_str());
@@ -260,7 +286,7 @@ int cmd_serve(int argc, char** argv, int first) {
     (*server)->stop();
     return 1;
   }
-  std::fprintf(stderr, "lumen serve: %s: draining (readiness 503, no new connections; running requests get up to %.1f s; "
+  std::fprintf(stderr, "lumen serve: %s: draining (readiness 503, new requests 503; running requests get up to %.1f s; "
                "a second signal exits at once)\n", sig == SIGINT ? "SIGINT" : "SIGTERM", o.drain_timeout_ms / 1e3);
   // A second signal ends the process at once, whatever the drain is waiting for.
   std::thread([stop_signals] {

@@ -141,7 +141,8 @@ const std::vector<HttpServer::Impl::Route>& HttpServer::Impl::routes() {
 const HttpServer::Impl::Route* HttpServer::Impl::find_route(const HttpRequest& req, bool* path_known) {
   *path_known = false;
   // HEAD is GET without the body (the transport leaves it out).
-  const std::string_view method = req.method == "HEAD" ? "GET" : req.method;
+  std::string_view method = req.method;
+  if (method == "HEAD") method = "GET";
   for (const Route& r : routes()) {
     if (req.path != r.path) continue;
     *path_known = true;
