@@ -32,7 +32,7 @@ run: build
 	build/lumen run -m "$(MODEL)" -p "$(PROMPT)" -n 64
 
 # Every test: the release build's full suite, then the untrusted-input parsers
-# (GGUF, safetensors, llama2.c, tokenizer, HTTP request parser, imatrix files) and the
+# (GGUF, safetensors, llama2.c, tokenizer, HTTP framing and request parsers, imatrix files) and the
 # kernels' hostile-block tests (Iq*.*, KernelsHostile.*) again under AddressSanitizer + UBSan.
 # Timing tests (LinearTime) run in the release suite only: under ASan they measure the
 # sanitizer, not the algorithm.
@@ -42,7 +42,7 @@ test-release: build
 	cd build && ctest --output-on-failure -j $(JOBS)
 
 test-asan: build-dev
-	cd build-dev && ctest --output-on-failure -j $(JOBS) -R 'Fuzz|Gguf|Safetensors|Llama2c|Tokenizer|Imatrix|^Iq[A-Za-z]*\.|^KernelsHostile\.' -E 'LinearTime'
+	cd build-dev && ctest --output-on-failure -j $(JOBS) -R 'Fuzz|Gguf|Safetensors|Llama2c|Tokenizer|Imatrix|^HttpParser|^Iq[A-Za-z]*\.|^KernelsHostile\.' -E 'LinearTime'
 
 clean:
 	rm -rf build build-dev build-bench

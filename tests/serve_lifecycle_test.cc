@@ -5,6 +5,7 @@
 #include <atomic>
 #include <filesystem>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +22,21 @@ namespace {
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Requests the server has taken in: running + waiting + finished (any outcome), from /metrics.
+double requests_taken(int port) {
+  httplib::Client cli("127.0.0.1", port);
+  auto r = cli.Get("/metrics");
+  if (!r || r->status != 200) return 0;
+  double n = 0;
+  std::istringstream in(r->body);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("lumen_num_requests_running ", 0) == 0 || line.rfind("lumen_num_requests_waiting ", 0) == 0 ||
+        line.rfind("lumen_requests_total{", 0) == 0)
+      n += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return n;
 }
 
 TEST(ServeLifecycle, SecondServerOnATakenPortExitsNamingThePort) {
@@ -52,13 +68,20 @@ TEST(ServeLifecycle, SigtermDrainsThirtyTwoStreamsWithSlowHeaderClientsConnected
     slow.back()->send("POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nX-Slow: ");
   }
   // 24 short streams finish inside the drain; 8 long ones (16000 tokens) are still running
-  // (or waiting) at its deadline and must end with an error event and [DONE].
+  // (or waiting) at its deadline and must end with an error event and [DONE]. The long ones
+  // are sent once the server has taken in the short ones: admission is first come, first
+  // served, and long streams admitted first would hold the sequence slots for the whole drain.
   std::vector<StreamResult> results(32);
   std::vector<std::thread> clients;
-  for (int i = 0; i < 32; ++i)
+  auto start = [&](int i) {
     clients.emplace_back([&, i] {
       results[i] = stream_completion(port, i < 24 ? 96 : 16000, "Once upon a time, story " + std::to_string(i));
     });
+  };
+  for (int i = 0; i < 24; ++i) start(i);
+  for (const double t0 = now_s(); requests_taken(port) < 24 && now_s() - t0 < 20;)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (int i = 24; i < 32; ++i) start(i);
 
   // Readiness, polled on fresh connections: what it said after SIGTERM, in order.
   std::mutex mu;

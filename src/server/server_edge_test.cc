@@ -276,9 +276,13 @@ TEST_F(ServerEdge, RoutingKeys) {
 // Drain: readiness goes false at once, new work gets 503 + Retry-After, requests already
 // running finish, then the listener closes.
 TEST(ServerDrain, RunningStreamsFinishAndNewRequestsGet503) {
-  auto s = TestServer::start();
+  TestServerOptions o;
+  o.n_ctx = 512;
+  auto s = TestServer::start(o);
   ASSERT_TRUE(s);
-  const std::string body = R"({"prompt": "Once upon a time", "max_tokens": 48, "temperature": 0, "ignore_eos": true, "stream": true})";
+  // Long enough that the streams still run while the checks below are made, on a quiet
+  // machine (a few hundred ms) and on a loaded one (seconds, inside the drain deadline).
+  const std::string body = R"({"prompt": "Once upon a time", "max_tokens": 400, "temperature": 0, "ignore_eos": true, "stream": true})";
   std::vector<SseReply> replies(4);
   std::vector<std::thread> clients;
   for (int i = 0; i < 4; ++i) clients.emplace_back([&, i] { replies[i] = post_stream(*s, "/v1/completions", body); });
@@ -288,7 +292,7 @@ TEST(ServerDrain, RunningStreamsFinishAndNewRequestsGet503) {
   kept.send(head("GET", "/health"));
   ASSERT_EQ(raw_status(kept.read_response()), 200);
   std::atomic<bool> drained{false};
-  std::thread drainer([&] { drained = s->server->drain(std::chrono::milliseconds(10000)); });
+  std::thread drainer([&] { drained = s->server->drain(std::chrono::milliseconds(30000)); });
   ASSERT_TRUE(wait_until([&] { return s->server->draining(); }, 2));
   kept.read_for(1);
   EXPECT_TRUE(kept.closed()) << "idle keep-alive connections close when the drain starts";
