@@ -32,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/timer.h"
+#include "cli/bench_spec.h"
 #include "cli/common.h"
 #include "roofline/membw.h"
 #include "roofline/peak_flops.h"
@@ -190,6 +191,11 @@ int cmd_bench(int argc, char** argv, int first) {
   specs.push_back({{"--membw"}, "", "measure this machine's read bandwidth in the same process"});
   specs.push_back({{"--vs-roofline"}, "", "print the roofline prediction next to each measurement"});
   specs.push_back({{"--json"}, "", "print a JSON array, one object per test"});
+  for (OptionSpec& s : spec_option_specs()) {
+    if (s.names[0] == "--spec") s.help = "speculative vs plain, alternating: ngram, replay or random (bench_spec.cc)";
+    specs.push_back(s);
+  }
+  specs.push_back({{"-f", "--file"}, "PATH", "with --spec: prompts, one per line (default: story beginnings)"});
   ArgParser args("bench", "lumen bench -m MODEL [-t N] [-p 512] [-n 128] [-d D] [-r 3] [--membw] [--json]", specs);
   int rc = 0;
   if (!parse_or_report(args, argc, argv, first, rc)) return rc;
@@ -235,6 +241,10 @@ int cmd_bench(int argc, char** argv, int first) {
   c.n_threads = n_threads;
   c.max_seqs = 1;
   c.enable_prefix_cache = false;  // every run computes its whole prompt
+  if (args.has("--spec")) {
+    if (c.n_ctx <= 0) c.n_ctx = static_cast<int32_t>(std::max<int64_t>(512, *n_gen + 256));
+    return run_spec_bench(args, c, *n_gen, *reps, json);
+  }
   const int64_t need_ctx = std::max<int64_t>({*n_prompt, *depth + *n_gen + 2, *n_gen + 2, 16});
   if (c.n_ctx <= 0 || c.n_ctx < need_ctx) c.n_ctx = static_cast<int32_t>(need_ctx);
   if (!args.has("--batch-size")) c.max_batch_tokens = static_cast<int32_t>(std::max<int64_t>(*n_prompt, 1));

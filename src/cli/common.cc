@@ -26,6 +26,39 @@ std::vector<OptionSpec> engine_option_specs() {
   };
 }
 
+std::vector<OptionSpec> spec_option_specs() {
+  return {
+      {{"--spec"}, "KIND", "speculative decoding: 'ngram' (prompt lookup over the request's own tokens)"},
+      {{"--ngram-min"}, "N", "with --spec ngram: shortest n-gram matched (default 2)"},
+      {{"--ngram-max"}, "N", "with --spec ngram: longest n-gram matched, tried first (default 4)"},
+      {{"--draft-max"}, "N", "speculative tokens proposed per step at most (default 8)"},
+      {{"--draft-min"}, "N", "fewer proposals than this are not verified (default 1)"},
+      {{"--spec-knee"}, "N", "no proposals once a step already holds N tokens (default 64)"},
+  };
+}
+
+Status spec_config_from_args(const ArgParser& args, spec::SpecConfig* c) {
+  if (args.has("--spec")) {
+    const std::string kind = args.get_or("--spec", "");
+    if (kind != "ngram") return error("--spec: '" + kind + "' is not a proposer (ngram)");
+    c->kind = spec::ProposerKind::kNgram;
+  }
+  const bool on = c->kind != spec::ProposerKind::kNone;
+  for (const char* flag : {"--ngram-min", "--ngram-max", "--draft-max", "--draft-min", "--spec-knee"})
+    if (args.has(flag) && !on) return error(std::string(flag) + ": needs --spec ngram");
+  LUMEN_ASSIGN_OR_RETURN(int64_t nmin, args.get_int("--ngram-min", 2, 1, 64));
+  LUMEN_ASSIGN_OR_RETURN(int64_t nmax, args.get_int("--ngram-max", std::max<int64_t>(4, nmin), 1, 64));
+  LUMEN_ASSIGN_OR_RETURN(int64_t dmax, args.get_int("--draft-max", 8, 1, 64));
+  LUMEN_ASSIGN_OR_RETURN(int64_t dmin, args.get_int("--draft-min", 1, 1, 64));
+  LUMEN_ASSIGN_OR_RETURN(int64_t knee, args.get_int("--spec-knee", 64, 1, 1 << 20));
+  c->ngram_min = static_cast<int32_t>(nmin);
+  c->ngram_max = static_cast<int32_t>(nmax);
+  c->draft_max = static_cast<int32_t>(dmax);
+  c->draft_min = static_cast<int32_t>(dmin);
+  c->max_step_tokens = static_cast<int32_t>(knee);
+  return spec::validate(*c);
+}
+
 std::vector<OptionSpec> sampling_option_specs() {
   return {
       {{"-n", "--n-predict"}, "N", "tokens to generate at most (default 128; -1: until context is full)"},

@@ -12,7 +12,7 @@ namespace lumen::cli {
 namespace {
 
 std::vector<OptionSpec> run_specs() {
-  std::vector<OptionSpec> s = concat(engine_option_specs(), sampling_option_specs());
+  std::vector<OptionSpec> s = concat(concat(engine_option_specs(), spec_option_specs()), sampling_option_specs());
   return concat(s, {
       {{"-p", "--prompt"}, "TEXT", "prompt text"},
       {{"-f", "--file"}, "PATH", "read the prompt from a file"},
@@ -50,7 +50,8 @@ int cmd_run(int argc, char** argv, int first) {
   auto config = engine_config_from_args(args);
   auto gen = generation_params_from_args(args);
   auto top_logits = args.get_int("--top-logits", 0, 0, 1 << 20);
-  for (const Status* st : {&config.status(), &gen.status(), &top_logits.status()}) {
+  const Status spec_st = config.ok() ? spec_config_from_args(args, &config->spec) : Status::ok_status();
+  for (const Status* st : {&config.status(), &gen.status(), &top_logits.status(), &spec_st}) {
     if (!st->ok()) {
       std::fprintf(stderr, "error: %s\n", st->message().c_str());
       return 2;
@@ -94,6 +95,7 @@ int cmd_run(int argc, char** argv, int first) {
   std::string text;
   nlohmann::json steps = nlohmann::json::array();
   engine::FinishReason reason = engine::FinishReason::kNone;
+  engine::Usage usage;
   while (eng->has_work()) {
     for (engine::RequestEvent& ev : eng->step()) {
       for (size_t i = 0; i < ev.new_token_ids.size(); ++i) {
@@ -109,6 +111,7 @@ int cmd_run(int argc, char** argv, int first) {
         std::fwrite(ev.text_delta.data(), 1, ev.text_delta.size(), stdout);
         std::fflush(stdout);
       }
+      if (ev.request_finished) usage = ev.usage;
       if (ev.finished) {
         reason = ev.finish_reason;
         if (reason == engine::FinishReason::kError)
@@ -122,6 +125,10 @@ int cmd_run(int argc, char** argv, int first) {
     out["text"] = text;
     out["finish_reason"] = engine::finish_reason_name(reason);
     if (gen->top_logits > 0) out["steps"] = steps;
+    if (config->spec.kind != spec::ProposerKind::kNone)
+      out["spec"] = {{"proposed", usage.spec.proposed},
+                     {"accepted", usage.spec.accepted},
+                     {"target_steps", usage.spec.target_steps}};
     print_timings(t, eng->load_ms(), true, &out);
     std::puts(out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {

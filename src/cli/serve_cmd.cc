@@ -43,7 +43,7 @@ constexpr int32_t kDefaultMaxSeqs = 8;
 constexpr int32_t kDefaultMaxQueue = 64;
 
 std::vector<OptionSpec> serve_option_specs() {
-  std::vector<OptionSpec> specs = engine_option_specs();
+  std::vector<OptionSpec> specs = concat(engine_option_specs(), spec_option_specs());
   for (OptionSpec& spec : specs)  // the server's own default
     if (spec.names.back() == "--batch-size") spec.help = "same as --max-batch-tokens";
   std::vector<OptionSpec> more = {
@@ -95,6 +95,7 @@ bool is_replica_id(const std::string& id) {
 Result<ServeOptions> serve_options_from_args(const ArgParser& args) {
   ServeOptions o;
   LUMEN_ASSIGN_OR_RETURN(o.engine, engine_config_from_args(args));
+  LUMEN_TRY(spec_config_from_args(args, &o.engine.spec));
   LUMEN_ASSIGN_OR_RETURN(int64_t max_seqs, args.get_int("--max-seqs", kDefaultMaxSeqs, 1, 4096));
   o.engine.max_seqs = static_cast<int32_t>(max_seqs);
   if (args.has("--max-batch-tokens") && args.has("--batch-size"))

@@ -7,6 +7,7 @@
 #include "base/log.h"
 #include "base/timer.h"
 #include "gguf/model_file.h"
+#include "spec/ngram.h"
 
 namespace lumen::engine {
 
@@ -29,8 +30,8 @@ Engine::~Engine() = default;
 
 std::string_view Engine::kernel_name() const { return kernels::kernel_table_name(*kernels_); }
 
-Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path,
-                                               const EngineConfig& config_in) {
+Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path, const EngineConfig& config_in,
+                                               std::unique_ptr<spec::Proposer> proposer) {
   const double t0 = now_ms();
   EngineConfig config = config_in;
   if (config.n_threads <= 0) config.n_threads = std::max(1u, std::thread::hardware_concurrency());
@@ -47,6 +48,14 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path,
   if (config.n_ctx <= 0) config.n_ctx = std::min(hp.n_ctx_train, 4096);
   if (config.n_ctx > (1 << 20)) return error("-c/--ctx-size " + std::to_string(config.n_ctx) + " is too large");
   if (config.max_logit_rows <= 0) config.max_logit_rows = config.max_seqs;
+  LUMEN_TRY(spec::validate(config.spec));
+  if ((config.spec.kind == spec::ProposerKind::kCustom) != (proposer != nullptr))
+    return error("engine: a custom proposer goes with spec.kind = kCustom");
+  if (config.spec.kind != spec::ProposerKind::kNone) {
+    // A verify chunk asks for 1 + k rows.
+    config.max_logit_rows = std::max(config.max_logit_rows, config.max_seqs * (1 + config.spec.draft_max));
+    if (config.spec.max_step_tokens <= 0) config.spec.max_step_tokens = 64;
+  }
   config.max_logit_rows = std::min(config.max_logit_rows, config.max_batch_tokens);
 
   model::ModelLimits limits;
@@ -103,7 +112,22 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path,
                  std::to_string(hp.n_embd) + "|" + std::to_string(mf.data_bytes()) + "|" + mf.path();
   e->runner_ = std::make_unique<ModelRunner>(e->model_, *e->kernels_, *e->pool_threads_, e->kv_,
                                              config.max_batch_tokens, config.max_seqs);
-  e->processor_ = std::make_unique<OutputProcessor>(e->tokenizer_, config.n_ctx, config.max_seqs);
+  e->processor_ = std::make_unique<OutputProcessor>(e->tokenizer_, config.n_ctx, config.max_seqs, hp.n_vocab);
+  switch (config.spec.kind) {
+    case spec::ProposerKind::kNone: break;
+    case spec::ProposerKind::kNgram:
+      e->proposer_ = std::make_unique<spec::NgramProposer>(config.spec.ngram_min, config.spec.ngram_max);
+      break;
+    case spec::ProposerKind::kDraft:
+      return error("--draft-model: draft-model speculation is not built yet (use --spec ngram)");
+    case spec::ProposerKind::kCustom:
+      e->proposer_ = std::move(proposer);
+      break;
+  }
+
+  e->propose_seqs_.reserve(config.max_seqs);
+  e->drafted_.reserve(config.max_seqs);
+  e->counters_.spec_accepted_per_pos.assign(config.spec.kind == spec::ProposerKind::kNone ? 0 : config.spec.draft_max, 0);
   e->runner_seqs_.reserve(config.max_seqs);
   // Events: at most one per running completion per step, plus an admission failure.
   e->events_.resize(static_cast<size_t>(config.max_seqs) + 1);
@@ -192,6 +216,7 @@ Result<RequestId> Engine::add_request(Request request, RequestId id_in) {
   req->timings.n_prompt = req->n_prompt;
 
   auto seq = std::make_unique<Sequence>(req.get(), 0, req->params.sampling, tokenizer_, n_vocab, req->params.stop);
+  init_spec(*seq);
   seq->tokens = std::move(request.prompt_ids);
   seq->tokens.reserve(config_.n_ctx + 1);
   for (int32_t t : seq->tokens) seq->sampler.accept(t);
@@ -261,8 +286,11 @@ void Engine::release_finished() {
   }
   processor_->begin_step();
   // Finished completions give their KV blocks back (full ones stay in the prefix cache).
-  for (auto& [sid, seq] : seqs_)
-    if (seq->finished) kv_.release_all(seq->sched.kv);
+  for (auto& [sid, seq] : seqs_) {
+    if (!seq->finished) continue;
+    kv_.release_all(seq->sched.kv);
+    if (proposer_) proposer_->release(sid);
+  }
   auto done = [&](SchedSeq* s) { return seqs_.at(s->seq_id)->finished; };
   std::erase_if(running_, done);
   std::erase_if(waiting_, done);
@@ -294,6 +322,7 @@ void Engine::fork_completions(Sequence& parent) {
     sample::SamplingParams sp = req.params.sampling;
     sp.seed = sp.seed + static_cast<uint64_t>(i);  // distinct, reproducible streams
     auto child = std::make_unique<Sequence>(&req, i, sp, tokenizer_, n_vocab, req.params.stop);
+    init_spec(*child);
     child->tokens.reserve(config_.n_ctx + 1);
     child->tokens = parent.tokens;
     for (int32_t t : child->tokens) child->sampler.accept(t);
@@ -312,6 +341,109 @@ void Engine::fork_completions(Sequence& parent) {
   }
 }
 
+void Engine::init_spec(Sequence& seq) const {
+  if (!proposer_) return;
+  seq.draft.resize(static_cast<size_t>(config_.spec.draft_max));
+  if (proposer_->samples())
+    seq.draft_probs.resize(static_cast<size_t>(config_.spec.draft_max) * model_.hparams().n_vocab);
+  seq.spec_k = spec::AdaptiveK(config_.spec.draft_max);
+}
+
+// Before the scheduler plans: every running sequence that has caught up (one committed
+// token to compute: a decode) and may speculate asks the proposer for up to k tokens, and
+// the proposals go at the end of its tokens (SchedSeq::n_spec counts them) for the
+// scheduler to budget as catch-up tokens. The step's proposals stop at
+// spec.max_step_tokens: past the knee a verify token is no longer nearly free.
+void Engine::propose_drafts() {
+  drafted_.clear();
+  propose_seqs_.clear();
+  if (!proposer_) return;
+  int64_t step_tokens = 0;  // committed tokens this step will have (at most the budget)
+  int32_t used_slots = 0;
+  for (const SchedSeq* s : running_) {
+    step_tokens += s->n_tokens_target() - s->n_tokens_computed;
+    used_slots += s->n_slots;
+  }
+  // An admission (when a slot is free) brings its prompt.
+  if (!waiting_.empty() && used_slots < config_.max_seqs)
+    step_tokens += waiting_.front()->n_tokens_target() - waiting_.front()->n_tokens_computed;
+  int64_t room = std::min<int64_t>(config_.spec.max_step_tokens, config_.max_batch_tokens) - step_tokens;
+  for (SchedSeq* s : running_) {
+    if (room < config_.spec.draft_min) break;
+    Sequence& seq = *seqs_.at(s->seq_id);
+    const RequestState& req = *seq.req;
+    LUMEN_DCHECK(s->n_spec == 0);
+    if (seq.finished || !req.params.speculative || s->n_slots != 1 || seq.n_generated == 0) continue;
+    if (s->n_tokens_target() - s->n_tokens_computed != 1) continue;
+    int64_t k = seq.spec_k.next_k();
+    // No further than the tokens still wanted (the step emits up to k + 1) and the context.
+    k = std::min<int64_t>({k, room, req.params.max_tokens - seq.n_generated - 1,
+                           config_.n_ctx - static_cast<int64_t>(seq.tokens.size())});
+    if (k < config_.spec.draft_min) continue;
+    spec::ProposeSeq p;
+    p.seq_id = s->seq_id;
+    p.tokens = seq.tokens;
+    p.max_n = static_cast<int32_t>(k);
+    p.sampling = &req.params.sampling;
+    p.out_tokens = seq.draft;
+    p.out_probs = seq.draft_probs;
+    propose_seqs_.push_back(p);
+    drafted_.push_back(&seq);
+    room -= k;
+  }
+  if (propose_seqs_.empty()) return;
+  proposer_->propose(propose_seqs_);
+  for (size_t i = 0; i < propose_seqs_.size(); ++i) {
+    const spec::ProposeSeq& p = propose_seqs_[i];
+    Sequence& seq = *drafted_[i];
+    if (p.n_out < config_.spec.draft_min) continue;
+    seq.tokens.insert(seq.tokens.end(), seq.draft.begin(), seq.draft.begin() + p.n_out);  // within n_ctx
+    seq.sched.tokens = seq.tokens;
+    seq.sched.n_spec = p.n_out;
+    seq.draft_probs_valid = p.probs_valid;
+  }
+}
+
+// After the scheduler planned: each sequence keeps the proposals its chunk took (the
+// budget may cut them short; a preempted one has none left), the rest leave its tokens.
+void Engine::trim_drafts(const SchedulerOutput& plan) {
+  for (Sequence* seq : drafted_) {
+    SchedSeq& s = seq->sched;
+    int32_t keep = 0;
+    for (const ScheduledChunk& c : plan.chunks)
+      if (c.seq_id == s.seq_id) keep = c.n_spec;
+    const auto n_committed = static_cast<size_t>(s.n_tokens_committed());
+    seq->tokens.resize(n_committed + static_cast<size_t>(keep));
+    s.tokens = seq->tokens;
+    s.n_spec = keep;
+  }
+}
+
+// After forward, for a chunk that verified proposals:
+//
+//   committed: t0 .. tn-1 | proposed: d0 d1 d2       chunk = tn-1 d0 d1 d2 (4 positions,
+//                                                    4 rows: each decides the next token)
+//   verify:    d0 accepted, d1 accepted, d2 rejected -> x drawn from the residual there
+//   tokens:    t0 .. tn-1 d0 d1 x                    (x is next step's input)
+//   KV:        slots of tn-1 d0 d1 stay; d2's slot is truncated (its K/V came from a
+//              token that is not in the sequence); blocks that became full enter the
+//              prefix cache only now, holding accepted tokens only
+void Engine::verify_chunk(Sequence& seq, const ScheduledChunk& c, const StepLogits& logits, size_t i,
+                          RequestEvent& ev) {
+  const int64_t n_before = c.pos0 + 1;  // committed tokens; the last was this step's input
+  seq.tokens.resize(static_cast<size_t>(n_before));  // proposals stay in seq.draft
+  seq.sched.tokens = seq.tokens;
+  seq.sched.n_spec = 0;
+  const int32_t n_accepted = processor_->process_spec_chunk(seq, c, logits, i, ev);
+  kv_.truncate(seq.sched.kv, n_before + n_accepted);
+  Scheduler::on_computed(seq.sched, 1 + n_accepted, kv_);
+  seq.spec_k.update(c.n_spec, n_accepted);
+  counters_.spec_num_drafts++;
+  counters_.spec_num_draft_tokens += static_cast<uint64_t>(c.n_spec);
+  counters_.spec_num_accepted_tokens += static_cast<uint64_t>(n_accepted);
+  for (int32_t j = 0; j < n_accepted; ++j) counters_.spec_accepted_per_pos[static_cast<size_t>(j)]++;
+}
+
 RequestEvent& Engine::new_event() {
   LUMEN_CHECK(n_events_ < events_.size());  // sized for every completion + one
   RequestEvent& ev = events_[n_events_++];
@@ -326,11 +458,14 @@ std::span<RequestEvent> Engine::step() {
   n_events_ = 0;
   processor_->begin_step();
   if (!has_work()) return {};
+  propose_drafts();
   scheduler_.schedule(running_, waiting_, kv_, plan_);
+  trim_drafts(plan_);
   const SchedulerOutput& plan = plan_;
   counters_.preemptions += plan.preempted.size();
   for (uint64_t sid : plan.preempted) {
     Sequence& s = *find_running(sid);
+    if (proposer_) proposer_->release(sid);
     s.prompt_logprobs.clear();  // recomputed from scratch
     s.prompt_argmax.clear();
   }
@@ -362,7 +497,8 @@ std::span<RequestEvent> Engine::step() {
   for (const ScheduledChunk& c : plan.chunks) {
     const Sequence& seq = *find_running(c.seq_id);
     const GenerationParams& p = seq.req->params;
-    runner_seqs_.push_back({seq.tokens, seq.sched.kv.tables, seq.req->n_prompt, LogitRows{p.prompt_logprobs, 1}});
+    runner_seqs_.push_back(
+        {seq.tokens, seq.sched.kv.tables, seq.req->n_prompt, LogitRows{p.prompt_logprobs, 1 + c.n_spec}});
   }
   const StepLogits logits = runner_->run(plan, runner_seqs_);
 
@@ -370,6 +506,11 @@ std::span<RequestEvent> Engine::step() {
     const ScheduledChunk& c = plan.chunks[i];
     Sequence& seq = *find_running(c.seq_id);
     RequestState& req = *seq.req;
+    if (c.catches_up && seq.n_generated < req.params.max_tokens) seq.spec.target_steps++;
+    if (c.n_spec > 0) {
+      verify_chunk(seq, c, logits, i, new_event());
+      continue;
+    }
     Scheduler::on_computed(seq.sched, c.n_tokens, kv_);
     // n > 1: when the prompt is done, the other completions fork from this one and sample
     // their first tokens from the same row.

@@ -28,6 +28,8 @@
 #include "kv/kv_manager.h"
 #include "model/model.h"
 #include "sample/sampler.h"
+#include "spec/adaptive.h"
+#include "spec/proposer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lumen::engine {
@@ -53,6 +55,8 @@ struct EngineConfig {
   // beside it, on any number of threads, with or without the prefix cache (the kernels are
   // batch invariant; tests/batch_invariance_test.cc).
   bool enable_prefix_cache = true;
+  // Speculative decoding (spec/): off unless a proposer is chosen.
+  spec::SpecConfig spec = {};
 };
 
 // Counters and gauges for /metrics (a consistent snapshot).
@@ -73,6 +77,11 @@ struct EngineMetrics {
   uint64_t preemptions = 0;
   uint64_t requests_finished = 0;
   uint64_t steps = 0;
+  // speculative decoding (vLLM's spec_decode names where they exist)
+  uint64_t spec_num_drafts = 0;           // verify chunks (sequences x steps that speculated)
+  uint64_t spec_num_draft_tokens = 0;     // proposed tokens verified
+  uint64_t spec_num_accepted_tokens = 0;  // of those, accepted
+  std::vector<uint64_t> spec_accepted_per_pos;  // [draft_max] verifies that accepted position j
 };
 
 class Engine {
@@ -82,9 +91,10 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Opens the model (any container), its tokenizer, sizes every buffer.
-  static Result<std::unique_ptr<Engine>> create(const std::string& model_path,
-                                                const EngineConfig& config);
+  // Opens the model (any container), its tokenizer, sizes every buffer. `proposer`: the
+  // speculative proposer when config.spec.kind is kCustom (and only then).
+  static Result<std::unique_ptr<Engine>> create(const std::string& model_path, const EngineConfig& config,
+                                                std::unique_ptr<spec::Proposer> proposer = nullptr);
 
   const model::HParams& hparams() const { return model_.hparams(); }
   const model::Model& model() const { return model_; }
@@ -125,6 +135,12 @@ class Engine {
 
   Sequence* find_running(uint64_t seq_id);
   void fork_completions(Sequence& parent);
+  // Speculation, around the scheduler: proposals appended to caught-up sequences before
+  // it plans, trimmed to what it scheduled after, verified and rolled back after forward.
+  void init_spec(Sequence& seq) const;
+  void propose_drafts();
+  void trim_drafts(const SchedulerOutput& plan);
+  void verify_chunk(Sequence& seq, const ScheduledChunk& c, const StepLogits& logits, size_t i, RequestEvent& ev);
   void finish(Sequence& seq, FinishReason reason, RequestEvent& ev);
   void release_finished();
   RequestEvent& new_event();
@@ -154,6 +170,9 @@ class Engine {
   SchedulerOutput plan_;                 // this step's plan
   std::vector<RunnerSeq> runner_seqs_;   // [<= max_seqs] what the runner needs of each chunk
   std::vector<RequestEvent> events_;     // [max_seqs + 1] reused event slots
+  std::unique_ptr<spec::Proposer> proposer_;  // null: no speculation
+  std::vector<spec::ProposeSeq> propose_seqs_;  // [<= max_seqs] this step's proposal requests
+  std::vector<Sequence*> drafted_;       // [<= max_seqs] sequences holding proposals this step
   size_t n_events_ = 0;                  // events_ written this step
 };
 

@@ -4,6 +4,7 @@
 
 #include "base/check.h"
 #include "base/timer.h"
+#include "spec/rejection.h"
 
 namespace lumen::engine {
 
@@ -40,9 +41,40 @@ std::vector<std::pair<int32_t, float>> top_logits(std::span<const float> logits,
 
 }  // namespace
 
-OutputProcessor::OutputProcessor(const tok::Tokenizer& tokenizer, int32_t n_ctx, int32_t max_seqs)
-    : tokenizer_(tokenizer), n_ctx_(n_ctx) {
+OutputProcessor::OutputProcessor(const tok::Tokenizer& tokenizer, int32_t n_ctx, int32_t max_seqs, int32_t n_vocab)
+    : tokenizer_(tokenizer), n_ctx_(n_ctx), probs_(static_cast<size_t>(n_vocab)) {
   done_.reserve(max_seqs);
+}
+
+int32_t OutputProcessor::process_spec_chunk(Sequence& seq, const ScheduledChunk& c, const StepLogits& logits,
+                                            size_t i, RequestEvent& ev) {
+  RequestState& req = *seq.req;
+  ev.request_id = req.id;
+  ev.seq_index = seq.seq_index;
+  const ChunkLogits& cl = logits.chunks[i];
+  LUMEN_CHECK(c.catches_up && c.n_spec > 0 && cl.n_rows == c.n_spec + 1);
+  LUMEN_CHECK(static_cast<int64_t>(seq.tokens.size()) == c.pos0 + 1);  // proposals taken off
+  const auto n_vocab = static_cast<size_t>(logits.n_vocab);
+  seq.spec.proposed += c.n_spec;  // counted before the tokens: the last one may finish the sequence
+  int32_t n_accepted = 0;
+  for (int32_t j = 0; j <= c.n_spec; ++j) {
+    const std::span<const float> row = logits.row(cl.row_begin + j);
+    if (j == c.n_spec) {  // every proposal accepted: the bonus token, a plain sample
+      process_new_token(seq, seq.sampler.sample(row), row, ev);
+      break;
+    }
+    const std::span<const float> q =
+        seq.draft_probs_valid ? std::span<const float>(seq.draft_probs).subspan(j * n_vocab, n_vocab)
+                              : std::span<const float>();
+    const spec::VerifyDraw v = spec::verify_position(seq.sampler, row, seq.draft[j], q, probs_);
+    if (v.accepted) {
+      ++n_accepted;
+      ++seq.spec.accepted;
+    }
+    process_new_token(seq, v.token, row, ev);
+    if (!v.accepted || seq.finished) break;
+  }
+  return n_accepted;
 }
 
 void OutputProcessor::process_chunk(Sequence& seq, const ScheduledChunk& c, const StepLogits& logits, size_t i,
@@ -131,6 +163,9 @@ void OutputProcessor::finish(Sequence& seq, FinishReason reason, RequestEvent& e
   seq.finished = true;
   RequestState& req = *seq.req;
   req.usage.completion_tokens += seq.n_generated;
+  req.usage.spec.proposed += seq.spec.proposed;
+  req.usage.spec.accepted += seq.spec.accepted;
+  req.usage.spec.target_steps += seq.spec.target_steps;
   if (--req.n_live == 0) {
     req.timings.finish_ms = now_ms();
     req.timings.n_generated = req.usage.completion_tokens;

@@ -2,6 +2,8 @@
 //
 //   prompt rows -> prompt logprobs (if asked)
 //   last row    -> sample -> append token -> logprobs / top logits (if asked)
+//   k + 1 rows  -> verify k proposed tokens (speculation: process_spec_chunk) -> append
+//                  the accepted ones and one more, each through the same per-token path
 //               -> EOS? -> detokenize (streaming, UTF-8 whole) -> stop strings -> length,
 //                  context -> finish
 //
@@ -30,7 +32,7 @@ namespace lumen::engine {
 
 class OutputProcessor {
  public:
-  OutputProcessor(const tok::Tokenizer& tokenizer, int32_t n_ctx, int32_t max_seqs);
+  OutputProcessor(const tok::Tokenizer& tokenizer, int32_t n_ctx, int32_t max_seqs, int32_t n_vocab);
 
   // Starts a step (or a cancel): forgets the previous step's finished requests.
   void begin_step() { done_.clear(); }
@@ -39,6 +41,21 @@ class OutputProcessor {
   // chunk catches up, the next token from its last row (or kLength when the sequence has
   // all its tokens). Fills ev (request id and completion index included).
   void process_chunk(Sequence& seq, const ScheduledChunk& c, const StepLogits& logits, size_t i, RequestEvent& ev);
+  // Chunk i verified c.n_spec proposed tokens, seq.draft[0, c.n_spec), which the engine has
+  // already taken off the end of seq.tokens. Row j of the chunk (position c.pos0 + j)
+  // decides position c.pos0 + j + 1:
+  //
+  //   rows:      r0        r1        r2        r3            (c.n_spec = 3)
+  //   verifies:  d0        d1        d2        (bonus)
+  //   e.g.       accept    accept    reject -> residual token x; r3 unused
+  //   emitted:   d0 d1 x                     (d2 dropped)
+  //
+  // Each emitted token goes through the per-token path (sampler history, logprobs, EOS,
+  // stop strings, length), so penalties at position j see the tokens accepted before it,
+  // and the sequence can finish in the middle. Returns how many proposals were emitted
+  // (accepted); the engine truncates the KV of the rest.
+  int32_t process_spec_chunk(Sequence& seq, const ScheduledChunk& c, const StepLogits& logits, size_t i,
+                             RequestEvent& ev);
   // The first token of a forked completion, sampled from its parent's row.
   void sample_first(Sequence& child, std::span<const float> row, RequestEvent& ev);
   // Ends a completion: flushes held-back text (not after a stop string or a cancel), sets
@@ -61,6 +78,7 @@ class OutputProcessor {
   int32_t n_ctx_;
   uint64_t n_generated_tokens_ = 0;
   std::vector<RequestState*> done_;  // requests whose last completion finished this step
+  std::vector<float> probs_;         // [n_vocab] the target distribution while verifying
 };
 
 // FNV-1a over the bytes of the logits: lets a benchmark prove it computed the same thing.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "sample/sampler.h"
+#include "spec/adaptive.h"
 
 namespace lumen::engine {
 
@@ -24,6 +25,7 @@ struct GenerationParams {
   int32_t logprobs = -1;              // -1: none; 0: the chosen token's; K: + the top K
   int32_t priority = 0;               // lower runs first (FCFS among equals)
   std::string cache_salt;             // prefix-cache namespace: only equal salts share blocks
+  bool speculative = true;            // false: never speculate for this request (engine-wide setting)
 };
 
 struct TokenLogprob {
@@ -36,6 +38,7 @@ struct Usage {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;  // summed over the n completions
   int32_t cached_tokens = 0;      // prompt tokens whose KV came from the prefix cache
+  spec::SpecCounts spec = {};     // speculative decoding, summed over the n completions
 };
 
 struct Request {

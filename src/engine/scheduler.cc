@@ -47,6 +47,8 @@ void Scheduler::schedule(std::vector<SchedSeq*>& running, std::deque<SchedSeq*>&
 
 void Scheduler::reset_for_recompute(SchedSeq& seq, kv::KvManager& kv) {
   kv.release_all(seq.kv);
+  seq.tokens = seq.tokens.first(static_cast<size_t>(seq.n_tokens_committed()));
+  seq.n_spec = 0;
   seq.n_tokens_computed = 0;
   seq.n_cached_tokens = 0;
 }
@@ -68,10 +70,17 @@ void Scheduler::schedule_running(std::vector<SchedSeq*>& running, std::deque<Sch
     for (size_t i = 0; i < running.size() && budget > 0; ++i) {
       SchedSeq* s = running[i];
       if (scheduled_[i] || preempted_[i]) continue;
+      // Proposed tokens ride behind the committed ones: a decode with k proposals is a
+      // pass-0 chunk of 1 + k tokens, cut short (fewer proposals) if the budget ends.
       const int64_t behind = s->n_tokens_target() - s->n_tokens_computed;
-      if (behind <= 0 || (pass == 0) != (behind == 1)) continue;
-      const int32_t n = static_cast<int32_t>(std::min<int64_t>(behind, budget));
+      const int64_t behind_committed = behind - s->n_spec;
+      if (behind_committed <= 0 || (pass == 0) != (behind_committed == 1)) continue;
+      int32_t n = static_cast<int32_t>(std::min<int64_t>(behind, budget));
       bool ok = kv.allocate_slots(s->kv, s->n_tokens_computed, n, 0, &out.copies);
+      if (!ok && n > behind_committed) {  // proposals never preempt anyone: drop them first
+        n = static_cast<int32_t>(std::min<int64_t>(behind_committed, budget));
+        ok = kv.allocate_slots(s->kv, s->n_tokens_computed, n, 0, &out.copies);
+      }
       while (!ok) {
         // Preempt the lowest-priority sequence below this one that is not scheduled this
         // step; if there is none, this one waits (it is the lowest that can give way).
@@ -90,7 +99,8 @@ void Scheduler::schedule_running(std::vector<SchedSeq*>& running, std::deque<Sch
       }
       if (!ok) continue;
       scheduled_[i] = 1;
-      out.chunks.push_back({s->seq_id, s->n_tokens_computed, n, n == behind});
+      const auto n_spec = static_cast<int32_t>(std::max<int64_t>(0, n - behind_committed));
+      out.chunks.push_back({s->seq_id, s->n_tokens_computed, n, n >= behind_committed, n_spec});
       out.n_tokens += n;
       budget -= n;
     }
@@ -113,6 +123,7 @@ void Scheduler::admit_waiting(std::vector<SchedSeq*>& running, std::deque<SchedS
   while (!waiting.empty() && budget > 0) {
     SchedSeq* s = waiting.front();
     if (slots + s->n_slots > config_.max_seqs) break;
+    LUMEN_DCHECK(s->n_spec == 0);  // waiting sequences have no proposals (reset drops them)
     if (s->n_tokens_computed == 0) {
       s->n_tokens_computed = kv.acquire_prefix(s->kv, s->tokens);
       s->n_cached_tokens = s->n_tokens_computed;

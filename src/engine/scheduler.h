@@ -53,15 +53,21 @@ struct SchedSeq {
   int64_t n_tokens_computed = 0;  // tokens whose K/V are in the cache
   int64_t n_cached_tokens = 0;    // of those, taken from the prefix cache at admission
   kv::SeqKv kv;                   // block tables and prefix hashes, per KV group
+  // Proposed (speculative) tokens at the end of `tokens`, not yet verified. They are
+  // scheduled like any other catch-up tokens, after the committed ones; a chunk may take
+  // fewer of them than proposed (budget), and preemption drops them.
+  int32_t n_spec = 0;
 
   int64_t n_tokens_target() const { return static_cast<int64_t>(tokens.size()); }
+  int64_t n_tokens_committed() const { return n_tokens_target() - n_spec; }
 };
 
 struct ScheduledChunk {
   uint64_t seq_id = 0;
   int64_t pos0 = 0;        // == n_tokens_computed before the step
   int32_t n_tokens = 0;
-  bool catches_up = false;  // after this chunk the sequence has computed all known tokens
+  bool catches_up = false;  // after this chunk the sequence has computed all committed tokens
+  int32_t n_spec = 0;       // of n_tokens, proposed tokens to verify (the chunk's last ones)
 };
 
 struct SchedulerOutput {
@@ -94,7 +100,7 @@ class Scheduler {
   // blocks in the prefix cache and releases the blocks its sliding windows left behind.
   static void on_computed(SchedSeq& seq, int32_t n_tokens, kv::KvManager& kv);
 
-  // Releases the sequence's blocks and resets it for recompute.
+  // Releases the sequence's blocks and resets it for recompute (dropping its proposals).
   static void reset_for_recompute(SchedSeq& seq, kv::KvManager& kv);
 
   const SchedulerConfig& config() const { return config_; }

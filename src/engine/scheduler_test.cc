@@ -301,3 +301,75 @@ TEST(Scheduler, RandomWorkloadKeepsInvariants) {
 
 }  // namespace
 }  // namespace lumen::engine
+
+namespace lumen::engine {
+namespace {
+
+// Speculation: k proposed tokens at the end of a decoding sequence's tokens are catch-up
+// tokens behind its one committed token.
+void propose(Harness& h, SchedSeq* s, int n) {
+  auto& toks = h.token_store[s->seq_id];
+  for (int i = 0; i < n; ++i) toks.push_back(5000 + i);
+  s->tokens = toks;
+  s->n_spec = n;
+}
+
+TEST(SchedulerSpec, ProposalsRideWithTheDecodeToken) {
+  Harness h(64, /*budget=*/16);
+  SchedSeq* s = h.add(iota_tokens(9));
+  h.step();  // prefilled; one sampled token to decode
+  propose(h, s, 3);
+  SchedulerOutput o;
+  h.sched.schedule(h.running, h.waiting, h.kv, o);
+  ASSERT_EQ(o.chunks.size(), 1u);
+  EXPECT_EQ(o.chunks[0].pos0, 9);
+  EXPECT_EQ(o.chunks[0].n_tokens, 4);
+  EXPECT_EQ(o.chunks[0].n_spec, 3);
+  EXPECT_TRUE(o.chunks[0].catches_up);
+  EXPECT_GE(h.blocks(s).capacity_tokens(kBs), 13);
+}
+
+TEST(SchedulerSpec, BudgetCutsProposalsNotDecodes) {
+  Harness h(64, /*budget=*/8);
+  SchedSeq* a = h.add(iota_tokens(3));
+  SchedSeq* b = h.add(iota_tokens(3, 50));
+  h.step();  // both prefilled
+  propose(h, a, 6);
+  propose(h, b, 6);
+  SchedulerOutput o;
+  h.sched.schedule(h.running, h.waiting, h.kv, o);
+  ASSERT_EQ(o.chunks.size(), 2u);
+  EXPECT_EQ(o.chunks[0].n_tokens, 7);  // 1 + 6
+  EXPECT_EQ(o.chunks[0].n_spec, 6);
+  EXPECT_EQ(o.chunks[1].n_tokens, 1);  // the budget's last token: its decode, no proposals
+  EXPECT_EQ(o.chunks[1].n_spec, 0);
+  EXPECT_TRUE(o.chunks[1].catches_up);
+}
+
+TEST(SchedulerSpec, ProposalsNeverPreemptAndPreemptionDropsThem) {
+  // 5 blocks of 4 tokens. a and b hold 7 tokens each (2 blocks each, one block free); a's
+  // decode fits its second block, its 6 proposals need two more blocks, which only
+  // preempting b would free.
+  Harness h(5, /*budget=*/16, /*max_seqs=*/2);
+  SchedSeq* a = h.add(iota_tokens(6));
+  SchedSeq* b = h.add(iota_tokens(6, 50));
+  h.step();
+  ASSERT_EQ(a->n_tokens_target(), 7);
+  ASSERT_EQ(a->n_tokens_computed, 6);
+  ASSERT_EQ(h.running.size(), 2u);
+  propose(h, a, 6);
+  SchedulerOutput o;
+  h.sched.schedule(h.running, h.waiting, h.kv, o);
+  EXPECT_TRUE(o.preempted.empty());
+  ASSERT_EQ(o.chunks.size(), 2u);
+  EXPECT_EQ(o.chunks[0].n_tokens, 1);  // proposals dropped instead of preempting b
+  EXPECT_EQ(o.chunks[0].n_spec, 0);
+  // Preemption (here by reset) drops the proposals from the tokens.
+  Scheduler::reset_for_recompute(*a, h.kv);
+  EXPECT_EQ(a->n_spec, 0);
+  EXPECT_EQ(a->n_tokens_target(), 7);
+  (void)b;
+}
+
+}  // namespace
+}  // namespace lumen::engine

@@ -12,6 +12,7 @@
 #include "engine/scheduler.h"
 #include "engine/stop_matcher.h"
 #include "sample/sampler.h"
+#include "spec/adaptive.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lumen::engine {
@@ -36,6 +37,14 @@ struct Sequence {
   std::vector<double> prompt_logprobs;  // accumulated over prompt chunks, if asked
   std::vector<int32_t> prompt_argmax;
   bool finished = false;
+  // Speculation: this step's proposals (draft[0, sched.n_spec) also sit at the end of
+  // `tokens` between proposing and verifying), the distributions a sampling proposer drew
+  // them from ([draft_max][n_vocab], empty for deterministic proposers), and k's state.
+  std::vector<int32_t> draft;
+  std::vector<float> draft_probs;
+  bool draft_probs_valid = false;
+  spec::AdaptiveK spec_k;
+  spec::SpecCounts spec;
 };
 
 // One request: n completions of one prompt. The first sequence computes the prompt; when

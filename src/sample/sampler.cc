@@ -270,7 +270,7 @@ int32_t Sampler::draw(size_t n_cand, bool sorted, float max_logit) {
     w[*it] = std::exp((w[*it] - max_logit) * inv_temp);
     total += w[*it];
   }
-  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * total;
+  const double u = uniform() * total;
   double cum = 0.0;
   int32_t last_positive = *first;
   for (auto it = first; it != last; ++it) {
@@ -282,17 +282,17 @@ int32_t Sampler::draw(size_t n_cand, bool sorted, float max_logit) {
   return last_positive;  // u within rounding of the total
 }
 
-int32_t Sampler::sample(std::span<const float> logits) {
-  LUMEN_CHECK(logits.size() == static_cast<size_t>(n_vocab_));
-  const size_t n = logits.size();
+bool Sampler::greedy() const {
   // A temperature so small that 1/T overflows is greedy too (the max's weight would be 0 * inf).
-  const bool greedy = params_.temperature <= 0.0f || !std::isfinite(1.0f / params_.temperature);
-  // Greedy without penalties reads the logits as they are (no copy of the vocabulary).
-  if (greedy && !penalties_enabled()) return argmax_nan_as_neg_inf(logits);
+  return params_.temperature <= 0.0f || !std::isfinite(1.0f / params_.temperature);
+}
+
+double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+
+size_t Sampler::filter(std::span<const float> logits, bool* sorted_out, float* max_logit_out) {
+  const size_t n = logits.size();
   for (size_t i = 0; i < n; ++i) work_logits_[i] = std::isnan(logits[i]) ? kNegInf : logits[i];
   if (penalties_enabled()) apply_penalties();
-  if (greedy) return argmax(work_logits_);
-
   // Two shapes of the candidate list: "sorted" (a prefix of candidates_ ordered by
   // MoreLikely, after top-k) or "unsorted" (ascending ids, after top-p on the full
   // vocabulary or from iota).
@@ -304,17 +304,65 @@ int32_t Sampler::sample(std::span<const float> logits) {
   }
   const float max_logit = sorted ? work_logits_[static_cast<size_t>(candidates_[0])]
                                  : *std::max_element(work_logits_.begin(), work_logits_.end());
-  if (std::isinf(max_logit)) {  // all -inf (nothing is possible) or a +inf logit (certain)
-    rng_();                      // keep the one-draw-per-call stream
-    return argmax(work_logits_);
-  }
+  *sorted_out = sorted;
+  *max_logit_out = max_logit;
+  if (std::isinf(max_logit)) return 0;  // all -inf (nothing is possible) or a +inf logit (certain)
   if (params_.top_p < 1.0f) {
     n_cand = sorted ? apply_top_p_sorted(n_cand, max_logit) : apply_top_p_unsorted(max_logit);
   } else if (!sorted) {
     std::iota(candidates_.begin(), candidates_.end(), 0);
   }
   if (params_.min_p > 0.0f) n_cand = apply_min_p(n_cand, sorted, max_logit);
+  return n_cand;
+}
+
+int32_t Sampler::sample(std::span<const float> logits) {
+  LUMEN_CHECK(logits.size() == static_cast<size_t>(n_vocab_));
+  // Greedy without penalties reads the logits as they are (no copy of the vocabulary).
+  if (greedy()) {
+    if (!penalties_enabled()) return argmax_nan_as_neg_inf(logits);
+    for (size_t i = 0; i < logits.size(); ++i) work_logits_[i] = std::isnan(logits[i]) ? kNegInf : logits[i];
+    apply_penalties();
+    return argmax(work_logits_);
+  }
+  bool sorted = false;
+  float max_logit = 0;
+  const size_t n_cand = filter(logits, &sorted, &max_logit);
+  if (n_cand == 0) {
+    rng_();  // keep the one-draw-per-call stream
+    return argmax(work_logits_);
+  }
   return draw(n_cand, sorted, max_logit);
+}
+
+void Sampler::distribution(std::span<const float> logits, std::span<float> probs) {
+  LUMEN_CHECK(logits.size() == static_cast<size_t>(n_vocab_) && probs.size() == logits.size());
+  std::fill(probs.begin(), probs.end(), 0.0f);
+  if (greedy()) {
+    // The same token sample() returns; it reads work_logits_ only through sample().
+    probs[static_cast<size_t>(sample(logits))] = 1.0f;
+    return;
+  }
+  bool sorted = false;
+  float max_logit = 0;
+  const size_t n_cand = filter(logits, &sorted, &max_logit);
+  if (n_cand == 0) {
+    probs[static_cast<size_t>(argmax(work_logits_))] = 1.0f;
+    return;
+  }
+  // The weights draw() uses, in the same float arithmetic, summed in double.
+  const float inv_temp = 1.0f / params_.temperature;
+  double total = 0.0;
+  for (size_t i = 0; i < n_cand; ++i) {
+    const auto id = static_cast<size_t>(candidates_[i]);
+    probs[id] = std::exp((work_logits_[id] - max_logit) * inv_temp);
+    total += probs[id];
+  }
+  const double inv_total = 1.0 / total;  // total >= 1: the max's weight is exp(0)
+  for (size_t i = 0; i < n_cand; ++i) {
+    const auto id = static_cast<size_t>(candidates_[i]);
+    probs[id] = static_cast<float>(probs[id] * inv_total);
+  }
 }
 
 namespace {

@@ -62,6 +62,17 @@ class Sampler {
   //   w_i = expf((l_i - l_max) / temperature) (float) into a double running sum, and the
   //   first id whose running sum exceeds u * sum(w) is returned.
   int32_t sample(std::span<const float> logits);
+  // The distribution sample() draws from, as dense probabilities: probs[id] for every id
+  // (0 for the ids the chain filtered out), computed with the same penalties, filters and
+  // weights as sample() and normalised by their double sum. Greedy (temperature <= 0): 1 at
+  // the argmax. Consumes no random numbers. probs.size() == n_vocab; allocates nothing.
+  // Speculative verification applies the chain through this, so that a verified token has
+  // exactly the distribution sample() would have drawn it from.
+  void distribution(std::span<const float> logits, std::span<float> probs);
+  // One uniform number in [0, 1) from the request's stream: (rng() >> 11) * 2^-53.
+  double uniform();
+  // Whether sample() is an argmax (temperature <= 0, or so small that 1/T overflows).
+  bool greedy() const;
   // Records a token in the penalty history (prompt tokens and generated tokens).
   // Allocates nothing (the window ring is reserved at construction).
   void accept(int32_t id);
@@ -83,6 +94,11 @@ class Sampler {
   size_t apply_top_p_unsorted(float max_logit);
   size_t apply_min_p(size_t n_cand, bool sorted, float max_logit);
   int32_t draw(size_t n_cand, bool sorted, float max_logit);
+  // Penalties and filters into work_logits_ / candidates_ (see sample()). Returns the
+  // candidate count; *sorted and *max_logit describe the list. Precondition: !greedy().
+  // A return of 0 means a logit is infinite (nothing possible, or a certain token): the
+  // caller reads argmax(work_logits_).
+  size_t filter(std::span<const float> logits, bool* sorted, float* max_logit);
 
   SamplingParams params_;
   int32_t n_vocab_;

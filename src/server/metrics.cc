@@ -182,6 +182,21 @@ std::string ServerMetrics::render(const engine::EngineMetrics* engine, const Ser
            static_cast<double>(m.preemptions));
     scalar(&out, "lumen_engine_steps_total", "Forward steps run by the engine.", "counter",
            static_cast<double>(m.steps));
+    // Speculative decoding, vLLM's spec_decode names with lumen's prefix.
+    scalar(&out, "lumen_spec_decode_num_drafts_total", "Verify chunks (a sequence's proposals in one step).",
+           "counter", static_cast<double>(m.spec_num_drafts));
+    scalar(&out, "lumen_spec_decode_num_draft_tokens_total", "Proposed tokens verified.", "counter",
+           static_cast<double>(m.spec_num_draft_tokens));
+    scalar(&out, "lumen_spec_decode_num_accepted_tokens_total", "Proposed tokens accepted.", "counter",
+           static_cast<double>(m.spec_num_accepted_tokens));
+    if (!m.spec_accepted_per_pos.empty()) {
+      metric_header(&out, "lumen_spec_decode_num_accepted_tokens_per_pos_total",
+                    "Verify chunks that accepted the proposal at this position (acceptance by position).",
+                    "counter");
+      for (size_t j = 0; j < m.spec_accepted_per_pos.size(); ++j)
+        out += "lumen_spec_decode_num_accepted_tokens_per_pos_total{position=\"" + std::to_string(j) + "\"} " +
+               std::to_string(m.spec_accepted_per_pos[j]) + "\n";
+    }
   }
   scalar(&out, "lumen_draining", "1 while the server drains (SIGTERM): not ready, finishing accepted requests.",
          "gauge", gauges.draining ? 1 : 0);

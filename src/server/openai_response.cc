@@ -69,10 +69,13 @@ Json logprobs_json(const ResponseHeader& h, std::span<const engine::TokenLogprob
 }
 
 Json usage_json(const engine::Usage& u) {
-  return {{"prompt_tokens", u.prompt_tokens},
-          {"completion_tokens", u.completion_tokens},
-          {"total_tokens", u.prompt_tokens + u.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+  Json j = {{"prompt_tokens", u.prompt_tokens},
+            {"completion_tokens", u.completion_tokens},
+            {"total_tokens", u.prompt_tokens + u.completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+  if (u.spec.proposed > 0)  // the request speculated (lumen's extension)
+    j["spec"] = {{"proposed", u.spec.proposed}, {"accepted", u.spec.accepted}, {"target_steps", u.spec.target_steps}};
+  return j;
 }
 
 Json chunk_base(const ResponseHeader& h) {

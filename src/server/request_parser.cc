@@ -351,6 +351,7 @@ Status parse_generation(const Json& j, Endpoint endpoint, const ParserLimits& li
   LUMEN_TRY(r.read_string("cache_salt", static_cast<size_t>(limits.max_cache_salt_bytes), &p.cache_salt, &has_salt));
   if (has_salt && p.cache_salt.empty()) return field_error("cache_salt", "empty (omit it instead)");
   LUMEN_TRY(r.read_bool("ignore_eos", &p.ignore_eos));
+  LUMEN_TRY(r.read_bool("speculative", &p.speculative));  // false: opt out of the server's speculation
   LUMEN_TRY(r.read_string("user", 256, &out->user));  // a routing key (routing_key.h)
 
   LUMEN_TRY(r.read_bool("stream", &out->stream));

@@ -1,0 +1,91 @@
+// How much to speculate: the engine's speculation settings and each sequence's adaptive
+// draft length.
+//
+// A verify of k proposed tokens costs about one decode step while decode is memory-bound
+// (the weights are read once for all k + 1 positions), so a proposal that fails costs
+// little, but not nothing: attention and the output head grow with k, and a draft model
+// runs k forward passes. Per sequence, k therefore follows what was accepted:
+//
+//   all k accepted        -> k + 2 (up to draft_max): proposals are good, reach further
+//   a of k accepted       -> a + 1: propose about as far as the last run of good guesses
+//   0 accepted, 3 in a row-> pause for `backoff` steps (8, doubling to 256), then probe
+//                            again from k = 1; any acceptance resets the backoff
+//
+// and globally the engine proposes nothing once a step already holds max_step_tokens
+// tokens (past the prefill knee a verify token is no longer nearly free).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+
+namespace lumen::spec {
+
+// kCustom: a Proposer handed to Engine::create (tests; the bench's replay proposer).
+enum class ProposerKind : uint8_t { kNone, kNgram, kDraft, kCustom };
+
+struct SpecConfig {
+  ProposerKind kind = ProposerKind::kNone;
+  int32_t ngram_min = 2;        // n-gram lookup: shortest match tried
+  int32_t ngram_max = 4;        // longest match tried (first)
+  int32_t draft_max = 8;        // proposed tokens per step at most
+  int32_t draft_min = 1;        // fewer proposals than this are not verified
+  // Speculation pauses while a step already has this many tokens before proposals (the
+  // batch is compute-bound: `lumen roofline` prints the prefill knee). 0: 64.
+  int32_t max_step_tokens = 0;
+  std::string draft_model;      // kDraft: the draft model's path
+};
+
+// Checks the settings a user gives (flags); the message names the flag and the value.
+Status validate(const SpecConfig& config);
+
+// Counters of one sequence (or request, summed), reported with `lumen run --json`.
+struct SpecCounts {
+  int64_t proposed = 0;      // proposed tokens that were verified
+  int64_t accepted = 0;      // of those, accepted
+  int64_t target_steps = 0;  // target forward steps that produced tokens for it
+};
+
+class AdaptiveK {
+ public:
+  explicit AdaptiveK(int32_t draft_max = 8) : draft_max_(draft_max), k_(draft_max) {}
+
+  // Draft length for this step: 0 while paused. Call once per step the sequence could
+  // speculate in.
+  int32_t next_k() {
+    if (pause_ > 0) {
+      --pause_;
+      if (pause_ == 0) k_ = 1;  // probe
+      return 0;
+    }
+    return k_;
+  }
+  void update(int32_t n_proposed, int32_t n_accepted) {
+    if (n_proposed <= 0) return;
+    if (n_accepted == 0) {
+      k_ = 1;
+      if (++n_fail_streak_ >= 3) {
+        pause_ = backoff_;
+        backoff_ = std::min(backoff_ * 2, 256);
+        n_fail_streak_ = 0;
+      }
+      return;
+    }
+    n_fail_streak_ = 0;
+    backoff_ = 8;
+    k_ = n_accepted == n_proposed ? std::min(draft_max_, k_ + 2) : std::min(draft_max_, n_accepted + 1);
+  }
+  int32_t k() const { return k_; }
+  bool paused() const { return pause_ > 0; }
+
+ private:
+  int32_t draft_max_;
+  int32_t k_;
+  int32_t n_fail_streak_ = 0;
+  int32_t pause_ = 0;
+  int32_t backoff_ = 8;
+};
+
+}  // namespace lumen::spec
