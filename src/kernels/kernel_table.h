@@ -74,7 +74,7 @@ struct PanelKernels {
 
 // Interleaved path: the whole matrix repacked once (the model does it at load) into
 // groups of `rows` rows whose blocks are interleaved the way the kernel consumes them, so
-// that decode streams one contiguous run of bytes per thread instead of 16 rows side by
+// that decode streams one contiguous run of bytes per thread instead of many rows side by
 // side, and no per-call packing is needed in prefill. Quants keep their width (nibbles stay
 // nibbles; the copy is the size of the original to within the unpacked K-format scales).
 // `layout` names the byte layout; a matrix carries the name of the layout its copy was

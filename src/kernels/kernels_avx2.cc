@@ -8,7 +8,9 @@
 // Numerics against the scalar reference (kernels_ref.cc):
 //   quantize_row_q8_0          bit-exact
 //   quantized dots             integer products exact; f32 accumulation in 8 lanes (each
-//                              lane sums its share of every block, as ggml's AVX2 kernels)
+//                              lane sums its share of every block, as ggml's AVX2 kernels);
+//                              q8_0 / q4_0 (matmul_avx2.cc, with their 8-row interleaved
+//                              layouts): bit-exact
 //   f32/f16/bf16 dots          4 x 8 f32 lanes with FMA instead of a double sum
 //   rms_norm                   double sum of squares in 4 lanes; then bit-exact
 //   silu_mul, exp_sum          polynomial expf (Cephes), <= 2 ulp
@@ -138,16 +140,6 @@ struct Q8_0StyleKernel {
   }
 };
 
-struct UnpackQ8_0 {
-  using Block = BlockQ8_0;
-  static __m256i quants(const BlockQ8_0& b) { return load256(b.qs); }
-};
-struct UnpackQ4_0 {  // signed q - 8 in [-8, 7]
-  using Block = BlockQ4_0;
-  static __m256i quants(const BlockQ4_0& b) {
-    return _mm256_sub_epi8(unpack_q4_0(b.qs), _mm256_set1_epi8(8));
-  }
-};
 // The 32 bits of the little-endian u32 at p as 32 bytes: byte i = 0xff if bit i is set.
 __m256i bytes_from_bits(const uint8_t* p) {
   uint32_t bits;
@@ -180,8 +172,7 @@ struct UnpackIQ4_NL {  // the non-linear values, in [-127, 113]
   }
 };
 
-using Q8_0Kernel = Q8_0StyleKernel<UnpackQ8_0>;
-using Q4_0Kernel = Q8_0StyleKernel<UnpackQ4_0>;
+// q8_0 and q4_0 have their own kernels, bit-exact with the reference (matmul_avx2.cc).
 using Q5_0Kernel = Q8_0StyleKernel<UnpackQ5_0>;
 using IQ4_NLKernel = Q8_0StyleKernel<UnpackIQ4_NL>;
 
@@ -792,8 +783,6 @@ void set_cols(MatmulKernels& mk) {
   mk.vec_dot = &vec_dot_cols<Kernel>;
   mk.gemm = &gemm_cols<Kernel>;
 }
-void mm_q8_0_avx2(MatmulKernels& mk) { set_cols<Q8_0Kernel>(mk); }
-void mm_q4_0_avx2(MatmulKernels& mk) { set_cols<Q4_0Kernel>(mk); }
 void mm_q4_k_avx2(MatmulKernels& mk) { set_cols<Q4_KKernel>(mk); }
 void mm_q6_k_avx2(MatmulKernels& mk) { set_cols<Q6_KKernel>(mk); }
 void mm_q4_1_avx2(MatmulKernels& mk) { set_cols<Q4_1Kernel>(mk); }

@@ -91,6 +91,59 @@ TEST(KernelsMatmul, MatchesNaiveDoubleReference) {
   }
 }
 
+// Through matmul_fused, weights with an interleaved copy (kernel_table.h) give what the file
+// layout gives, bit for bit, whatever the thread count and the number of activation rows
+// (decode ranges and prefill group chunks), with row counts that are not a multiple of the
+// group and two fused targets.
+TEST(KernelsMatmul, InterleavedCopiesEqualTheFileLayout) {
+  std::mt19937 rng(41);
+  int n_checked = 0;
+  ThreadPool pool1(1), pool2(2), pool3(3), pool5(5);
+  for (const KernelTable* table : available_kernel_tables()) {
+    for (DType dt : testing::matmul_types(/*quantized_only=*/true)) {
+      const MatmulKernels* mk = find_matmul_kernels(*table, dt);
+      const InterleavedKernels& ik = mk->interleaved;
+      if (ik.layout == nullptr) continue;
+      // Large enough for several threads and several decode grains (ops.cc).
+      const int64_t n_in = dtype_info(dt).block_size == 32 ? 32 * 64 : 256 * 8;
+      const int64_t n_out[2] = {40 * ik.rows + 3, ik.rows + 1};
+      std::vector<std::byte> wdata[2], copies[2];
+      TensorView w[2], wi[2];
+      for (int i = 0; i < 2; ++i) {
+        wdata[i] = testing::random_weights(rng, dt, n_out[i], n_in);
+        w[i] = make_weight(dt, n_in, n_out[i], wdata[i]);
+        const size_t bytes = ((n_out[i] + ik.rows - 1) / ik.rows) * ik.group_bytes(n_in);
+        copies[i].resize(bytes);
+        ik.pack(n_in, wdata[i].data(), row_bytes(dt, n_in), n_out[i], copies[i].data());
+        wi[i] = w[i];
+        wi[i].interleaved = copies[i].data();
+        wi[i].interleaved_layout = ik.layout;
+        wi[i].interleaved_n_bytes = bytes;
+      }
+      for (int64_t n_tokens : {1, 2, 5, 8, 9, 30}) {
+        const std::vector<float> x = testing::random_floats(rng, n_in * n_tokens);
+        std::vector<std::byte> scratch(matmul_scratch_bytes(dt, n_in, n_tokens, 5));
+        std::vector<float> want[2], got[2];
+        for (int i = 0; i < 2; ++i) want[i].resize(n_out[i] * n_tokens);
+        const MatmulTarget plain[2] = {{&w[0], want[0].data()}, {&w[1], want[1].data()}};
+        matmul_fused(*table, pool1, plain, x.data(), n_tokens, scratch.data());
+        for (ThreadPool* pool : {&pool1, &pool2, &pool3, &pool5}) {
+          SCOPED_TRACE(std::string(table->name) + " " + std::string(dtype_name(dt)) + " n_tokens=" +
+                       std::to_string(n_tokens) + " threads=" + std::to_string(pool->n_threads()));
+          for (int i = 0; i < 2; ++i) got[i].assign(n_out[i] * n_tokens, -1.0f);
+          const MatmulTarget inter[2] = {{&wi[0], got[0].data()}, {&wi[1], got[1].data()}};
+          matmul_fused(*table, *pool, inter, x.data(), n_tokens, scratch.data());
+          for (int i = 0; i < 2; ++i) EXPECT_EQ(got[i], want[i]) << "target " << i;
+          ++n_checked;
+        }
+      }
+    }
+  }
+  if (best_kernel_table().name != std::string("scalar")) {
+    EXPECT_GT(n_checked, 0) << "no interleaved kernels";
+  }
+}
+
 TEST(KernelsMatmul, ScratchSizes) {
   // At least the quantized activations (Q8_0: 34 bytes per 32, Q8_K: 292 per 256, F16: 2
   // per element), plus alignment; panels only from the tables that have them.

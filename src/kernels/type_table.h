@@ -8,6 +8,8 @@
 //     per matmul, as ggml-cpu does, so results track llama.cpp) and its matmul kernels per
 //     ISA level, each level starting from the one below:
 //         scalar (the numerical definition) -> avx2 -> avx512 (+ avx512_interleaved)
+//     (an avx2 fill may set an interleaved layout too: q8_0 / q4_0's 8-row groups, which
+//     the avx512 fills replace with their 16-row ones)
 //   * what it is as an activation type (q8_0, q8_1, q8_K, f16, bf16): its quantizer per ISA.
 //
 // Derived from the rows, never listed elsewhere: KernelTable::mm (kernel_table.cc),
