@@ -9,8 +9,8 @@
 //   quantize_row_q8_0          bit-exact
 //   quantized dots             integer products exact; f32 accumulation in 8 lanes (each
 //                              lane sums its share of every block, as ggml's AVX2 kernels);
-//                              q8_0 / q4_0 (matmul_avx2.cc, with their 8-row interleaved
-//                              layouts): bit-exact
+//                              q8_0 / q4_0 / q4_K (matmul_avx2.cc, with their 8-row
+//                              interleaved layouts): bit-exact
 //   f32/f16/bf16 dots          4 x 8 f32 lanes with FMA instead of a double sum
 //   rms_norm                   double sum of squares in 4 lanes; then bit-exact
 //   silu_mul, exp_sum          polynomial expf (Cephes), <= 2 ulp
@@ -172,7 +172,7 @@ struct UnpackIQ4_NL {  // the non-linear values, in [-127, 113]
   }
 };
 
-// q8_0 and q4_0 have their own kernels, bit-exact with the reference (matmul_avx2.cc).
+// q8_0, q4_0 and q4_K have their own kernels, bit-exact with the reference (matmul_avx2.cc).
 using Q5_0Kernel = Q8_0StyleKernel<UnpackQ5_0>;
 using IQ4_NLKernel = Q8_0StyleKernel<UnpackIQ4_NL>;
 
@@ -213,56 +213,6 @@ struct Q_1Kernel {
 };
 using Q4_1Kernel = Q_1Kernel<BlockQ4_1, false>;
 using Q5_1Kernel = Q_1Kernel<BlockQ5_1, true>;
-
-struct Q4_KKernel {
-  template <int NC>
-  static void cols(int64_t n, const std::byte* w, const std::byte* x, size_t xs, float* out) {
-    const auto* bw = reinterpret_cast<const BlockQ4_K*>(w);
-    const __m256i m4 = _mm256_set1_epi8(15);
-    __m256 acc[NC];
-    __m128 acc_m[NC];
-    #pragma GCC unroll 8
-    for (int c = 0; c < NC; ++c) {
-      acc[c] = _mm256_setzero_ps();
-      acc_m[c] = _mm_setzero_ps();
-    }
-    for (int64_t ib = 0; ib < n / kQkK; ++ib) {
-      const BlockQ4_K& b = bw[ib];
-      uint8_t sc[8], mn[8];
-      unpack_q4_k_scales(b.scales, sc, mn);
-      const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn)));
-      const float dw = f16(b.d_f16), dminw = f16(b.dmin_f16);
-      __m256i sumi[NC];
-      #pragma GCC unroll 8
-      for (int c = 0; c < NC; ++c) sumi[c] = _mm256_setzero_si256();
-      for (int j = 0; j < 4; ++j) {
-        const __m256i q4 = load256(b.qs + 32 * j);
-        const __m256i q4l = _mm256_and_si256(q4, m4);
-        const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
-        const __m256i scl = _mm256_set1_epi16(sc[2 * j]);
-        const __m256i sch = _mm256_set1_epi16(sc[2 * j + 1]);
-        #pragma GCC unroll 8
-        for (int c = 0; c < NC; ++c) {
-          const int8_t* q8 = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib].qs + 64 * j;
-          const __m256i pl = _mm256_madd_epi16(scl, _mm256_maddubs_epi16(q4l, load256(q8)));
-          const __m256i ph = _mm256_madd_epi16(sch, _mm256_maddubs_epi16(q4h, load256(q8 + 32)));
-          sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(pl, ph));
-        }
-      }
-      #pragma GCC unroll 8
-      for (int c = 0; c < NC; ++c) {
-        const BlockQ8_K& bx = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib];
-        // Sub-block sums of the activations from bsums (pairs of 16 -> 8 sums of 32).
-        const __m128i q8s = _mm_hadd_epi16(load128(bx.bsums), load128(bx.bsums + 8));
-        const __m128i prod = _mm_madd_epi16(mins, q8s);
-        acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(-bx.d * dminw), _mm_cvtepi32_ps(prod), acc_m[c]);
-        acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(bx.d * dw), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-      }
-    }
-    #pragma GCC unroll 8
-    for (int c = 0; c < NC; ++c) out[c] = hsum(acc[c]) + hsum128(acc_m[c]);
-  }
-};
 
 // The int16 pair (scale of sub-block s in the low 128-bit lane, of s + 1 in the high one)
 // that meets maddubs results over 32 elements = sub-blocks s, s + 1 of 16.
@@ -358,7 +308,7 @@ struct Q3_KKernel {
   }
 };
 
-// q5_K: Q4_KKernel with the fifth bit of each quant from qh.
+// q5_K: as q4_K (matmul_avx2.cc) with the fifth bit of each quant from qh; f32 lanes.
 struct Q5_KKernel {
   template <int NC>
   static void cols(int64_t n, const std::byte* w, const std::byte* x, size_t xs, float* out) {
@@ -783,7 +733,6 @@ void set_cols(MatmulKernels& mk) {
   mk.vec_dot = &vec_dot_cols<Kernel>;
   mk.gemm = &gemm_cols<Kernel>;
 }
-void mm_q4_k_avx2(MatmulKernels& mk) { set_cols<Q4_KKernel>(mk); }
 void mm_q6_k_avx2(MatmulKernels& mk) { set_cols<Q6_KKernel>(mk); }
 void mm_q4_1_avx2(MatmulKernels& mk) { set_cols<Q4_1Kernel>(mk); }
 void mm_q5_0_avx2(MatmulKernels& mk) { set_cols<Q5_0Kernel>(mk); }

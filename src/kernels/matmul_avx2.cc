@@ -50,6 +50,14 @@ __m256i dot_i8(__m256i a, __m256i b) {
   return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
 }
 
+// Sums of the int32 lanes (exact).
+int32_t hsum_i32(__m128i s) {
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+int32_t hsum_i32(__m256i v) { return hsum_i32(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1))); }
+
 // ---- the plain layout: one weight row against up to kMaxCols activation rows ------------
 
 // The 32 quants of a weight block as signed bytes (q8_0 as stored, q4_0 as q - 8).
@@ -115,6 +123,56 @@ struct PlainKernel {
   }
 };
 
+// q4_K against q8_K in the plain layout (ref::vec_dot_q4_k_q8_k): per block the exact
+// sumi = sum_s sc[s] * (q4 . q8 over s) and summ = sum_s m[s] * bsum[s], then
+// acc += (d_x * d_w) * (float)sumi, acc_m += (-d_x * dmin_w) * (float)summ; result acc + acc_m.
+struct PlainQ4_KKernel {
+  template <int NC>
+  static void cols(int64_t n, const std::byte* w, const std::byte* x, size_t xs, float* out) {
+    const auto* bw = reinterpret_cast<const BlockQ4_K*>(w);
+    const __m256i m4 = _mm256_set1_epi8(15);
+    float acc[NC], acc_m[NC];
+    #pragma GCC unroll 4
+    for (int c = 0; c < NC; ++c) acc[c] = acc_m[c] = 0.0f;
+    for (int64_t ib = 0; ib < n / kQkK; ++ib) {
+      const BlockQ4_K& b = bw[ib];
+      uint8_t sc[8], mn[8];
+      unpack_q4_k_scales(b.scales, sc, mn);
+      const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn)));
+      const float dw = _cvtsh_ss(b.d_f16), dminw = _cvtsh_ss(b.dmin_f16);
+      __m256i sumi[NC];
+      #pragma GCC unroll 4
+      for (int c = 0; c < NC; ++c) sumi[c] = _mm256_setzero_si256();
+      for (int j = 0; j < 4; ++j) {
+        const __m256i q4 = load256(b.qs + 32 * j);
+        const __m256i q4l = _mm256_and_si256(q4, m4);
+        const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+        const __m256i scl = _mm256_set1_epi16(sc[2 * j]);
+        const __m256i sch = _mm256_set1_epi16(sc[2 * j + 1]);
+        #pragma GCC unroll 4
+        for (int c = 0; c < NC; ++c) {
+          const int8_t* q8 = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib].qs + 64 * j;
+          const __m256i pl = _mm256_madd_epi16(scl, _mm256_maddubs_epi16(q4l, load256(q8)));
+          const __m256i ph = _mm256_madd_epi16(sch, _mm256_maddubs_epi16(q4h, load256(q8 + 32)));
+          sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(pl, ph));
+        }
+      }
+      #pragma GCC unroll 4
+      for (int c = 0; c < NC; ++c) {
+        const BlockQ8_K& bx = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib];
+        // Sub-block sums of the activations from bsums (pairs of 16 -> 8 sums of 32).
+        const __m128i q8s = _mm_hadd_epi16(load128(bx.bsums), load128(bx.bsums + 8));
+        const __m128i prod = _mm_madd_epi16(mins, q8s);
+        const int32_t summ = hsum_i32(prod);
+        acc[c] += (bx.d * dw) * static_cast<float>(hsum_i32(sumi[c]));
+        acc_m[c] += (-bx.d * dminw) * static_cast<float>(summ);
+      }
+    }
+    #pragma GCC unroll 4
+    for (int c = 0; c < NC; ++c) out[c] = acc[c] + acc_m[c];
+  }
+};
+
 // ---- interleaved layouts -------------------------------------------------------------------
 //
 // A group is 8 rows; per block index ib it holds one "group block" made of the 8 rows'
@@ -127,47 +185,69 @@ struct PlainKernel {
 //   [k = 0..3][r] u32   qs[4k .. 4k+3] of row r: low nibbles elements 4k .. 4k+3,
 //                       high nibbles elements 16 + 4k .. 16 + 4k + 3                128
 //   [r] f16             d                                                            16
+// q4_K "q4_Kx8", 1184 bytes per 256 elements (+2.8%: the 6-bit scales stored as bytes):
+//   [c = 0..3][k = 0..7][r] u32  qs[32c + 4k .. 32c + 4k + 3] of row r: low nibbles
+//                       elements 64c + 4k .. (sub-block 2c), high 64c + 32 + 4k ..     1024
+//   [s = 0..7][r] u8    sc[s]                                                         64
+//   [t = 0..3][r] u8 x 2   m[2t], m[2t + 1]                                           64
+//   [r] f16 d, [r] f16 dmin                                                            32
 constexpr size_t kQ8_0GroupBlock = 288;
 constexpr size_t kQ4_0GroupBlock = 144;
+constexpr size_t kQ4_KGroupBlock = 1184;
 
-template <size_t kGroupBlock>
+template <size_t kGroupBlock, int kBlock>
 size_t group_bytes(int64_t n) {
-  return static_cast<size_t>(n / kQk) * kGroupBlock;
+  return static_cast<size_t>(n / kBlock) * kGroupBlock;
 }
 
-// Packs n_rows rows into groups, group block ib from the 8 rows' blocks ib (rows past
-// n_rows repeat the last row). kQuantBytes: quant bytes per block (16 or 32).
-template <typename Block, size_t kGroupBlock, int kQuantBytes>
-void pack_groups(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* dst) {
-  const int64_t nb = n / kQk;
+// Packs n_rows rows into groups: fill(row, r, ib, gb) writes row r's part of group block
+// ib from `row` (rows past n_rows repeat the last row).
+template <typename Block, size_t kGroupBlock, int kBlock, typename Fill>
+void pack_groups(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* dst, Fill fill) {
+  const int64_t nb = n / kBlock;
   for (int64_t r0 = 0; r0 < n_rows; r0 += kRows) {
     std::byte* g = dst + (r0 / kRows) * nb * kGroupBlock;
     for (int r = 0; r < kRows; ++r) {
       const auto* row = reinterpret_cast<const Block*>(w + std::min<int64_t>(r0 + r, n_rows - 1) * w_stride);
-      for (int64_t ib = 0; ib < nb; ++ib) {
-        std::byte* gb = g + ib * kGroupBlock;
-        for (int k = 0; k < kQuantBytes / 4; ++k) std::memcpy(gb + 32 * k + 4 * r, row[ib].qs + 4 * k, 4);
-        std::memcpy(gb + 8 * kQuantBytes + 2 * r, &row[ib].d_f16, 2);
-      }
+      for (int64_t ib = 0; ib < nb; ++ib) fill(row[ib], r, g + ib * kGroupBlock);
     }
   }
+}
+
+// q8_0 / q4_0: kQuantBytes (32 or 16) quant bytes, then d.
+template <typename Block, size_t kGroupBlock, int kQuantBytes>
+void pack_q8(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* dst) {
+  pack_groups<Block, kGroupBlock, kQk>(n, w, w_stride, n_rows, dst, [](const Block& b, int r, std::byte* gb) {
+    for (int k = 0; k < kQuantBytes / 4; ++k) std::memcpy(gb + 32 * k + 4 * r, b.qs + 4 * k, 4);
+    std::memcpy(gb + 8 * kQuantBytes + 2 * r, &b.d_f16, 2);
+  });
+}
+
+void pack_q4_k(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* dst) {
+  pack_groups<BlockQ4_K, kQ4_KGroupBlock, kQkK>(n, w, w_stride, n_rows, dst, [](const BlockQ4_K& b, int r, std::byte* gb) {
+    for (int i = 0; i < 32; ++i) std::memcpy(gb + 32 * i + 4 * r, b.qs + 4 * i, 4);  // i = 8c + k
+    uint8_t sc[8], mn[8];
+    unpack_q4_k_scales(b.scales, sc, mn);
+    for (int s = 0; s < 8; ++s) {
+      gb[1024 + 8 * s + r] = static_cast<std::byte>(sc[s]);
+      gb[1088 + 16 * (s / 2) + 2 * r + s % 2] = static_cast<std::byte>(mn[s]);
+    }
+    std::memcpy(gb + 1152 + 2 * r, &b.d_f16, 2);
+    std::memcpy(gb + 1168 + 2 * r, &b.dmin_f16, 2);
+  });
 }
 
 // Side data of a q8_0 activation row, per block ib (8 bytes): f32 d_x, int32 -8 * sum(q_x)
 // for q4_0 (its weights go in as unsigned nibbles, q - 8 = q + (-8)), 0 for q8_0.
 size_t q8_side_bytes(int64_t n) { return static_cast<size_t>(n / kQk) * 8; }
 template <bool kNibbles>
-void prepare_side(const std::byte* xq, int64_t n, std::byte* side) {
+void prepare_side_q8(const std::byte* xq, int64_t n, std::byte* side) {
   const auto* bx = reinterpret_cast<const BlockQ8_0*>(xq);
   for (int64_t ib = 0; ib < n / kQk; ++ib) {
     int32_t corr = 0;
     if constexpr (kNibbles) {
       const __m256i p16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), load256(bx[ib].qs));
-      const __m256i s8 = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
-      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
-      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
-      corr = -8 * _mm_cvtsi128_si32(s4);
+      corr = -8 * hsum_i32(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
     }
     const float d = _cvtsh_ss(bx[ib].d_f16);
     std::memcpy(side + ib * 8, &d, 4);
@@ -175,15 +255,42 @@ void prepare_side(const std::byte* xq, int64_t n, std::byte* side) {
   }
 }
 
-// One group of 8 rows against C activation rows (x: row c at x + c * xs, side likewise):
-// y[c * ys + r] for r < n_rows.
+// Side data of a q8_K activation row for q4_K, per block (16 bytes): [t = 0..3] int16 pairs
+// (bsum[2t], bsum[2t + 1]), bsum[s] = the sum of the 32 quants of sub-block s (|.| <= 4096).
+size_t q4_k_side_bytes(int64_t n) { return static_cast<size_t>(n / kQkK) * 16; }
+void prepare_side_q4_k(const std::byte* xq, int64_t n, std::byte* side) {
+  const auto* bx = reinterpret_cast<const BlockQ8_K*>(xq);
+  for (int64_t ib = 0; ib < n / kQkK; ++ib)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(side + ib * 16),
+                     _mm_hadd_epi16(load128(bx[ib].bsums), load128(bx[ib].bsums + 8)));
+}
+
+// ---- group tiles: one group of 8 rows against C activation rows -----------------------------
+//
+// Tile<C>::run(nb, group, x, xs, side, ss, n_rows, y, ys): x row c at x + c * xs (side
+// likewise); writes y[c * ys + r] for r < min(n_rows, 8).
+
+template <int C>
+[[gnu::always_inline]] inline void store_rows(const __m256* acc, int64_t n_rows, float* y, int64_t ys) {
+  if (n_rows >= kRows) {
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ys, acc[c]);
+  } else {
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(n_rows)),
+                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) _mm256_maskstore_ps(y + c * ys, mask, acc[c]);
+  }
+}
+
+// q8_0 / q4_0: acc += (float)sumi * (d_w * d_x) per block.
 //
 // q4_0: the 8 maddubs of a block (4 dwords x low / high nibbles) add up in int16: each
 // lane sums 16 products of a nibble (<= 15) and an int8 (>= -128), |sum| <= 30720 < 2^15,
 // so the int16 sums are exact. q8_0 products need the sign trick (dot_i8) and int32 sums.
 template <bool kNibbles, int C>
-void tile(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side, size_t ss,
-          int64_t n_rows, float* y, int64_t ys) {
+void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side, size_t ss,
+             int64_t n_rows, float* y, int64_t ys) {
   constexpr size_t kGroupBlock = kNibbles ? kQ4_0GroupBlock : kQ8_0GroupBlock;
   constexpr size_t kScales = kNibbles ? 128 : 256;
   const __m256i m4 = _mm256_set1_epi8(15);
@@ -232,58 +339,131 @@ void tile(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, con
     for (int c = 0; c < C; ++c)
       acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_cvtepi32_ps(s[c]), _mm256_mul_ps(dw, bcast_f32(side + c * ss + ib * 8))));
   }
-  if (n_rows >= kRows) {
-    #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ys, acc[c]);
-  } else {
-    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(n_rows)),
-                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) _mm256_maskstore_ps(y + c * ys, mask, acc[c]);
-  }
+  store_rows<C>(acc, n_rows, y, ys);
 }
 
+// The 8 rows' 6-bit scale s of a q4_Kx8 group block as int16 pairs (sc, sc) per dword, so
+// that madd_epi16(sums, pair) = sc * (the dword's two int16 sums).
+__m256i q4_k_scale_pairs(const std::byte* gb, int s) {
+  const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(gb + 1024 + 8 * s)));
+  return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
+}
+
+// q4_K: acc += (d_x * d_w) * (float)sumi, acc_m += (-d_x * dmin_w) * (float)summ per block,
+// result acc + acc_m; sumi = sum_s sc[s] * (q4 . q8 over s), summ = sum_s m[s] * bsum[s].
+// A sub-block's 8 maddubs add up in int16 as q4_0's (16 products of a nibble and an int8).
+template <int C>
+void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side, size_t ss,
+               int64_t n_rows, float* y, int64_t ys) {
+  const __m256i m4 = _mm256_set1_epi8(15);
+  __m256 acc[C], acc_m[C];
+  #pragma GCC unroll 4
+  for (int c = 0; c < C; ++c) acc[c] = acc_m[c] = _mm256_setzero_ps();
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    const std::byte* gb = group + ib * kQ4_KGroupBlock;
+    const std::byte* xb = x + ib * sizeof(BlockQ8_K);
+    __m256i sumi[C], summ[C];
+    #pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) sumi[c] = summ[c] = _mm256_setzero_si256();
+    #pragma GCC unroll 1
+    for (int cc = 0; cc < 4; ++cc) {
+      __m256i tl[C], th[C];
+      #pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) tl[c] = th[c] = _mm256_setzero_si256();
+      const std::byte* xq = xb + offsetof(BlockQ8_K, qs) + 64 * cc;
+      #pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        const __m256i q = load256(gb + (8 * cc + k) * 32);
+        const __m256i lo = _mm256_and_si256(q, m4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        #pragma GCC unroll 4
+        for (int c = 0; c < C; ++c) {
+          tl[c] = _mm256_add_epi16(tl[c], _mm256_maddubs_epi16(lo, bcast_i32(xq + c * xs + 4 * k)));
+          th[c] = _mm256_add_epi16(th[c], _mm256_maddubs_epi16(hi, bcast_i32(xq + c * xs + 32 + 4 * k)));
+        }
+      }
+      const __m256i scl = q4_k_scale_pairs(gb, 2 * cc), sch = q4_k_scale_pairs(gb, 2 * cc + 1);
+      #pragma GCC unroll 4
+      for (int c = 0; c < C; ++c)
+        sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(_mm256_madd_epi16(tl[c], scl), _mm256_madd_epi16(th[c], sch)));
+    }
+    #pragma GCC unroll 4
+    for (int t = 0; t < 4; ++t) {
+      const __m256i mins = _mm256_cvtepu8_epi16(load128(gb + 1088 + 16 * t));
+      #pragma GCC unroll 4
+      for (int c = 0; c < C; ++c)
+        summ[c] = _mm256_add_epi32(summ[c], _mm256_madd_epi16(mins, bcast_i32(side + c * ss + ib * 16 + 4 * t)));
+    }
+    const __m256 dw = _mm256_cvtph_ps(load128(gb + 1152)), dminw = _mm256_cvtph_ps(load128(gb + 1168));
+    #pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) {
+      float dx;
+      std::memcpy(&dx, xb + c * xs + offsetof(BlockQ8_K, d), 4);
+      acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dx), dw), _mm256_cvtepi32_ps(sumi[c])));
+      acc_m[c] = _mm256_add_ps(acc_m[c], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(-dx), dminw), _mm256_cvtepi32_ps(summ[c])));
+    }
+  }
+  #pragma GCC unroll 4
+  for (int c = 0; c < C; ++c) acc[c] = _mm256_add_ps(acc[c], acc_m[c]);
+  store_rows<C>(acc, n_rows, y, ys);
+}
+
+template <int C> struct TileQ8_0 {
+  static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
+                  int64_t n_rows, float* y, int64_t ys) { tile_q8<false, C>(nb, g, x, xs, s, ss, n_rows, y, ys); }
+};
+template <int C> struct TileQ4_0 {
+  static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
+                  int64_t n_rows, float* y, int64_t ys) { tile_q8<true, C>(nb, g, x, xs, s, ss, n_rows, y, ys); }
+};
+template <int C> struct TileQ4_K {
+  static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
+                  int64_t n_rows, float* y, int64_t ys) { tile_q4_k<C>(nb, g, x, xs, s, ss, n_rows, y, ys); }
+};
+
 // n_rows rows = consecutive groups from `groups`, each against every activation row, kCols
-// at a time (the tail by narrower tiles).
-template <bool kNibbles, int kCols>
+// at a time, the tail by the narrower tiles.
+template <int kBlock, size_t kGroupBlock, int kCols, template <int> class Tile>
 void gemm_groups(int64_t n, const std::byte* groups, int64_t n_rows, const std::byte* x, size_t xs,
                  const std::byte* side, size_t ss, int64_t n_cols, float* y, int64_t ys) {
-  constexpr size_t kGroupBlock = kNibbles ? kQ4_0GroupBlock : kQ8_0GroupBlock;
-  const int64_t nb = n / kQk;
+  static_assert(kCols >= 1 && kCols <= 4);
+  const int64_t nb = n / kBlock;
   const size_t stride = static_cast<size_t>(nb) * kGroupBlock;
   for (int64_t r0 = 0; r0 < n_rows; r0 += kRows) {
     const std::byte* g = groups + (r0 / kRows) * stride;
     const int64_t rows = n_rows - r0;
     int64_t c0 = 0;
     for (; c0 + kCols <= n_cols; c0 += kCols)
-      tile<kNibbles, kCols>(nb, g, x + c0 * xs, xs, side + c0 * ss, ss, rows, y + c0 * ys + r0, ys);
+      Tile<kCols>::run(nb, g, x + c0 * xs, xs, side + c0 * ss, ss, rows, y + c0 * ys + r0, ys);
     const int64_t rest = n_cols - c0;
     const std::byte* xt = x + c0 * xs;
     const std::byte* st = side + c0 * ss;
     float* yt = y + c0 * ys + r0;
-    static_assert(kCols <= 4);
-    if (rest == 3) tile<kNibbles, 3>(nb, g, xt, xs, st, ss, rows, yt, ys);
-    if (rest == 2) tile<kNibbles, 2>(nb, g, xt, xs, st, ss, rows, yt, ys);
-    if (rest == 1) tile<kNibbles, 1>(nb, g, xt, xs, st, ss, rows, yt, ys);
-  }
-}
-
-template <bool kNibbles>
-void fill(MatmulKernels& mk) {
-  mk.vec_dot = &vec_dot_cols<PlainKernel<kNibbles>>;
-  mk.gemm = &gemm_cols<PlainKernel<kNibbles>>;
-  if constexpr (kNibbles) {
-    mk.interleaved = {"q4_0x8", kRows, &group_bytes<kQ4_0GroupBlock>, &q8_side_bytes, &prepare_side<true>,
-                      &pack_groups<BlockQ4_0, kQ4_0GroupBlock, 16>, &gemm_groups<true, 4>};
-  } else {
-    mk.interleaved = {"q8_0x8", kRows, &group_bytes<kQ8_0GroupBlock>, &q8_side_bytes, &prepare_side<false>,
-                      &pack_groups<BlockQ8_0, kQ8_0GroupBlock, 32>, &gemm_groups<false, 4>};
+    if constexpr (kCols > 3) if (rest == 3) Tile<3>::run(nb, g, xt, xs, st, ss, rows, yt, ys);
+    if constexpr (kCols > 2) if (rest == 2) Tile<2>::run(nb, g, xt, xs, st, ss, rows, yt, ys);
+    if constexpr (kCols > 1) if (rest == 1) Tile<1>::run(nb, g, xt, xs, st, ss, rows, yt, ys);
   }
 }
 
 }  // namespace
 
-void mm_q8_0_avx2(MatmulKernels& mk) { fill<false>(mk); }
-void mm_q4_0_avx2(MatmulKernels& mk) { fill<true>(mk); }
+void mm_q8_0_avx2(MatmulKernels& mk) {
+  mk.vec_dot = &vec_dot_cols<PlainKernel<false>>;
+  mk.gemm = &gemm_cols<PlainKernel<false>>;
+  mk.interleaved = {"q8_0x8", kRows, &group_bytes<kQ8_0GroupBlock, kQk>, &q8_side_bytes, &prepare_side_q8<false>,
+                    &pack_q8<BlockQ8_0, kQ8_0GroupBlock, 32>, &gemm_groups<kQk, kQ8_0GroupBlock, 4, TileQ8_0>};
+}
+void mm_q4_0_avx2(MatmulKernels& mk) {
+  mk.vec_dot = &vec_dot_cols<PlainKernel<true>>;
+  mk.gemm = &gemm_cols<PlainKernel<true>>;
+  mk.interleaved = {"q4_0x8", kRows, &group_bytes<kQ4_0GroupBlock, kQk>, &q8_side_bytes, &prepare_side_q8<true>,
+                    &pack_q8<BlockQ4_0, kQ4_0GroupBlock, 16>, &gemm_groups<kQk, kQ4_0GroupBlock, 4, TileQ4_0>};
+}
+void mm_q4_k_avx2(MatmulKernels& mk) {
+  mk.vec_dot = &vec_dot_cols<PlainQ4_KKernel>;
+  mk.gemm = &gemm_cols<PlainQ4_KKernel>;
+  mk.interleaved = {"q4_Kx8", kRows, &group_bytes<kQ4_KGroupBlock, kQkK>, &q4_k_side_bytes, &prepare_side_q4_k,
+                    &pack_q4_k, &gemm_groups<kQkK, kQ4_KGroupBlock, 2, TileQ4_K>};
+}
 
 }  // namespace lumen::kernels
