@@ -317,10 +317,12 @@ TEST(ServerDrain, RunningStreamsFinishAndNewRequestsGet503) {
 
 TEST(ServerDrain, PastTheDeadlineStreamsEndWithAnErrorAndDone) {
   TestServerOptions o;
-  o.n_ctx = 2048;
+  o.n_ctx = 16384;
   auto s = TestServer::start(o);
   ASSERT_TRUE(s);
-  const std::string body = R"({"prompt": "Once upon a time", "max_tokens": 2000, "temperature": 0, "ignore_eos": true, "stream": true})";
+  // Far more tokens than a drain of 1 s can see through, even on a quiet machine (2000 did
+  // finish inside it at load 7).
+  const std::string body = R"({"prompt": "Once upon a time", "max_tokens": 16000, "temperature": 0, "ignore_eos": true, "stream": true})";
   std::vector<SseReply> replies(2);
   std::vector<std::thread> clients;
   for (int i = 0; i < 2; ++i) clients.emplace_back([&, i] { replies[i] = post_stream(*s, "/v1/completions", body); });
