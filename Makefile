@@ -23,7 +23,7 @@ build: deps build/build.ninja
 
 # The untrusted-input parsers' test binaries (and the kernels', for hostile weight blocks),
 # rebuilt with AddressSanitizer + UBSan.
-ASAN_TARGETS := lumen_gguf_tests lumen_tokenizer_tests lumen_server_tests lumen_convert_tests lumen_kernels_tests
+ASAN_TARGETS := lumen_gguf_tests lumen_tokenizer_tests lumen_server_tests lumen_convert_tests lumen_kernels_tests lumen_grammar_tests
 
 build-dev: deps build-dev/build.ninja
 	cmake --build build-dev -j $(JOBS) --target $(ASAN_TARGETS)
@@ -32,17 +32,17 @@ run: build
 	build/lumen run -m "$(MODEL)" -p "$(PROMPT)" -n 64
 
 # Every test: the release build's full suite, then the untrusted-input parsers
-# (GGUF, safetensors, llama2.c, tokenizer, HTTP framing and request parsers, imatrix files) and the
-# kernels' hostile-block tests (Iq*.*, KernelsHostile.*) again under AddressSanitizer + UBSan.
-# Timing tests (LinearTime) run in the release suite only: under ASan they measure the
-# sanitizer, not the algorithm.
+# (GGUF, safetensors, llama2.c, tokenizer, HTTP framing and request parsers, imatrix files,
+# GBNF and JSON Schema) and the kernels' hostile-block tests (Iq*.*, KernelsHostile.*) again
+# under AddressSanitizer + UBSan. Timing tests (LinearTime) run in the release suite only:
+# under ASan they measure the sanitizer, not the algorithm.
 test: test-release test-asan
 
 test-release: build
 	cd build && ctest --output-on-failure -j $(JOBS)
 
 test-asan: build-dev
-	cd build-dev && ctest --output-on-failure -j $(JOBS) -R 'Fuzz|Gguf|Safetensors|Llama2c|Tokenizer|Imatrix|^HttpParser|^Iq[A-Za-z]*\.|^KernelsHostile\.' -E 'LinearTime'
+	cd build-dev && ctest --output-on-failure -j $(JOBS) -R 'Fuzz|Gguf|Safetensors|Llama2c|Tokenizer|Imatrix|^HttpParser|Gbnf|JsonSchema|^Iq[A-Za-z]*\.|^KernelsHostile\.' -E 'LinearTime'
 
 clean:
 	rm -rf build build-dev build-bench

@@ -10,10 +10,10 @@ namespace {
 
 constexpr int kMaxJsonDepth = 64;
 
-// Maximum nesting depth of `text`, counting brackets outside strings (escapes honoured).
-// Stops counting at kMaxJsonDepth + 1.
-int json_depth(std::string_view text) {
-  int depth = 0, max_depth = 0;
+}  // namespace
+
+bool json_depth_within(std::string_view text, int max_depth) {
+  int depth = 0;
   bool in_string = false;
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
@@ -25,14 +25,15 @@ int json_depth(std::string_view text) {
     if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) max_depth = depth;
-      if (max_depth > kMaxJsonDepth) return max_depth;
+      if (++depth > max_depth) return false;
     } else if (c == ']' || c == '}') {
       --depth;
     }
   }
-  return max_depth;
+  return true;
 }
+
+namespace {
 
 std::string type_of(const nlohmann::json& v) { return v.type_name(); }
 
@@ -45,7 +46,7 @@ std::string short_dump(const nlohmann::json& v) {
 }  // namespace
 
 Result<nlohmann::json> parse_json(std::string_view text, std::string_view what) {
-  if (json_depth(text) > kMaxJsonDepth)
+  if (!json_depth_within(text, kMaxJsonDepth))
     return error(std::string(what) + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   try {
     return nlohmann::json::parse(text.begin(), text.end());

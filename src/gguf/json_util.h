@@ -16,6 +16,10 @@ namespace lumen::gguf {
 // is rejected before parsing, so no recursive json operation can exhaust the stack.
 Result<nlohmann::json> parse_json(std::string_view text, std::string_view what);
 
+// Whether `text` nests arrays and objects at most max_depth deep (brackets inside strings do
+// not count). A cheap check before parsing untrusted JSON with a recursive parser.
+bool json_depth_within(std::string_view text, int max_depth);
+
 // Typed optional fields of a JSON object. Missing or null -> nullopt; wrong type -> error
 // naming `what` and the key.
 Result<std::optional<int64_t>> json_int(const nlohmann::json& obj, std::string_view key, std::string_view what);

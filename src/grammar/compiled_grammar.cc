@@ -1,0 +1,364 @@
+#include "grammar/compiled_grammar.h"
+
+#include <algorithm>
+#include <climits>
+#include <map>
+
+#include "base/check.h"
+#include "base/timer.h"
+#include "grammar/stack.h"
+
+namespace lumen::grammar {
+
+void TokenSet::assign(std::vector<int32_t> ids, int32_t n_vocab) {
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  count_ = ids.size();
+  const size_t n_words = (static_cast<size_t>(n_vocab) + 63) / 64;
+  if (ids.size() > n_words * 2) {  // a list costs 4 bytes per id, the bitset 8 per 64 ids
+    bits_.assign(n_words, 0);
+    for (int32_t id : ids) bits_[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63);
+    ids_.clear();
+    ids_.shrink_to_fit();
+  } else {
+    ids_ = std::move(ids);
+    ids_.shrink_to_fit();
+    bits_.clear();
+  }
+}
+
+void TokenSet::or_into(uint64_t* mask) const {
+  if (!bits_.empty()) {
+    for (size_t i = 0; i < bits_.size(); ++i) mask[i] |= bits_[i];
+    return;
+  }
+  for (int32_t id : ids_) mask[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63);
+}
+
+bool TokenSet::contains(int32_t id) const {
+  if (!bits_.empty()) return (bits_[static_cast<size_t>(id) >> 6] >> (id & 63)) & 1;
+  return std::binary_search(ids_.begin(), ids_.end(), id);
+}
+
+namespace {
+
+constexpr int32_t kMaxChain = 64;
+constexpr int32_t kStayBitsMax = 16;  // cumulative bitsets for j = 1..16; longer j in a list
+
+// What a token ending right after one step can be, before the frame count is known.
+struct Outcome {
+  bool plain = false;            // allowed outright
+  int32_t stay_j = INT32_MAX;    // smallest j of a path staying inside the frame's repetition
+  std::vector<int32_t> exit_js;  // j of paths that left it
+};
+
+struct Transition {
+  int32_t next = 0;              // state id
+  bool accept = false, boundary = false, overflow = false;
+  int32_t outcome = -1;          // index into outcomes_
+};
+
+}  // namespace
+
+// Builds every PositionMask of a grammar: a walk over the vocabulary trie per stack top,
+// with the steps of the automaton memoized per (set of tops, byte).
+class MaskBuilder {
+ public:
+  MaskBuilder(CompiledGrammar* g, const CompileLimits& limits)
+      : g_(*g), pda_(g->pda_), vocab_(*g->vocab_), limits_(limits), arena_(4096), exp_(pda_, &arena_) {}
+
+  Status build_all() {
+    const double t0 = now_ms();
+    g_.pos_index_.assign(static_cast<size_t>(pda_.n_elems()), -1);
+    for (int32_t pos : pda_.byte_positions()) {
+      g_.pos_index_[static_cast<size_t>(pos)] = static_cast<int32_t>(g_.masks_.size());
+      g_.masks_.emplace_back();
+      LUMEN_TRY(build_position(pos, &g_.masks_.back()));
+    }
+    CompileStats& s = g_.stats_;
+    s.n_positions = static_cast<int32_t>(g_.masks_.size());
+    s.n_trie_steps = n_steps_;
+    s.memory_bytes = 0;
+    for (const PositionMask& m : g_.masks_) {
+      s.n_accepted += static_cast<int64_t>(m.accepted.size());
+      s.n_conditional += static_cast<int64_t>(m.stays.size() + m.exits.size());
+      s.n_uncertain += static_cast<int64_t>(m.uncertain.size());
+      s.memory_bytes += m.accepted.memory_bytes() + m.stays.size() * 8 + m.exits.size() * 8 +
+                        m.uncertain.size() * 6;
+      for (const std::vector<uint64_t>& b : m.stay_bits) s.memory_bytes += b.size() * 8;
+    }
+    s.ms = now_ms() - t0;
+    return Status();
+  }
+
+ private:
+  struct Chain {
+    std::vector<std::pair<int32_t, int32_t>> frames;  // (pos, count), innermost first
+    int32_t bottom = kBoundary;
+    int32_t boundary_rule = -1;
+    int32_t sym_index = -1;  // frames index of the counted repetition frame
+  };
+
+  Chain chain_for(int32_t pos) const {
+    Chain c;
+    int32_t r = pda_.elem(pos).rule;
+    for (int32_t depth = 0; depth < kMaxChain; ++depth) {
+      const Continuation& k = pda_.continuation(r);
+      switch (k.kind) {
+        case Continuation::Kind::kBottom:
+          c.bottom = kBottom;
+          return c;
+        case Continuation::Kind::kNone:
+        case Continuation::Kind::kMany:
+          c.boundary_rule = r;
+          return c;
+        case Continuation::Kind::kReturn:
+          c.frames.push_back({k.pos, kPlain});
+          r = pda_.elem(k.pos).rule;
+          break;
+        case Continuation::Kind::kFrame: {
+          const Elem& rep = pda_.elem(k.pos);
+          // Inside the body of x* or x? the count is known: 0 (x* saturates at its min).
+          if ((rep.max < 0 && rep.min == 0) || rep.max == 1) {
+            c.frames.push_back({k.pos, 0});
+            r = rep.rule;
+            break;
+          }
+          if (c.sym_index >= 0 || pda_.nullable(rep.arg)) {
+            c.boundary_rule = r;
+            return c;
+          }
+          c.sym_index = static_cast<int32_t>(c.frames.size());
+          c.frames.push_back({k.pos, kSymBase});
+          r = rep.rule;
+          break;
+        }
+      }
+    }
+    c.boundary_rule = r;
+    return c;
+  }
+
+  void reset_walk() {
+    arena_.clear();
+    states_.clear();
+    state_ids_.clear();
+    next_.clear();
+    trans_.clear();
+    outcomes_.clear();
+    state_id({});  // id 0: no stacks
+  }
+
+  int32_t state_id(const std::vector<int32_t>& tops) {
+    auto it = state_ids_.find(tops);
+    if (it != state_ids_.end()) return it->second;
+    const auto id = static_cast<int32_t>(states_.size());
+    states_.push_back(tops);
+    state_ids_.emplace(tops, id);
+    next_.emplace_back();
+    return id;
+  }
+
+  Result<int32_t> step(int32_t state, uint8_t byte) {
+    std::vector<int32_t>& nx = next_[static_cast<size_t>(state)];
+    if (nx.empty()) nx.assign(256, -1);
+    if (nx[byte] >= 0) return nx[byte];
+    tops_.clear();
+    ev_.clear();
+    LUMEN_TRY(exp_.advance(states_[static_cast<size_t>(state)], byte, &tops_, &ev_));
+    Transition t;
+    t.next = state_id(tops_);
+    t.accept = ev_.accept;
+    t.boundary = ev_.boundary;
+    t.overflow = ev_.overflow;
+    t.outcome = static_cast<int32_t>(outcomes_.size());
+    outcomes_.push_back(outcome_of(tops_, ev_));
+    const auto id = static_cast<int32_t>(trans_.size());
+    trans_.push_back(t);
+    next_[static_cast<size_t>(state)][byte] = id;  // next_ may have grown: index again
+    return id;
+  }
+
+  Outcome outcome_of(const std::vector<int32_t>& tops, const ExpandEvents& ev) const {
+    Outcome o;
+    for (int32_t t : tops) {
+      if (arena_[t].count >= kTopTagBase) {  // left the frame earlier in the token
+        o.exit_js.push_back(arena_[t].count - kTopTagBase);
+        continue;
+      }
+      int32_t x = t;
+      bool framed = false;
+      while (x >= 0) {
+        const StackNode& n = arena_[x];
+        if (n.count >= kExitBase) {
+          o.exit_js.push_back(n.count - kExitBase);
+          framed = true;
+          break;
+        }
+        if (n.count >= kSymBase) {
+          o.stay_j = std::min(o.stay_j, n.count - kSymBase);
+          framed = true;
+          break;
+        }
+        x = n.parent;
+      }
+      if (!framed) o.plain = true;
+    }
+    for (const auto* tags : {&ev.accept_tags, &ev.boundary_tags})
+      for (int32_t tag : *tags) {
+        if (tag < 0) o.plain = true;
+        else o.exit_js.push_back(tag);
+      }
+    std::sort(o.exit_js.begin(), o.exit_js.end());
+    o.exit_js.erase(std::unique(o.exit_js.begin(), o.exit_js.end()), o.exit_js.end());
+    return o;
+  }
+
+  // Sorts one token by the outcome of its last step.
+  void classify(int32_t token, const Outcome& o, bool uncertain, const PositionMask& m) {
+    const bool counted = m.frame_depth >= 0;
+    bool accepted = o.plain;
+    if (counted) {
+      if (o.stay_j != INT32_MAX && (m.rep_max < 0 || o.stay_j == 0)) accepted = true;
+      for (int32_t j : o.exit_js)
+        if (j >= m.rep_min && (m.rep_max < 0 || j <= 1)) accepted = true;
+    }
+    if (accepted) {
+      accepted_.push_back(token);
+      return;
+    }
+    if (counted) {
+      if (o.stay_j != INT32_MAX) stays_.push_back({token, o.stay_j});
+      for (int32_t j : o.exit_js) exits_.push_back({token, j});
+    }
+    if (uncertain) uncertain_.push_back(token);
+  }
+
+  Status build_position(int32_t pos, PositionMask* m) {
+    reset_walk();
+    const Chain chain = chain_for(pos);
+    int32_t parent = chain.bottom;
+    for (size_t i = chain.frames.size(); i-- > 0;)
+      parent = arena_.intern(chain.frames[i].first, parent, chain.frames[i].second);
+    if (chain.sym_index >= 0) {
+      const Elem& rep = pda_.elem(chain.frames[static_cast<size_t>(chain.sym_index)].first);
+      m->frame_depth = chain.sym_index + 1;
+      m->rep_min = rep.min;
+      m->rep_max = rep.max;
+    }
+    const ByteSet follow = chain.bottom == kBoundary ? pda_.follow(chain.boundary_rule) : ByteSet{};
+    const int32_t root_state = state_id({arena_.intern(pos, parent, kPlain)});
+
+    accepted_.clear();
+    stays_.clear();
+    exits_.clear();
+    uncertain_.clear();
+    const std::vector<TrieNode>& trie = vocab_.trie();
+    const std::vector<int32_t>& trie_tokens = vocab_.trie_tokens();
+    std::vector<Level>& levels = levels_;
+    levels.assign(1, Level{root_state, false, false});
+    for (size_t i = 1; i < trie.size();) {
+      const TrieNode& node = trie[i];
+      if (++n_steps_ > limits_.max_trie_steps)
+        return error("grammar: too large to precompute (over " + std::to_string(limits_.max_trie_steps) +
+                     " steps; simplify it)");
+      const Level& up = levels[node.depth - 1];
+      LUMEN_ASSIGN_OR_RETURN(int32_t ti, step(up.state, node.byte));
+      const Transition tr = trans_[static_cast<size_t>(ti)];
+      const bool unc = up.uncertain || (up.pending && follow.has(node.byte)) || tr.overflow;
+      const bool live = !states_[static_cast<size_t>(tr.next)].empty();
+      if (!live && !tr.accept && !tr.boundary && !unc) {
+        i = static_cast<size_t>(node.end);
+        continue;
+      }
+      const Outcome& o = outcomes_[static_cast<size_t>(tr.outcome)];
+      for (int32_t k = node.tok_begin; k < node.tok_end; ++k)
+        classify(trie_tokens[static_cast<size_t>(k)], o, unc, *m);
+      if (!live && !tr.boundary) {  // no more bytes can match; maybe past the boundary
+        if (unc)
+          for (int32_t j = static_cast<int32_t>(i) + 1; j < node.end; ++j)
+            for (int32_t k = trie[j].tok_begin; k < trie[j].tok_end; ++k)
+              uncertain_.push_back(trie_tokens[static_cast<size_t>(k)]);
+        i = static_cast<size_t>(node.end);
+        continue;
+      }
+      if (levels.size() <= node.depth) levels.resize(node.depth + 1u);
+      levels[node.depth] = Level{tr.next, unc, tr.boundary};
+      ++i;
+    }
+
+    m->accepted.assign(std::move(accepted_), vocab_.n_vocab());
+    accepted_ = {};
+    std::sort(stays_.begin(), stays_.end(),
+              [](const CountedToken& a, const CountedToken& b) { return a.j < b.j || (a.j == b.j && a.token < b.token); });
+    m->stays = stays_;
+    const size_t n_words = (static_cast<size_t>(vocab_.n_vocab()) + 63) / 64;
+    if (m->stays.size() > n_words * 2 && !m->stays.empty()) {
+      const int32_t k_max = std::min(kStayBitsMax, m->stays.back().j);
+      std::vector<uint64_t> acc(n_words, 0);
+      size_t e = 0;
+      for (int32_t J = 1; J <= k_max; ++J) {
+        for (; e < m->stays.size() && m->stays[e].j <= J; ++e)
+          acc[static_cast<size_t>(m->stays[e].token) >> 6] |= uint64_t{1} << (m->stays[e].token & 63);
+        m->stay_bits.push_back(acc);
+      }
+    }
+    m->exits = exits_;
+    m->uncertain = uncertain_;
+    m->uncertain_lcp.resize(m->uncertain.size());
+    for (size_t k = 0; k < m->uncertain.size(); ++k) {
+      size_t lcp = 0;
+      if (k > 0) {
+        const std::string_view a = vocab_.bytes(m->uncertain[k - 1]), b = vocab_.bytes(m->uncertain[k]);
+        while (lcp < a.size() && lcp < b.size() && a[lcp] == b[lcp]) ++lcp;
+      }
+      m->uncertain_lcp[k] = static_cast<uint16_t>(std::min<size_t>(lcp, 65535));
+    }
+    return Status();
+  }
+
+  CompiledGrammar& g_;
+  const Pda& pda_;
+  const TokenTable& vocab_;
+  CompileLimits limits_;
+  StackArena arena_;
+  Expander exp_;
+  std::vector<std::vector<int32_t>> states_;
+  std::map<std::vector<int32_t>, int32_t> state_ids_;
+  std::vector<std::vector<int32_t>> next_;  // per state: 256 transition ids (-1: not yet)
+  std::vector<Transition> trans_;
+  std::vector<Outcome> outcomes_;
+  std::vector<int32_t> tops_;
+  ExpandEvents ev_;
+  std::vector<int32_t> accepted_, uncertain_;
+  std::vector<CountedToken> stays_, exits_;
+  // The walk's state at each depth of the trie branch being visited.
+  struct Level {
+    int32_t state = 0;
+    bool uncertain = false;  // a path went past the boundary with a byte FOLLOW allows
+    bool pending = false;    // a path reached the boundary at this depth
+  };
+  std::vector<Level> levels_;
+  int64_t n_steps_ = 0;
+};
+
+Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(const Grammar& grammar,
+                                                                        std::shared_ptr<const TokenTable> vocab,
+                                                                        const CompileLimits& limits) {
+  LUMEN_CHECK(vocab != nullptr);
+  auto g = std::shared_ptr<CompiledGrammar>(new CompiledGrammar());
+  LUMEN_ASSIGN_OR_RETURN(g->pda_, Pda::compile(grammar, limits.pda));
+  g->vocab_ = std::move(vocab);
+  MaskBuilder b(g.get(), limits);
+  LUMEN_TRY(b.build_all());
+  return std::shared_ptr<const CompiledGrammar>(std::move(g));
+}
+
+Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::from_gbnf(std::string_view text,
+                                                                          std::shared_ptr<const TokenTable> vocab,
+                                                                          const CompileLimits& limits) {
+  LUMEN_ASSIGN_OR_RETURN(Grammar g, parse_gbnf(text));
+  return compile(g, std::move(vocab), limits);
+}
+
+}  // namespace lumen::grammar

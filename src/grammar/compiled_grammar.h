@@ -1,0 +1,114 @@
+// A grammar compiled against a vocabulary: the byte automaton plus, for every place a stack
+// top can be, which tokens it allows whatever lies below in the stack (computed once), so
+// that a decoding step only combines a few precomputed sets (the idea of XGrammar's
+// context-independent tokens, with repetition counts).
+//
+// For a top at element p, the grammar alone often tells what comes after p's rule: a rule
+// used in one place returns there (Pda::continuation), so the walk from p follows a static
+// chain of continuations down to the first place that depends on the stack (the boundary)
+// or to the end of the grammar. Walking the vocabulary trie from p along that chain sorts
+// every token into
+//
+//   accepted    matched without passing the boundary (or ending exactly on it)
+//   conditional the chain holds a repetition frame whose count c is only known at run time;
+//               the token is allowed iff  c + j < max  (it stays inside iteration c+j+1) or
+//               min <= c + j <= max  (it leaves the repetition after j more iterations)
+//   uncertain   it needs bytes past the boundary that FOLLOW(boundary rule) allows: checked
+//               against the real stack at run time (few tokens: e.g. `",` after a string)
+//   rejected    everything else
+//
+//   str ::= "\"" char{0,64} "\""     top inside char, c = 5:  "hello" -> conditional, j = 4:
+//                                    allowed as 5 + 4 < 64;  `x"` -> leaves after j = 1
+//
+// Immutable after compile(); one CompiledGrammar serves any number of matchers in any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "grammar/gbnf.h"
+#include "grammar/pda.h"
+#include "grammar/token_table.h"
+
+namespace lumen::grammar {
+
+// A set of token ids: a sorted list, or a bitset once that is smaller.
+class TokenSet {
+ public:
+  void assign(std::vector<int32_t> ids, int32_t n_vocab);
+  void or_into(uint64_t* mask) const;
+  size_t size() const { return count_; }
+  bool empty() const { return count_ == 0; }
+  bool contains(int32_t id) const;
+  size_t memory_bytes() const { return ids_.capacity() * 4 + bits_.capacity() * 8; }
+
+ private:
+  std::vector<int32_t> ids_;
+  std::vector<uint64_t> bits_;
+  size_t count_ = 0;
+};
+
+struct CountedToken {
+  int32_t token;
+  int32_t j;  // iterations of the frame's repetition completed inside the token
+};
+
+// What a stack top at one element allows (see the file comment).
+struct PositionMask {
+  int32_t frame_depth = -1;          // parents from the top to the counted frame; -1: none
+  int32_t rep_min = 0, rep_max = 0;  // that repetition's bounds (max -1: unbounded)
+  TokenSet accepted;
+  // Conditional, staying inside the repetition: sorted by j; stay_bits[J - 1] (J = 1..) has
+  // every token with j <= J when there are many.
+  std::vector<CountedToken> stays;
+  std::vector<std::vector<uint64_t>> stay_bits;
+  std::vector<CountedToken> exits;   // conditional, leaving it
+  std::vector<int32_t> uncertain;    // trie order
+  std::vector<uint16_t> uncertain_lcp;  // bytes shared with the previous uncertain token
+};
+
+struct CompileStats {
+  int32_t n_positions = 0;
+  int64_t n_trie_steps = 0;      // trie nodes visited over all positions
+  int64_t n_accepted = 0, n_conditional = 0, n_uncertain = 0;  // summed over positions
+  size_t memory_bytes = 0;
+  double ms = 0;
+};
+
+struct CompileLimits {
+  PdaLimits pda;
+  int64_t max_trie_steps = 400'000'000;  // total work of the precomputation
+};
+
+class CompiledGrammar {
+ public:
+  static Result<std::shared_ptr<const CompiledGrammar>> compile(const Grammar& grammar,
+                                                                std::shared_ptr<const TokenTable> vocab,
+                                                                const CompileLimits& limits = {});
+  // Parses GBNF text and compiles it.
+  static Result<std::shared_ptr<const CompiledGrammar>> from_gbnf(std::string_view text,
+                                                                  std::shared_ptr<const TokenTable> vocab,
+                                                                  const CompileLimits& limits = {});
+
+  const Pda& pda() const { return pda_; }
+  const TokenTable& vocab() const { return *vocab_; }
+  // Null for elements that are never a stack top.
+  const PositionMask* position(int32_t pos) const {
+    const int32_t i = pos_index_[static_cast<size_t>(pos)];
+    return i < 0 ? nullptr : &masks_[static_cast<size_t>(i)];
+  }
+  const CompileStats& stats() const { return stats_; }
+
+ private:
+  friend class MaskBuilder;
+  Pda pda_;
+  std::shared_ptr<const TokenTable> vocab_;
+  std::vector<int32_t> pos_index_;  // [n_elems] -> masks_ index or -1
+  std::vector<PositionMask> masks_;
+  CompileStats stats_;
+};
+
+}  // namespace lumen::grammar

@@ -1,0 +1,744 @@
+// nlohmann::ordered_json keeps the schema's property order; its exceptions stay in this
+// file (one try/catch at the entry point).
+#include "grammar/json_schema.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gguf/json_util.h"
+
+namespace lumen::grammar {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// The rules every converted schema may use. Names are [a-z0-9-] (GBNF's name characters).
+constexpr const char* kBaseRules =
+    "ws ::= [ \\t\\n]{0,20}\n"
+    "json-esc ::= [\"\\\\/bfnrt] | \"u\" ( [0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} )\n"
+    "json-int ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n"
+    "json-frac ::= \".\" [0-9]{1,16}\n"
+    "json-number ::= json-int json-frac? ( [eE] [-+]? [0-9]{1,2} )?\n";
+
+// A JSON string's characters: written out at every use, so that each repetition of it has
+// a body of its own (what lets the precomputed masks see a whole string; see pda.h).
+constexpr const char* kCharGroup = "( [^\"\\\\\\x00-\\x1F] | \"\\\\\" json-esc )";
+
+const std::set<std::string>& annotation_keywords() {
+  static const std::set<std::string> k = {"title", "description", "default", "examples", "example", "$schema",
+                                          "$id", "$comment", "deprecated", "readOnly", "writeOnly", "discriminator",
+                                          "strict", "$defs", "definitions", "contentMediaType", "contentEncoding",
+                                          "name"};
+  return k;
+}
+
+const std::set<std::string>& constraint_keywords() {
+  static const std::set<std::string> k = {
+      "type", "enum", "const", "nullable", "anyOf", "oneOf", "allOf", "$ref", "properties", "required",
+      "additionalProperties", "items", "prefixItems", "minItems", "maxItems", "uniqueItems", "minLength",
+      "maxLength", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+  return k;
+}
+
+// GBNF literal for raw UTF-8 text.
+std::string literal(std::string_view s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"') out += "\\\"";
+    else if (c == '\\') out += "\\\\";
+    else if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (c == '\t') out += "\\t";
+    else if (c < 0x20 || c == 0x7F) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+std::string json_text(const Json& v) { return v.dump(-1, ' ', false, Json::error_handler_t::strict); }
+
+// The name part of a rule made from a property name or hint: [a-zA-Z0-9-], at most 40.
+std::string sanitize(std::string_view s) {
+  std::string out;
+  for (const char c : s) {
+    if (out.size() >= 40) break;
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    if (ok) out += c;
+    else if (!out.empty() && out.back() != '-') out += '-';
+  }
+  while (!out.empty() && out.back() == '-') out.pop_back();
+  return out.empty() ? "x" : out;
+}
+
+std::string pointer_escape(std::string_view key) {
+  std::string out;
+  for (const char c : key) {
+    if (c == '~') out += "~0";
+    else if (c == '/') out += "~1";
+    else out += c;
+  }
+  return out;
+}
+
+// Integers in [lo, hi] as digit strings of one length (lo <= hi, same length).
+std::string same_length_range(const std::string& lo, const std::string& hi) {
+  if (lo.empty()) return "";
+  if (lo[0] == hi[0]) {
+    const std::string rest = same_length_range(lo.substr(1), hi.substr(1));
+    return literal(std::string(1, lo[0])) + (rest.empty() ? "" : " " + rest);
+  }
+  const size_t n = lo.size() - 1;
+  const bool lo_zeros = lo.find_first_not_of('0', 1) == std::string::npos;
+  const bool hi_nines = hi.find_first_not_of('9', 1) == std::string::npos;
+  auto digits = [&](char a, char b) {
+    return a == b ? literal(std::string(1, a)) : std::string("[") + a + "-" + b + "]";
+  };
+  auto any_tail = [&] { return n == 0 ? std::string() : " [0-9]{" + std::to_string(n) + "}"; };
+  if (lo_zeros && hi_nines) return digits(lo[0], hi[0]) + any_tail();
+  std::vector<std::string> alts;
+  char mid_lo = lo[0], mid_hi = hi[0];
+  if (lo_zeros) {
+    mid_lo = lo[0];
+  } else {
+    alts.push_back(literal(std::string(1, lo[0])) + " " + same_length_range(lo.substr(1), std::string(n, '9')));
+    mid_lo = static_cast<char>(lo[0] + 1);
+  }
+  if (hi_nines) {
+    mid_hi = hi[0];
+  } else {
+    mid_hi = static_cast<char>(hi[0] - 1);
+  }
+  if (mid_lo <= mid_hi) alts.push_back(digits(mid_lo, mid_hi) + any_tail());
+  if (!hi_nines) alts.push_back(literal(std::string(1, hi[0])) + " " + same_length_range(std::string(n, '0'), hi.substr(1)));
+  std::string out = "(";
+  for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : " ") + alts[i];
+  return out + " )";
+}
+
+constexpr int kMaxDigits = 16;  // integer digits of generated numbers
+
+// Non-negative integers in [lo, hi]; hi empty = up to kMaxDigits digits. No leading zeros.
+std::string nonneg_range(uint64_t lo, std::optional<uint64_t> hi) {
+  std::vector<std::string> alts;
+  const std::string slo = std::to_string(lo);
+  const size_t max_len = hi ? std::to_string(*hi).size() : static_cast<size_t>(kMaxDigits);
+  for (size_t len = slo.size(); len <= max_len; ++len) {
+    std::string a = len == slo.size() ? slo : "1" + std::string(len - 1, '0');
+    if (len == 1 && len != slo.size()) a = "0";
+    std::string b = std::string(len, '9');
+    if (hi && len == max_len) b = std::to_string(*hi);
+    if (!hi && len > slo.size()) {  // every longer length at once
+      alts.push_back("[1-9] [0-9]{" + std::to_string(len - 1) + "," + std::to_string(kMaxDigits - 1) + "}");
+      break;
+    }
+    if (a <= b || a.size() < b.size()) alts.push_back(same_length_range(a, b));
+  }
+  if (alts.size() == 1) return alts[0];
+  std::string out = "(";
+  for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : " ") + alts[i];
+  return out + " )";
+}
+
+class Converter {
+ public:
+  Converter(const Json& root, const JsonSchemaLimits& limits) : root_(root), limits_(limits) {}
+
+  Result<std::string> run() {
+    LUMEN_ASSIGN_OR_RETURN(std::string expr, visit(root_, "", "root", 0));
+    std::string out = "root ::= " + expr + "\n";
+    for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
+    out += kBaseRules;
+    if (need_any_) out += any_rules();
+    return out;
+  }
+
+  static std::string any_rules() {
+    return std::string("json-any ::= json-any-object | json-any-array | json-any-string | json-number | \"true\" | "
+                       "\"false\" | \"null\"\n"
+                       "json-any-object ::= \"{\" ws ( json-any-string ws \":\" ws json-any ( ws \",\" ws "
+                       "json-any-string ws \":\" ws json-any )* )? ws \"}\"\n"
+                       "json-any-array ::= \"[\" ws ( json-any ( ws \",\" ws json-any )* )? ws \"]\"\n"
+                       "json-any-string ::= \"\\\"\" ") + kCharGroup + "* \"\\\"\"\n";
+  }
+
+ private:
+  static Status fail(const std::string& path, const std::string& what) {
+    return error("json_schema: " + (path.empty() ? std::string("/") : path) + ": " + what);
+  }
+
+  Result<std::string> add_rule(const std::string& hint, const std::string& body) {
+    if (static_cast<int32_t>(rules_.size()) >= limits_.max_rules)
+      return fail("", "the schema needs more than " + std::to_string(limits_.max_rules) + " grammar rules");
+    std::string name = sanitize(hint);
+    if (name == "root" || name.rfind("json-", 0) == 0 || name == "ws") name = "s-" + name;
+    if (used_.count(name)) {
+      int k = 2;
+      while (used_.count(name + "-" + std::to_string(k))) ++k;
+      name += "-" + std::to_string(k);
+    }
+    used_.insert(name);
+    rules_.emplace_back(name, body);
+    return name;
+  }
+
+  // Resolves a local reference "#..." to the schema it points at.
+  Result<const Json*> resolve(const std::string& ref, const std::string& path) const {
+    if (ref.empty() || ref[0] != '#')
+      return fail(path, "$ref '" + ref.substr(0, 200) + "': only references inside the schema (#...) are supported");
+    const Json* cur = &root_;
+    size_t pos = 1;
+    if (pos < ref.size() && ref[pos] != '/') return fail(path, "$ref '" + ref.substr(0, 200) + "': not a JSON pointer");
+    while (pos < ref.size()) {
+      const size_t next = ref.find('/', pos + 1);
+      std::string token = ref.substr(pos + 1, next == std::string::npos ? std::string::npos : next - pos - 1);
+      std::string key;
+      for (size_t i = 0; i < token.size(); ++i) {
+        if (token[i] == '~' && i + 1 < token.size() && (token[i + 1] == '0' || token[i + 1] == '1')) {
+          key += token[i + 1] == '0' ? '~' : '/';
+          ++i;
+        } else {
+          key += token[i];
+        }
+      }
+      if (cur->is_object() && cur->contains(key)) {
+        cur = &(*cur)[key];
+      } else if (cur->is_array() && !key.empty() && key.find_first_not_of("0123456789") == std::string::npos &&
+                 key.size() < 9 && std::stoul(key) < cur->size()) {
+        cur = &(*cur)[std::stoul(key)];
+      } else {
+        return fail(path, "$ref '" + ref.substr(0, 200) + "' points at nothing");
+      }
+      pos = next == std::string::npos ? ref.size() : next;
+    }
+    return cur;
+  }
+
+  std::string any() {
+    need_any_ = true;
+    return "json-any";
+  }
+
+  Result<std::string> visit(const Json& s, const std::string& path, const std::string& hint, int depth) {
+    if (depth > limits_.max_depth) return fail(path, "nested deeper than " + std::to_string(limits_.max_depth));
+    if (s.is_boolean()) {
+      if (s.get<bool>()) return any();
+      return fail(path, "the schema false matches nothing");
+    }
+    if (!s.is_object()) return fail(path, std::string("a schema must be an object or a boolean, got ") + s.type_name());
+    for (auto it = s.begin(); it != s.end(); ++it) {
+      const std::string& k = it.key();
+      if (annotation_keywords().count(k) || constraint_keywords().count(k) || k.rfind("x-", 0) == 0) continue;
+      return fail(path, "unsupported keyword '" + k.substr(0, 100) + "'");
+    }
+    if (s.contains("uniqueItems") && !(s["uniqueItems"].is_boolean() && !s["uniqueItems"].get<bool>()))
+      return fail(path, "unsupported keyword 'uniqueItems' (only false)");
+    auto has_constraints_beside = [&](std::initializer_list<const char*> allowed) {
+      for (auto it = s.begin(); it != s.end(); ++it) {
+        if (!constraint_keywords().count(it.key())) continue;
+        bool ok = false;
+        for (const char* a : allowed) ok = ok || it.key() == a;
+        if (!ok) return std::optional<std::string>(it.key());
+      }
+      return std::optional<std::string>();
+    };
+    std::string expr;
+    if (s.contains("$ref")) {
+      if (auto other = has_constraints_beside({"$ref"}))
+        return fail(path, "'" + *other + "' beside '$ref' is not supported");
+      if (!s["$ref"].is_string()) return fail(path + "/$ref", "must be a string");
+      const std::string ref = s["$ref"].get<std::string>();
+      auto it = refs_.find(ref);
+      if (it != refs_.end()) return it->second;
+      LUMEN_ASSIGN_OR_RETURN(const Json* target, resolve(ref, path));
+      // Reserve the rule first, so a recursive reference finds it.
+      const std::string ref_hint = ref.substr(ref.find_last_of('/') + 1);
+      LUMEN_ASSIGN_OR_RETURN(std::string name, add_rule("ref-" + ref_hint, ""));
+      refs_.emplace(ref, name);
+      const size_t slot = rules_.size() - 1;
+      LUMEN_ASSIGN_OR_RETURN(std::string body, visit(*target, ref.substr(1), ref_hint, depth + 1));
+      rules_[slot].second = body;
+      return name;
+    }
+    if (s.contains("const")) {
+      expr = literal(json_text(s["const"]));
+    } else if (s.contains("enum")) {
+      const Json& e = s["enum"];
+      if (!e.is_array() || e.empty()) return fail(path + "/enum", "must be a non-empty array");
+      if (static_cast<int32_t>(e.size()) > limits_.max_enum)
+        return fail(path + "/enum", "more than " + std::to_string(limits_.max_enum) + " values");
+      expr = "(";
+      for (size_t i = 0; i < e.size(); ++i) expr += (i ? " | " : " ") + literal(json_text(e[i]));
+      expr += " )";
+    } else if (s.contains("anyOf") || s.contains("oneOf")) {
+      const char* key = s.contains("anyOf") ? "anyOf" : "oneOf";
+      if (s.contains("anyOf") && s.contains("oneOf")) return fail(path, "both anyOf and oneOf are not supported");
+      if (auto other = has_constraints_beside({key, "nullable"}))
+        return fail(path, "'" + *other + "' beside '" + key + "' is not supported");
+      const Json& list = s[key];
+      if (!list.is_array() || list.empty()) return fail(path + "/" + key, "must be a non-empty array");
+      expr = "(";
+      for (size_t i = 0; i < list.size(); ++i) {
+        LUMEN_ASSIGN_OR_RETURN(std::string e, visit(list[i], path + "/" + key + "/" + std::to_string(i),
+                                                    hint + "-" + std::to_string(i), depth + 1));
+        expr += (i ? " | " : " ") + e;
+      }
+      expr += " )";
+    } else if (s.contains("allOf")) {
+      LUMEN_ASSIGN_OR_RETURN(expr, visit_all_of(s, path, hint, depth));
+    } else {
+      LUMEN_ASSIGN_OR_RETURN(expr, visit_typed(s, path, hint, depth));
+    }
+    if (s.contains("nullable")) {
+      if (!s["nullable"].is_boolean()) return fail(path + "/nullable", "must be a boolean");
+      if (s["nullable"].get<bool>()) expr = "( " + expr + " | \"null\" )";
+    }
+    return add_rule(hint, expr);
+  }
+
+  // allOf of object schemas: one object with every property and requirement.
+  Result<std::string> visit_all_of(const Json& s, const std::string& path, const std::string& hint, int depth) {
+    const Json& list = s["allOf"];
+    if (!list.is_array() || list.empty()) return fail(path + "/allOf", "must be a non-empty array");
+    Json merged = Json::object();
+    merged["type"] = "object";
+    merged["properties"] = Json::object();
+    merged["required"] = Json::array();
+    std::vector<const Json*> parts;
+    for (size_t i = 0; i < list.size(); ++i) parts.push_back(&list[i]);
+    Json rest = s;
+    rest.erase("allOf");
+    parts.push_back(&rest);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const Json* p = parts[i];
+      const std::string ppath = i < list.size() ? path + "/allOf/" + std::to_string(i) : path;
+      for (int hops = 0; p->is_object() && p->contains("$ref") && hops < 32; ++hops) {
+        if (!(*p)["$ref"].is_string()) return fail(ppath + "/$ref", "must be a string");
+        LUMEN_ASSIGN_OR_RETURN(p, resolve((*p)["$ref"].get<std::string>(), ppath));
+      }
+      if (!p->is_object()) return fail(ppath, "allOf is supported for object schemas only");
+      for (auto it = p->begin(); it != p->end(); ++it) {
+        const std::string& k = it.key();
+        if (annotation_keywords().count(k)) continue;
+        if (k == "type") {
+          if (!(it.value().is_string() && it.value().get<std::string>() == "object"))
+            return fail(ppath, "allOf is supported for object schemas only");
+        } else if (k == "properties") {
+          if (!it.value().is_object()) return fail(ppath + "/properties", "must be an object");
+          for (auto pit = it.value().begin(); pit != it.value().end(); ++pit) {
+            if (merged["properties"].contains(pit.key()))
+              return fail(ppath + "/properties", "property '" + pit.key().substr(0, 100) + "' is defined twice in allOf");
+            merged["properties"][pit.key()] = pit.value();
+          }
+        } else if (k == "required") {
+          if (!it.value().is_array()) return fail(ppath + "/required", "must be an array");
+          for (const Json& r : it.value()) merged["required"].push_back(r);
+        } else if (k == "additionalProperties") {
+          if (!(it.value().is_boolean() && !it.value().get<bool>()))
+            return fail(ppath, "'additionalProperties' other than false inside allOf is not supported");
+          merged["additionalProperties"] = false;
+        } else {
+          return fail(ppath, "'" + k + "' inside allOf is not supported (only object schemas are merged)");
+        }
+      }
+    }
+    return visit_object(merged, path, hint, depth);
+  }
+
+  Result<std::string> visit_typed(const Json& s, const std::string& path, const std::string& hint, int depth) {
+    std::vector<std::string> types;
+    if (s.contains("type")) {
+      const Json& t = s["type"];
+      if (t.is_string()) {
+        types.push_back(t.get<std::string>());
+      } else if (t.is_array() && !t.empty()) {
+        for (const Json& x : t) {
+          if (!x.is_string()) return fail(path + "/type", "must be a string or an array of strings");
+          types.push_back(x.get<std::string>());
+        }
+      } else {
+        return fail(path + "/type", "must be a string or a non-empty array of strings");
+      }
+    } else {  // no type: the one the keywords imply, else any value
+      if (s.contains("properties") || s.contains("additionalProperties") || s.contains("required")) types.push_back("object");
+      else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems")) types.push_back("array");
+      else if (s.contains("minLength") || s.contains("maxLength") || s.contains("format")) types.push_back("string");
+      else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum")) types.push_back("number");
+      else return any();
+    }
+    std::vector<std::string> alts;
+    for (const std::string& t : types) {
+      if (t == "null") alts.push_back("\"null\"");
+      else if (t == "boolean") alts.push_back("( \"true\" | \"false\" )");
+      else if (t == "string") { LUMEN_ASSIGN_OR_RETURN(std::string e, visit_string(s, path)); alts.push_back(e); }
+      else if (t == "integer" || t == "number") { LUMEN_ASSIGN_OR_RETURN(std::string e, visit_number(s, path, t == "integer")); alts.push_back(e); }
+      else if (t == "object") { LUMEN_ASSIGN_OR_RETURN(std::string e, visit_object(s, path, hint, depth)); alts.push_back(e); }
+      else if (t == "array") { LUMEN_ASSIGN_OR_RETURN(std::string e, visit_array(s, path, hint, depth)); alts.push_back(e); }
+      else return fail(path + "/type", "unknown type '" + t.substr(0, 100) + "'");
+    }
+    if (alts.size() == 1) return alts[0];
+    std::string out = "(";
+    for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : " ") + alts[i];
+    return out + " )";
+  }
+
+  Result<int64_t> read_count(const Json& s, const char* key, const std::string& path, int64_t dflt) {
+    if (!s.contains(key)) return dflt;
+    const Json& v = s[key];
+    if (!v.is_number_integer() && !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))
+      return fail(path + "/" + key, "must be a non-negative integer");
+    const double d = v.get<double>();
+    if (d < 0) return fail(path + "/" + key, "must be a non-negative integer");
+    if (d > static_cast<double>(limits_.max_length))
+      return fail(path + "/" + key, "over the limit of " + std::to_string(limits_.max_length));
+    return static_cast<int64_t>(d);
+  }
+
+  Result<std::string> visit_string(const Json& s, const std::string& path) {
+    LUMEN_ASSIGN_OR_RETURN(int64_t min_len, read_count(s, "minLength", path, 0));
+    LUMEN_ASSIGN_OR_RETURN(int64_t max_len, read_count(s, "maxLength", path, -1));
+    if (max_len >= 0 && max_len < min_len) return fail(path, "maxLength is below minLength");
+    if (s.contains("format")) {
+      if (!s["format"].is_string()) return fail(path + "/format", "must be a string");
+      const std::string f = s["format"].get<std::string>();
+      std::string body;
+      int64_t len_lo = 0, len_hi = 0;  // lengths the format's texts can have
+      const std::string date =
+          "[0-9]{4} \"-\" ( ( \"0\" [13578] | \"1\" [02] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] ) | "
+          "( \"0\" [469] | \"11\" ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"30\" ) | "
+          "\"02-\" ( \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8] ) )";
+      const std::string time =
+          "( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,6} )? "
+          "( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )";
+      const std::string hex = "[0-9a-f]";
+      if (f == "date") { body = date; len_lo = len_hi = 10; }
+      else if (f == "time") { body = time; len_lo = 9; len_hi = 21; }
+      else if (f == "date-time") { body = date + " \"T\" " + time; len_lo = 20; len_hi = 32; }
+      else if (f == "uuid") {
+        body = hex + "{8} \"-\" " + hex + "{4} \"-\" " + hex + "{4} \"-\" " + hex + "{4} \"-\" " + hex + "{12}";
+        len_lo = len_hi = 36;
+      } else if (f == "email") {
+        body = "[a-zA-Z0-9_+-]{1,32} ( \".\" [a-zA-Z0-9_+-]{1,32} ){0,2} \"@\" [a-zA-Z0-9] [a-zA-Z0-9-]{0,30} "
+               "( \".\" [a-zA-Z0-9] [a-zA-Z0-9-]{0,30} ){0,2} \".\" [a-zA-Z]{2,8}";
+        len_lo = 6;
+        len_hi = 32 * 3 + 2 + 1 + 31 * 3 + 2 + 1 + 8;
+      } else {
+        return fail(path + "/format", "unsupported format '" + f.substr(0, 100) + "' (date, time, date-time, uuid, email)");
+      }
+      if (min_len > len_lo || (max_len >= 0 && max_len < len_hi))
+        return fail(path, "minLength / maxLength together with format '" + f + "' are not supported");
+      return "\"\\\"\" " + body + " \"\\\"\"";
+    }
+    std::string rep = "{" + std::to_string(min_len) + "," + (max_len >= 0 ? std::to_string(max_len) : "") + "}";
+    if (min_len == 0 && max_len < 0) rep = "*";
+    return "\"\\\"\" " + std::string(kCharGroup) + rep + " \"\\\"\"";
+  }
+
+  // A bound as an integer: minimum -> ceil, maximum -> floor; exclusive ones one further.
+  Result<std::optional<int64_t>> bound(const Json& s, const std::string& path, bool lower) {
+    std::optional<int64_t> out;
+    static constexpr const char* kLower[] = {"minimum", "exclusiveMinimum"};
+    static constexpr const char* kUpper[] = {"maximum", "exclusiveMaximum"};
+    for (const char* key : lower ? kLower : kUpper) {
+      if (!s.contains(key)) continue;
+      const Json& x = s[key];
+      if (!x.is_number()) return fail(path + "/" + key, "must be a number");
+      const double d = x.get<double>();
+      if (!std::isfinite(d) || std::fabs(d) > 1e15) return fail(path + "/" + key, "out of the supported range (|x| <= 1e15)");
+      const bool exclusive = key[0] == 'e';
+      int64_t b;
+      if (lower) b = exclusive ? static_cast<int64_t>(std::floor(d)) + 1 : static_cast<int64_t>(std::ceil(d));
+      else b = exclusive ? static_cast<int64_t>(std::ceil(d)) - 1 : static_cast<int64_t>(std::floor(d));
+      if (!out || (lower ? b > *out : b < *out)) out = b;
+    }
+    return out;
+  }
+
+  Result<std::string> visit_number(const Json& s, const std::string& path, bool integer) {
+    LUMEN_ASSIGN_OR_RETURN(std::optional<int64_t> lo, bound(s, path, true));
+    LUMEN_ASSIGN_OR_RETURN(std::optional<int64_t> hi, bound(s, path, false));
+    if (!lo && !hi) return std::string(integer ? "json-int" : "json-number");
+    if (lo && hi && *lo > *hi)
+      return fail(path, integer ? "no integer lies within minimum / maximum"
+                                : "minimum / maximum of a number must enclose an integer (only such bounds are supported)");
+    // Texts for the values: integers in the range; for numbers, those with a fraction where
+    // the value stays inside (a subset of the range: every integer-bounded number).
+    const std::string zero_frac = "( \".\" \"0\"{1,16} )?";
+    std::vector<std::string> alts;
+    auto add_nonneg = [&](int64_t a, std::optional<int64_t> b) {  // values x in [a, b], a >= 0
+      if (integer || !b) {
+        alts.push_back(nonneg_range(static_cast<uint64_t>(a), b ? std::optional<uint64_t>(static_cast<uint64_t>(*b)) : std::nullopt) +
+                       (integer ? "" : " json-frac?"));
+        return;
+      }
+      if (*b > a) alts.push_back(nonneg_range(static_cast<uint64_t>(a), static_cast<uint64_t>(*b - 1)) + " json-frac?");
+      alts.push_back(nonneg_range(static_cast<uint64_t>(*b), static_cast<uint64_t>(*b)) + " " + zero_frac);
+    };
+    auto add_neg = [&](int64_t a, std::optional<int64_t> b) {  // values -x for x in [a, b], a >= 1
+      if (integer || !b) {
+        alts.push_back("\"-\" " + nonneg_range(static_cast<uint64_t>(a), b ? std::optional<uint64_t>(static_cast<uint64_t>(*b)) : std::nullopt) +
+                       (integer ? "" : " json-frac?"));
+        return;
+      }
+      // -x.f >= -b  <=>  x.f <= b
+      if (*b > a) alts.push_back("\"-\" " + nonneg_range(static_cast<uint64_t>(a), static_cast<uint64_t>(*b - 1)) + " json-frac?");
+      alts.push_back("\"-\" " + nonneg_range(static_cast<uint64_t>(*b), static_cast<uint64_t>(*b)) + " " + zero_frac);
+    };
+    if (!hi || *hi >= 0) add_nonneg(lo ? std::max<int64_t>(*lo, 0) : 0, hi);
+    if (!lo || *lo < 0) {
+      // negative values: -x with x >= max(1, -hi) and x <= -lo
+      const int64_t x_lo = hi && *hi < 0 ? -*hi : 1;
+      std::optional<int64_t> x_hi;
+      if (lo) x_hi = -*lo;
+      if (!x_hi || *x_hi >= x_lo) add_neg(x_lo, x_hi);
+    }
+    std::string out = "(";
+    for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : " ") + alts[i];
+    return out + " )";
+  }
+
+  // A key that is none of `names`: characters that need no escape, walked along a trie of
+  // the names so the text can never spell one of them.
+  Result<std::string> other_key(const std::vector<std::string>& names, const std::string& hint) {
+    struct Node {
+      std::map<uint32_t, int> next;
+      bool end = false;
+    };
+    std::vector<Node> trie(1);
+    for (const std::string& n : names) {
+      int cur = 0;
+      bool plain = true;
+      std::vector<uint32_t> cps;
+      for (size_t i = 0; i < n.size();) {  // decode UTF-8 (the names come from valid JSON)
+        const auto b = static_cast<unsigned char>(n[i]);
+        int len = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+        uint32_t cp = len == 1 ? b : b & (0x3F >> (len - 1));
+        for (int k = 1; k < len && i + k < n.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(n[i + k]) & 0x3F);
+        if (cp < 0x20 || cp == '"' || cp == '\\') plain = false;
+        cps.push_back(cp);
+        i += static_cast<size_t>(len);
+      }
+      if (!plain) continue;  // other keys never use escapes, so cannot equal this one
+      for (uint32_t cp : cps) {
+        auto it = trie[static_cast<size_t>(cur)].next.find(cp);
+        if (it == trie[static_cast<size_t>(cur)].next.end()) {
+          trie.emplace_back();
+          trie[static_cast<size_t>(cur)].next[cp] = static_cast<int>(trie.size()) - 1;
+          cur = static_cast<int>(trie.size()) - 1;
+        } else {
+          cur = it->second;
+        }
+      }
+      trie[static_cast<size_t>(cur)].end = true;
+    }
+    const std::string free_tail = "[^\"\\\\\\x00-\\x1F]*";
+    // One rule per trie node, deepest first.
+    std::vector<std::string> node_rule(trie.size());
+    for (size_t k = trie.size(); k-- > 0;) {
+      const Node& nd = trie[k];
+      std::string cls = "[^\"\\\\\\x00-\\x1F";
+      for (const auto& [cp, child] : nd.next) {
+        char buf[16];
+        std::snprintf(buf, sizeof buf, cp <= 0xFFFF ? "\\u%04X" : "\\U%08X", cp);
+        cls += buf;
+      }
+      cls += "]";
+      std::string body = cls + " " + free_tail;
+      for (const auto& [cp, child] : nd.next) {
+        char buf[16];
+        std::snprintf(buf, sizeof buf, cp <= 0xFFFF ? "\\u%04X" : "\\U%08X", cp);
+        body += std::string(" | \"") + buf + "\" " + node_rule[static_cast<size_t>(child)];
+      }
+      if (!nd.end) body = "( " + body + " )?";
+      LUMEN_ASSIGN_OR_RETURN(node_rule[k], add_rule(hint + "-key", body));
+    }
+    return "\"\\\"\" " + node_rule[0] + " \"\\\"\"";
+  }
+
+  Result<std::string> visit_object(const Json& s, const std::string& path, const std::string& hint, int depth) {
+    std::vector<std::pair<std::string, bool>> kvs;  // (rule, required)
+    std::vector<std::string> names;
+    std::set<std::string> required;
+    if (s.contains("required")) {
+      if (!s["required"].is_array()) return fail(path + "/required", "must be an array of strings");
+      for (const Json& r : s["required"]) {
+        if (!r.is_string()) return fail(path + "/required", "must be an array of strings");
+        required.insert(r.get<std::string>());
+      }
+    }
+    Json props = s.contains("properties") ? s["properties"] : Json::object();
+    if (!props.is_object()) return fail(path + "/properties", "must be an object");
+    for (const std::string& r : required)  // required but not described: any value
+      if (!props.contains(r)) props[r] = true;
+    for (auto it = props.begin(); it != props.end(); ++it) {
+      const std::string ppath = path + "/properties/" + pointer_escape(it.key());
+      LUMEN_ASSIGN_OR_RETURN(std::string value, visit(it.value(), ppath, hint + "-" + it.key(), depth + 1));
+      LUMEN_ASSIGN_OR_RETURN(std::string kv, add_rule(hint + "-" + it.key() + "-kv",
+                                                      literal(json_text(Json(it.key()))) + " ws \":\" ws " + value));
+      kvs.emplace_back(kv, required.count(it.key()) > 0);
+      names.push_back(it.key());
+    }
+    std::string extra;  // one additional key-value, if they are allowed
+    if (s.contains("additionalProperties")) {
+      const Json& ap = s["additionalProperties"];
+      if (!(ap.is_boolean() && !ap.get<bool>())) {
+        LUMEN_ASSIGN_OR_RETURN(std::string value, visit(ap, path + "/additionalProperties", hint + "-extra", depth + 1));
+        LUMEN_ASSIGN_OR_RETURN(std::string key, other_key(names, hint));
+        LUMEN_ASSIGN_OR_RETURN(extra, add_rule(hint + "-extra-kv", key + " ws \":\" ws " + value));
+      }
+    }
+    const std::string sep = " ws \",\" ws ";
+    const auto n = static_cast<int>(kvs.size());
+    int first_req = -1;
+    for (int i = 0; i < n; ++i)
+      if (kvs[static_cast<size_t>(i)].second) {
+        first_req = i;
+        break;
+      }
+    std::string members;       // the declared part
+    bool members_empty_ok = false;
+    if (first_req >= 0) {
+      for (int i = 0; i < first_req; ++i) members += "( " + kvs[static_cast<size_t>(i)].first + sep + ")? ";
+      members += kvs[static_cast<size_t>(first_req)].first;
+      for (int i = first_req + 1; i < n; ++i) {
+        const auto& [kv, req] = kvs[static_cast<size_t>(i)];
+        members += req ? sep + kv : " (" + sep + kv + " )?";
+      }
+    } else if (n > 0) {
+      // All optional: the first present one, then each later one or not (tails shared).
+      std::vector<std::string> tail(static_cast<size_t>(n) + 1);
+      for (int i = n - 1; i >= 0; --i) {
+        const std::string body = "(" + sep + kvs[static_cast<size_t>(i)].first + " )?" +
+                                 (tail[static_cast<size_t>(i) + 1].empty() ? "" : " " + tail[static_cast<size_t>(i) + 1]);
+        if (i > 0) { LUMEN_ASSIGN_OR_RETURN(tail[static_cast<size_t>(i)], add_rule(hint + "-rest", body)); }
+      }
+      members = "(";
+      for (int i = 0; i < n; ++i)
+        members += std::string(i ? " | " : " ") + kvs[static_cast<size_t>(i)].first +
+                   (tail[static_cast<size_t>(i) + 1].empty() ? "" : " " + tail[static_cast<size_t>(i) + 1]);
+      members += " )";
+      members_empty_ok = true;
+    } else {
+      members_empty_ok = true;
+    }
+    std::string inside;
+    if (extra.empty()) {
+      inside = members.empty() ? "" : (members_empty_ok ? "( " + members + " )?" : members);
+    } else {
+      const std::string extras = "(" + sep + extra + " )*";
+      if (!members_empty_ok) inside = members + " " + extras;
+      else if (members.empty()) inside = "( " + extra + " " + extras + " )?";
+      else inside = "( " + members + " " + extras + " | " + extra + " " + extras + " )?";
+    }
+    return "\"{\" ws " + (inside.empty() ? "" : inside + " ") + "ws \"}\"";
+  }
+
+  Result<std::string> visit_array(const Json& s, const std::string& path, const std::string& hint, int depth) {
+    LUMEN_ASSIGN_OR_RETURN(int64_t min_items, read_count(s, "minItems", path, 0));
+    LUMEN_ASSIGN_OR_RETURN(int64_t max_items, read_count(s, "maxItems", path, -1));
+    if (max_items >= 0 && max_items < min_items) return fail(path, "maxItems is below minItems");
+    std::vector<std::string> prefix;
+    if (s.contains("prefixItems")) {
+      const Json& p = s["prefixItems"];
+      if (!p.is_array()) return fail(path + "/prefixItems", "must be an array of schemas");
+      for (size_t i = 0; i < p.size(); ++i) {
+        LUMEN_ASSIGN_OR_RETURN(std::string e, visit(p[i], path + "/prefixItems/" + std::to_string(i),
+                                                    hint + "-" + std::to_string(i), depth + 1));
+        prefix.push_back(e);
+      }
+    }
+    std::string item;  // empty: no items beyond the prefix
+    if (!s.contains("items")) {
+      item = any();
+    } else if (s["items"].is_array()) {
+      return fail(path + "/items", "an array of schemas (draft 4 tuples) is not supported; use prefixItems");
+    } else if (!(s["items"].is_boolean() && !s["items"].get<bool>())) {
+      LUMEN_ASSIGN_OR_RETURN(item, visit(s["items"], path + "/items", hint + "-item", depth + 1));
+    }
+    const auto k = static_cast<int64_t>(prefix.size());
+    if (item.empty()) max_items = max_items < 0 ? k : std::min(max_items, k);
+    if (max_items >= 0 && min_items > max_items) return fail(path, "minItems cannot be met with these items");
+    const std::string sep = " ws \",\" ws ";
+    // The elements after the prefix: ( "," item ){lo,hi}.
+    auto tail = [&](int64_t done) -> std::string {
+      if (item.empty()) return "";
+      const int64_t lo = std::max<int64_t>(0, min_items - done);
+      const int64_t hi = max_items < 0 ? -1 : max_items - done;
+      if (hi == 0) return "";
+      return " (" + sep + item + " ){" + std::to_string(lo) + "," + (hi < 0 ? "" : std::to_string(hi)) + "}";
+    };
+    std::string list;
+    if (k == 0) {
+      if (max_items == 0 || item.empty()) {
+        list = "";
+      } else {
+        const int64_t lo = std::max<int64_t>(0, min_items - 1);
+        const int64_t hi = max_items < 0 ? -1 : max_items - 1;
+        list = item + (hi == 0 ? "" : " (" + sep + item + " ){" + std::to_string(lo) + "," + (hi < 0 ? "" : std::to_string(hi)) + "}");
+        if (min_items == 0) list = "( " + list + " )?";
+      }
+    } else {
+      // prefix[i] ( "," prefix[i+1] ... )?, the first min_items mandatory.
+      const int64_t n_prefix = max_items < 0 ? k : std::min(k, max_items);
+      std::string inner = tail(n_prefix);
+      for (int64_t i = n_prefix - 1; i >= 0; --i) {
+        std::string here = prefix[static_cast<size_t>(i)] + inner;
+        if (i == 0) {
+          inner = min_items >= 1 ? here : "( " + here + " )?";
+        } else {
+          inner = i < min_items ? sep + here : " (" + sep + here + " )?";
+        }
+      }
+      list = n_prefix == 0 ? "" : inner;
+    }
+    return "\"[\" ws " + (list.empty() ? "" : list + " ") + "ws \"]\"";
+  }
+
+  const Json& root_;
+  JsonSchemaLimits limits_;
+  std::vector<std::pair<std::string, std::string>> rules_;
+  std::set<std::string> used_;
+  std::map<std::string, std::string> refs_;
+  bool need_any_ = false;
+};
+
+}  // namespace
+
+Result<std::string> json_schema_to_gbnf(std::string_view schema_json, const JsonSchemaLimits& limits) {
+  if (schema_json.size() > limits.max_schema_bytes)
+    return error("json_schema: " + std::to_string(schema_json.size()) + " bytes, over the limit of " +
+                 std::to_string(limits.max_schema_bytes));
+  if (!gguf::json_depth_within(schema_json, 2 * limits.max_depth))
+    return error("json_schema: nested deeper than " + std::to_string(2 * limits.max_depth) + " levels");
+  try {
+    Json schema;
+    try {
+      schema = Json::parse(schema_json.begin(), schema_json.end(), nullptr, true, false);
+    } catch (const Json::parse_error& e) {
+      return error("json_schema: not valid JSON (error at byte " + std::to_string(e.byte) + ")");
+    }
+    Converter c(schema, limits);
+    return c.run();
+  } catch (const std::exception& e) {
+    return error(std::string("json_schema: cannot be converted: ") + e.what());
+  }
+}
+
+std::string any_json_gbnf(bool object_only) {
+  return std::string("root ::= ") + (object_only ? "json-any-object" : "json-any") + "\n" + kBaseRules +
+         Converter::any_rules();
+}
+
+}  // namespace lumen::grammar

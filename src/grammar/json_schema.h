@@ -1,0 +1,46 @@
+// JSON Schema -> GBNF: a grammar whose every complete text is a JSON value that validates
+// against the schema (the converse does not hold: where the schema allows a choice the
+// grammar may allow only part of it, e.g. no additional properties unless asked for).
+//
+// Supported:
+//   type (one or a list), enum, const, nullable (OpenAPI), anyOf, oneOf (as anyOf: pick
+//   branches that exclude each other), allOf (of object schemas: merged), $ref to "#",
+//   "#/$defs/..", "#/definitions/.." (JSON pointers; recursion allowed), $defs/definitions;
+//   objects: properties (generated in schema order), required, additionalProperties
+//   (absent or false: only the declared properties; true or a schema: also other keys,
+//   never equal to a declared one); arrays: items, prefixItems, minItems, maxItems;
+//   strings: minLength, maxLength (code points), format date / time / date-time / uuid /
+//   email; integers: minimum, maximum, exclusiveMinimum, exclusiveMaximum; numbers: those
+//   bounds when they are integers. {} and true: any JSON value.
+// Annotations are accepted and ignored (title, description, default, examples, $schema,
+// $id, $comment, deprecated, readOnly, writeOnly, discriminator, strict, ...). Any other
+// keyword, format or value the conversion cannot honour is an error naming it and its
+// place ("json_schema: /properties/tags: unsupported keyword 'uniqueItems'"), never
+// silently dropped.
+//
+// Output shape: numbers have at most 16 integer and 16 fraction digits and a 2-digit
+// exponent; whitespace between tokens is at most 20 spaces, tabs or newlines.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+
+namespace lumen::grammar {
+
+struct JsonSchemaLimits {
+  size_t max_schema_bytes = 1 << 20;
+  int32_t max_rules = 20000;
+  int32_t max_depth = 64;            // nesting of subschemas (recursion through $ref excepted)
+  int64_t max_length = 100000;       // maxLength / maxItems beyond this: an error
+  int32_t max_enum = 2000;
+};
+
+// The schema as JSON text. Errors start with "json_schema: <JSON pointer>: ".
+Result<std::string> json_schema_to_gbnf(std::string_view schema_json, const JsonSchemaLimits& limits = {});
+
+// The grammar of any JSON value (response_format {"type": "json_object"} uses an object).
+std::string any_json_gbnf(bool object_only);
+
+}  // namespace lumen::grammar

@@ -1,0 +1,207 @@
+#include "grammar/matcher.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "grammar/grammar_test_util.h"
+
+namespace lumen::grammar {
+namespace {
+
+using testing::byte_vocab;
+using testing::compile_or_die;
+using testing::matches;
+using testing::read_testdata;
+
+TEST(GrammarMatch, LlamaCppExampleGrammarsAcceptAndReject) {
+  auto vocab = byte_vocab();
+  struct Case {
+    const char* file;
+    std::vector<std::string> good, bad;
+  };
+  const Case cases[] = {
+      {"json.gbnf",
+       {R"({"a": [1, 2.5, "x\n\u00e9"], "b": {"c": null, "d": true}})", "{}", "{\"k\":-0.5e+12}"},
+       {R"({"a" 1})", "{", "[1]", R"({"a": 01x})", "{\"a\":\"\x01\"}"}},
+      {"arithmetic.gbnf", {"x=1\n", "a+b*(c-2)=42\nq=q\n"}, {"x=1", "=1\n", "X=1\n"}},
+      {"list.gbnf", {"- a\n", "- one\n- two\n"}, {"- \n", "* a\n", "- a"}},
+      {"chess.gbnf", {"1. e4 e5\n2. Nf3 Nc6\n", "1. O-O-O Qxd8#\n1. d4 d5\n"}, {"1. e4 e5\n", "2. e4 e5\n"}},
+      {"c.gbnf", {"int main(){return 0;}", "int f(int x){x = x+1;return x;}float g(){}"}, {"main(){}", "int main(){return 0}"}},
+      {"japanese.gbnf", {"こんにちは", "ひらがな カタカナ"}, {"hello", "こんにちは "}},
+      {"english.gbnf", {"Hello, world!", "a b\nc"}, {"", "é"}},
+  };
+  for (const Case& c : cases) {
+    auto g = compile_or_die(read_testdata(c.file), vocab);
+    ASSERT_NE(g, nullptr);
+    for (const std::string& s : c.good) EXPECT_TRUE(matches(g, s)) << c.file << ": " << s;
+    for (const std::string& s : c.bad) EXPECT_FALSE(matches(g, s)) << c.file << ": " << s;
+  }
+}
+
+TEST(GrammarMatch, RepetitionCounts) {
+  auto vocab = byte_vocab();
+  struct Case {
+    const char* gbnf;
+    std::vector<std::string> good, bad;
+  };
+  const Case cases[] = {
+      {"root ::= \"a\"{2,3}\n", {"aa", "aaa"}, {"", "a", "aaaa"}},
+      {"root ::= \"ab\"{2}\n", {"abab"}, {"ab", "ababab", "aba"}},
+      {"root ::= [a-c]{0,2} \"x\"\n", {"x", "ax", "cbx"}, {"abcx", "dx"}},
+      {"root ::= (\"ab\"{1,2} \",\"){2}\n", {"ab,ab,", "abab,ab,", "ab,abab,"}, {"ab,", "ababab,ab,", "ab,ab,ab,"}},
+      {"root ::= [0-9]+ (\".\" [0-9]*)?\n", {"1", "12.", "3.14"}, {"", ".5", "1..2"}},
+      {"root ::= \"a\"{3,}\n", {"aaa", "aaaaaaaa"}, {"aa"}},
+      {"root ::= (\"\" | \"a\"){0,3} \"b\"\n", {"b", "ab", "aaab"}, {"aaaab"}},
+      {"root ::= x* \"!\"\nx ::= \"\" | \"y\"\n", {"!", "yyy!"}, {"y"}},
+      {"root ::= \"a\"{0}\n", {""}, {"a"}},
+  };
+  for (const Case& c : cases) {
+    auto g = compile_or_die(c.gbnf, vocab);
+    ASSERT_NE(g, nullptr) << c.gbnf;
+    for (const std::string& s : c.good) EXPECT_TRUE(matches(g, s)) << c.gbnf << ": " << s;
+    for (const std::string& s : c.bad) EXPECT_FALSE(matches(g, s)) << c.gbnf << ": " << s;
+  }
+}
+
+TEST(GrammarMatch, Utf8ClassesMatchWholeCharactersOnly) {
+  auto vocab = byte_vocab();
+  auto g = compile_or_die("root ::= [^a]+\n", vocab);
+  EXPECT_TRUE(matches(g, "b\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80"));  // b é € 😀
+  EXPECT_FALSE(matches(g, "ba"));
+  EXPECT_FALSE(matches(g, "\xC3"));          // half a character: not complete
+  EXPECT_FALSE(matches(g, "\xFF"));          // never UTF-8
+  EXPECT_FALSE(matches(g, "\xED\xA0\x80"));  // a surrogate
+  EXPECT_FALSE(matches(g, "\xC0\x80"));      // overlong
+  GrammarMatcher m(g);
+  EXPECT_TRUE(m.accept_bytes("\xC3"));       // a prefix of a character is a valid state
+  EXPECT_FALSE(m.can_end());
+  EXPECT_TRUE(m.accept_bytes("\xA9"));
+  EXPECT_TRUE(m.can_end());
+  auto any = compile_or_die("root ::= . \"!\"\n", vocab);
+  EXPECT_TRUE(matches(any, "\n!"));
+  EXPECT_TRUE(matches(any, "\xF4\x8F\xBF\xBF!"));  // U+10FFFF
+  EXPECT_FALSE(matches(any, "ab!"));
+}
+
+TEST(GrammarMatch, TokensRollbackAndEnd) {
+  auto vocab = byte_vocab({"ab", "abc", "c"});  // ids 256, 257, 258; 259 = end of generation
+  auto g = compile_or_die("root ::= \"ab\" \"c\"?\n", vocab);
+  GrammarMatcher m(g);
+  EXPECT_FALSE(m.can_end());
+  EXPECT_FALSE(m.accept_token(259));
+  EXPECT_TRUE(m.accept_token(256));
+  EXPECT_TRUE(m.can_end());
+  EXPECT_FALSE(m.must_end());
+  EXPECT_TRUE(m.accept_token('c'));
+  EXPECT_TRUE(m.must_end());
+  EXPECT_FALSE(m.accept_token('c'));
+  EXPECT_EQ(m.n_tokens(), 2);
+  m.rollback(2);
+  EXPECT_EQ(m.n_tokens(), 0);
+  EXPECT_TRUE(m.accept_token(257));
+  EXPECT_TRUE(m.accept_token(259));
+  EXPECT_TRUE(m.terminated());
+  EXPECT_FALSE(m.accept_token('a'));
+  std::vector<uint64_t> mask(5);
+  ASSERT_TRUE(m.fill_mask(mask));
+  EXPECT_EQ(mask[259 / 64], uint64_t{1} << (259 % 64));  // only the end of generation
+  m.rollback(1);
+  EXPECT_FALSE(m.terminated());
+}
+
+// The precomputed masks must equal trying every token against the real stacks.
+std::vector<uint64_t> brute_mask(GrammarMatcher& m, int32_t n_vocab) {
+  std::vector<uint64_t> mask((static_cast<size_t>(n_vocab) + 63) / 64, 0);
+  for (int32_t id = 0; id < n_vocab; ++id) {
+    if (m.accept_token(id)) {
+      mask[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+      m.rollback(1);
+    }
+  }
+  return mask;
+}
+
+void random_walks_match_brute_force(const std::string& gbnf, std::shared_ptr<const TokenTable> vocab, int n_walks,
+                                    int max_steps, uint64_t seed) {
+  auto g = compile_or_die(gbnf, vocab);
+  ASSERT_NE(g, nullptr);
+  std::mt19937_64 rng(seed);
+  const int32_t n_vocab = vocab->n_vocab();
+  for (int walk = 0; walk < n_walks; ++walk) {
+    GrammarMatcher m(g);
+    std::string text;
+    for (int step = 0; step < max_steps && !m.terminated(); ++step) {
+      std::vector<uint64_t> fast(brute_mask(m, n_vocab).size());
+      ASSERT_TRUE(m.fill_mask(fast)) << m.error();
+      const std::vector<uint64_t> slow = brute_mask(m, n_vocab);
+      for (int32_t id = 0; id < n_vocab; ++id) {
+        const bool f = (fast[id / 64] >> (id % 64)) & 1, s = (slow[id / 64] >> (id % 64)) & 1;
+        ASSERT_EQ(f, s) << "token " << id << " '" << vocab->bytes(id) << "' after '" << text << "' (walk " << walk
+                        << ", step " << step << ")\n" << gbnf;
+      }
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < n_vocab; ++id)
+        if ((slow[id / 64] >> (id % 64)) & 1) allowed.push_back(id);
+      ASSERT_FALSE(allowed.empty()) << text;
+      // Prefer continuing: take the end of generation only one time in four.
+      int32_t pick = allowed[rng() % allowed.size()];
+      if (vocab->is_eog(pick) && allowed.size() > 1 && rng() % 4 != 0)
+        while (vocab->is_eog(pick)) pick = allowed[rng() % allowed.size()];
+      ASSERT_TRUE(m.accept_token(pick));
+      text += vocab->bytes(pick);
+    }
+  }
+}
+
+// Tokens made of the grammar's own characters, so random walks go deep.
+std::shared_ptr<const TokenTable> random_vocab(const std::string& alphabet, int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::string> extra;
+  std::vector<std::string> units;  // characters (whole UTF-8 sequences) of the alphabet
+  for (size_t i = 0; i < alphabet.size();) {
+    size_t len = 1;
+    const auto b = static_cast<unsigned char>(alphabet[i]);
+    if (b >= 0xF0) len = 4;
+    else if (b >= 0xE0) len = 3;
+    else if (b >= 0xC0) len = 2;
+    units.push_back(alphabet.substr(i, len));
+    i += len;
+  }
+  for (int k = 0; k < n; ++k) {
+    std::string t;
+    const int len = 1 + static_cast<int>(rng() % 6);
+    for (int i = 0; i < len; ++i) t += units[rng() % units.size()];
+    if (rng() % 8 == 0) t = t.substr(0, t.size() - 1);  // may cut a character in half
+    if (t.empty()) t = "x";
+    extra.push_back(t);
+  }
+  return byte_vocab(extra);
+}
+
+TEST(GrammarMask, JsonGrammarMatchesBruteForce) {
+  auto vocab = random_vocab("{}[]\":, \n0123456789.-eEabtrufnls\\\xC3\xA9", 3000, 1);
+  random_walks_match_brute_force(read_testdata("json.gbnf"), vocab, 6, 60, 11);
+}
+
+TEST(GrammarMask, BoundedRepetitionsMatchBruteForce) {
+  auto vocab = random_vocab("\"abc,x{}: \\\xC3\xA9", 2000, 2);
+  const std::string gbnf =
+      "root ::= \"{\" ( item \",\" ){0,3} item \"}\"\n"
+      "item ::= \"\\\"\" ( [^\"\\\\] | \"\\\\\" [\"\\\\] ){2,7} \"\\\"\" \":\" \" \"? val\n"
+      "val ::= [abc]{1,4} | \"x\"+\n";
+  random_walks_match_brute_force(gbnf, vocab, 8, 50, 12);
+}
+
+TEST(GrammarMask, OtherGrammarsMatchBruteForce) {
+  random_walks_match_brute_force(read_testdata("arithmetic.gbnf"), random_vocab("abxyz019_+-*/()= \t\n", 1500, 3), 4,
+                                 40, 13);
+  random_walks_match_brute_force(read_testdata("c.gbnf"),
+                                 random_vocab("intfloachr mwe(){}=;+-*/<>!,0123456789xyz_\n", 2000, 4), 4, 40, 14);
+  random_walks_match_brute_force(read_testdata("chess.gbnf"), random_vocab("12345678. abcdefghNBKQRxO-+#=\n", 1500, 5),
+                                 4, 40, 15);
+  random_walks_match_brute_force(read_testdata("list.gbnf"), random_vocab("- ab\n\xC3\xA9\r", 800, 6), 4, 40, 16);
+}
+
+}  // namespace
+}  // namespace lumen::grammar
