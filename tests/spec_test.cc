@@ -38,6 +38,7 @@ struct Cfg {
   int32_t n_ctx = 256;
   int64_t kv_memory_bytes = 0;
   int32_t draft_max = 8;
+  std::string draft = "";  // kDraft: the draft model
 };
 
 std::unique_ptr<Engine> make(const Cfg& cfg, std::unique_ptr<spec::Proposer> proposer = nullptr) {
@@ -51,6 +52,7 @@ std::unique_ptr<Engine> make(const Cfg& cfg, std::unique_ptr<spec::Proposer> pro
   c.spec.draft_max = cfg.draft_max;
   c.spec.ngram_min = 1;
   c.spec.ngram_max = 3;
+  c.spec.draft_model = cfg.draft;
   auto e = Engine::create(model_path(), c, std::move(proposer));
   EXPECT_TRUE(e.ok()) << e.message();
   return e.ok() ? std::move(e).value() : nullptr;
@@ -116,6 +118,53 @@ TEST(SpecGreedy, NgramAloneIsIdenticalAndSpeculates) {
   EXPECT_GT(proposed, 20);
   EXPECT_GT(accepted, 10);
   EXPECT_LT(steps, tokens);
+}
+
+// The target's F32 Hugging Face copy as its draft (same vocabulary, nearly the same
+// logits): greedy output identical, and nearly every proposal accepted.
+std::string hf_draft() { return shared_dir() + "/models/TinyStories-656K"; }
+
+TEST(SpecDraft, F32CopyAsDraftIsIdenticalAndAccepted) {
+  int64_t proposed = 0, accepted = 0;
+  const Cfg draft{.kind = spec::ProposerKind::kDraft, .draft = hf_draft()};
+  for (const char* p : kPrompts) {
+    Usage u;
+    EXPECT_EQ(solo(draft, p, 60, &u), solo({}, p, 60)) << p;
+    proposed += u.spec.proposed;
+    accepted += u.spec.accepted;
+  }
+  EXPECT_GT(proposed, 100);
+  EXPECT_GT(accepted, proposed * 8 / 10);
+}
+
+TEST(SpecDraft, BesideOthersAndAcrossPreemption) {
+  std::vector<std::vector<int32_t>> want;
+  for (const char* p : kPrompts) want.push_back(solo({.n_ctx = 96}, p, 50));
+  auto probe = make({});
+  ASSERT_TRUE(probe);
+  const size_t bytes_per_token = 2ull * probe->hparams().n_layer * probe->hparams().n_kv_dim() * 2;
+  auto e = make({.kind = spec::ProposerKind::kDraft, .max_seqs = 4, .n_ctx = 96,
+                 .kv_memory_bytes = static_cast<int64_t>(bytes_per_token * 16 * 12), .draft = hf_draft()});
+  ASSERT_TRUE(e);
+  std::vector<RequestId> ids;
+  for (const char* p : kPrompts) ids.push_back(*e->add_request(request(*e, p, 50, 0.0f)));
+  ASSERT_TRUE(e->add_request(request(*e, kPrompts[1], 30, 0.8f, 3)).ok());
+  Outcome o = drain(*e);
+  EXPECT_GT(e->metrics().preemptions, 0u);
+  EXPECT_GT(e->metrics().spec_num_accepted_tokens, 50u);
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(o.ids[ids[i]], want[i]) << kPrompts[i];
+}
+
+TEST(SpecDraft, OtherVocabularyIsAClearError) {
+  EngineConfig c;
+  c.n_threads = 1;
+  c.n_ctx = 128;
+  c.spec.kind = spec::ProposerKind::kDraft;
+  c.spec.draft_model = shared_dir() + "/models/stories260K/stories260K.gguf";
+  auto e = Engine::create(model_path(), c);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.message().find("--draft-model"), std::string::npos) << e.message();
+  EXPECT_NE(e.message().find("vocabulary"), std::string::npos) << e.message();
 }
 
 TEST(SpecGreedy, PenaltiesSeeAcceptedTokens) {
@@ -228,8 +277,9 @@ constexpr int kTokens = 6;
 constexpr int kSeeds = 1500;
 
 std::map<std::vector<int32_t>, int> sample_sequences(spec::ProposerKind kind, std::unique_ptr<spec::Proposer> prop,
-                                                     uint64_t seed0, spec::SpecCounts* counts) {
-  auto e = make({.kind = kind, .max_seqs = 16, .max_batch_tokens = 256, .n_ctx = 128, .draft_max = 3},
+                                                     uint64_t seed0, spec::SpecCounts* counts,
+                                                     const std::string& draft = "") {
+  auto e = make({.kind = kind, .max_seqs = 16, .max_batch_tokens = 256, .n_ctx = 128, .draft_max = 3, .draft = draft},
                 std::move(prop));
   std::map<std::vector<int32_t>, int> hist;
   if (!e) return hist;
@@ -306,6 +356,11 @@ TEST(SpecSampled, DistributionMatchesPlainSampling) {
   EXPECT_GT(rand_q.proposed, 300);
   EXPECT_GT(rand_q.accepted, 0);
   expect_same_distribution(plain, bad_q, "random draft distribution");
+  spec::SpecCounts draft;
+  const auto with_draft = sample_sequences(spec::ProposerKind::kDraft, nullptr, 400000, &draft, hf_draft());
+  EXPECT_GT(draft.proposed, 300);
+  EXPECT_GT(draft.accepted, draft.proposed / 2);
+  expect_same_distribution(plain, with_draft, "draft model");
 }
 
 }  // namespace

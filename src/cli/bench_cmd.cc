@@ -241,7 +241,7 @@ int cmd_bench(int argc, char** argv, int first) {
   c.n_threads = n_threads;
   c.max_seqs = 1;
   c.enable_prefix_cache = false;  // every run computes its whole prompt
-  if (args.has("--spec")) {
+  if (args.has("--spec") || args.has("--draft-model")) {
     if (c.n_ctx <= 0) c.n_ctx = static_cast<int32_t>(std::max<int64_t>(512, *n_gen + 256));
     return run_spec_bench(args, c, *n_gen, *reps, json);
   }

@@ -7,6 +7,7 @@
 // for token (greedy speculation is exact); the bench fails otherwise.
 //
 //   --spec ngram   n-gram / prompt lookup (what `lumen run --spec ngram` does)
+//   --draft-model F  a draft model (what `lumen run --draft-model F` does)
 //   --spec replay  bench only: proposes the continuation the plain engine produced in its
 //                  run just before (acceptance 1 at no proposal cost): the mechanism's upper
 //                  bound, and with --draft-max K the cost of verifying K tokens, since every
@@ -123,11 +124,11 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int run_spec_bench(const ArgParser& args, engine::EngineConfig base, int64_t n_gen, int64_t reps, bool json) {
-  const std::string kind = args.get_or("--spec", "");
+  const std::string kind = args.has("--draft-model") && !args.has("--spec") ? "draft" : args.get_or("--spec", "");
   engine::EngineConfig plain_cfg = base;
   plain_cfg.spec = spec::SpecConfig{};
   engine::EngineConfig spec_cfg = base;
-  if (kind == "ngram") {
+  if (kind == "ngram" || kind == "draft") {
     if (Status st = spec_config_from_args(args, &spec_cfg.spec); !st.ok()) {
       std::fprintf(stderr, "error: %s\n", st.message().c_str());
       return 2;

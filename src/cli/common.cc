@@ -29,6 +29,7 @@ std::vector<OptionSpec> engine_option_specs() {
 std::vector<OptionSpec> spec_option_specs() {
   return {
       {{"--spec"}, "KIND", "speculative decoding: 'ngram' (prompt lookup over the request's own tokens)"},
+      {{"--draft-model"}, "PATH", "speculative decoding with this draft model (same vocabulary as -m)"},
       {{"--ngram-min"}, "N", "with --spec ngram: shortest n-gram matched (default 2)"},
       {{"--ngram-max"}, "N", "with --spec ngram: longest n-gram matched, tried first (default 4)"},
       {{"--draft-max"}, "N", "speculative tokens proposed per step at most (default 8)"},
@@ -43,9 +44,16 @@ Status spec_config_from_args(const ArgParser& args, spec::SpecConfig* c) {
     if (kind != "ngram") return error("--spec: '" + kind + "' is not a proposer (ngram)");
     c->kind = spec::ProposerKind::kNgram;
   }
-  const bool on = c->kind != spec::ProposerKind::kNone;
-  for (const char* flag : {"--ngram-min", "--ngram-max", "--draft-max", "--draft-min", "--spec-knee"})
-    if (args.has(flag) && !on) return error(std::string(flag) + ": needs --spec ngram");
+  if (auto draft = args.get("--draft-model")) {
+    if (c->kind != spec::ProposerKind::kNone) return error("--draft-model: give one of --draft-model and --spec");
+    c->kind = spec::ProposerKind::kDraft;
+    c->draft_model = *draft;
+  }
+  for (const char* flag : {"--ngram-min", "--ngram-max"})
+    if (args.has(flag) && c->kind != spec::ProposerKind::kNgram) return error(std::string(flag) + ": needs --spec ngram");
+  for (const char* flag : {"--draft-max", "--draft-min", "--spec-knee"})
+    if (args.has(flag) && c->kind == spec::ProposerKind::kNone)
+      return error(std::string(flag) + ": needs --spec ngram or --draft-model");
   LUMEN_ASSIGN_OR_RETURN(int64_t nmin, args.get_int("--ngram-min", 2, 1, 64));
   LUMEN_ASSIGN_OR_RETURN(int64_t nmax, args.get_int("--ngram-max", std::max<int64_t>(4, nmin), 1, 64));
   LUMEN_ASSIGN_OR_RETURN(int64_t dmax, args.get_int("--draft-max", 8, 1, 64));

@@ -15,7 +15,7 @@ std::vector<OptionSpec> engine_option_specs();
 // --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n,
 // --presence-penalty, --frequency-penalty, --seed, -n, --ignore-eos, --stop
 std::vector<OptionSpec> sampling_option_specs();
-// --spec, --ngram-min, --ngram-max, --draft-max, --draft-min, --spec-knee
+// --spec, --draft-model, --ngram-min, --ngram-max, --draft-max, --draft-min, --spec-knee
 std::vector<OptionSpec> spec_option_specs();
 // Fills *c from those flags (errors name the flag; a tuning flag without --spec is one).
 Status spec_config_from_args(const ArgParser& args, spec::SpecConfig* c);

@@ -7,6 +7,7 @@
 #include "base/log.h"
 #include "base/timer.h"
 #include "gguf/model_file.h"
+#include "spec/draft_model.h"
 #include "spec/ngram.h"
 
 namespace lumen::engine {
@@ -118,8 +119,23 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path, co
     case spec::ProposerKind::kNgram:
       e->proposer_ = std::make_unique<spec::NgramProposer>(config.spec.ngram_min, config.spec.ngram_max);
       break;
-    case spec::ProposerKind::kDraft:
-      return error("--draft-model: draft-model speculation is not built yet (use --spec ngram)");
+    case spec::ProposerKind::kDraft: {
+      spec::DraftModelConfig dc;
+      dc.path = config.spec.draft_model;
+      dc.max_seqs = config.max_seqs;
+      dc.draft_max = config.spec.draft_max;
+      dc.n_ctx = config.n_ctx;
+      dc.max_batch_tokens = config.max_batch_tokens;
+      dc.block_size = config.block_size;
+      dc.kv_dtype = config.kv_dtype;
+      dc.n_threads = config.n_threads;
+      dc.interleave_weights = config.interleave_weights;
+      dc.interleave_cache_dir = config.interleave_cache_dir;
+      auto draft = spec::DraftModelProposer::create(dc, e->tokenizer_, hp.n_vocab, *e->kernels_, *e->pool_threads_);
+      if (!draft.ok()) return error(draft.message());
+      e->proposer_ = std::move(draft).value();
+      break;
+    }
     case spec::ProposerKind::kCustom:
       e->proposer_ = std::move(proposer);
       break;
