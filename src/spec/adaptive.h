@@ -9,7 +9,8 @@
 //   all k accepted        -> k + 2 (up to draft_max): proposals are good, reach further
 //   a of k accepted       -> a + 1: propose about as far as the last run of good guesses
 //   0 accepted, 3 in a row-> pause for `backoff` steps (8, doubling to 256), then probe
-//                            again from k = 1; any acceptance resets the backoff
+//                            once with k = 1: a failed probe pauses again at once (backoff
+//                            doubled); any acceptance resets the backoff
 //
 // and globally the engine proposes nothing once a step already holds max_step_tokens
 // tokens (past the prefill knee a verify token is no longer nearly free).
@@ -57,7 +58,10 @@ class AdaptiveK {
   int32_t next_k() {
     if (pause_ > 0) {
       --pause_;
-      if (pause_ == 0) k_ = 1;  // probe
+      if (pause_ == 0) {
+        k_ = 1;
+        n_fail_streak_ = 2;  // probe: one more failure pauses again
+      }
       return 0;
     }
     return k_;

@@ -27,7 +27,7 @@ TEST(AdaptiveK, PausesAfterRepeatedFailuresAndProbesAgain) {
   while (a.next_k() == 0) ++paused;
   EXPECT_EQ(paused, 8);
   EXPECT_EQ(a.k(), 1);  // probing
-  for (int i = 0; i < 3; ++i) a.update(1, 0);
+  a.update(1, 0);        // a failed probe pauses again at once
   paused = 0;
   while (a.next_k() == 0) ++paused;
   EXPECT_EQ(paused, 16);  // backoff doubled
