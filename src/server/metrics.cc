@@ -234,6 +234,12 @@ std::string ServerMetrics::render(const engine::EngineMetrics* engine, const Ser
            "counter", static_cast<double>(m.prompt_tokens), model);
     scalar(&out, "vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache (vLLM name).", "counter",
            static_cast<double>(m.cached_tokens), model);
+    scalar(&out, "vllm:spec_decode_num_drafts_total", "Verify chunks (vLLM name).", "counter",
+           static_cast<double>(m.spec_num_drafts), model);
+    scalar(&out, "vllm:spec_decode_num_draft_tokens_total", "Proposed tokens verified (vLLM name).", "counter",
+           static_cast<double>(m.spec_num_draft_tokens), model);
+    scalar(&out, "vllm:spec_decode_num_accepted_tokens_total", "Proposed tokens accepted (vLLM name).", "counter",
+           static_cast<double>(m.spec_num_accepted_tokens), model);
   }
   ttft_s.render(&out, "vllm:time_to_first_token_seconds", "TTFT (vLLM name).", model);
   itl_s.render(&out, "vllm:inter_token_latency_seconds", "Inter-token latency (vLLM name).", model);
