@@ -6,6 +6,7 @@
 
 #include "cli/bench_cmd.h"
 #include "cli/bench_serve_cmd.h"
+#include "cli/calib_cmds.h"
 #include "cli/common.h"
 #include "cli/convert_cmds.h"
 #include "cli/roofline_cmd.h"
@@ -22,12 +23,13 @@ void print_usage() {
       "  serve       OpenAI-compatible HTTP server (continuous batching, prefix cache)\n"
       "  tokenize    text -> token ids (--vectors FILE.inp for conformance files)\n"
       "  info        what a model file holds\n"
-      "  perplexity  llama-perplexity's method over a text file\n"
+      "  perplexity  llama-perplexity's method over a text file (and its KL-divergence mode)\n"
+      "  imatrix     an importance matrix from calibration text (llama.cpp's file format)\n"
       "  bench       prompt / generation speed vs this machine's bandwidth (like llama-bench)\n"
       "  bench serve load generator for OpenAI-compatible servers (TTFT, TPOT, goodput)\n"
       "  roofline    prefill / decode limits of a model on a machine (capacity planner)\n"
       "  synth       write a random-weight GGUF at a real model's shape\n"
-      "  quantize    convert a model to q8_0 / q4_0 / q4_k / q6_k GGUF\n",
+      "  quantize    a model -> GGUF with llama-quantize's types and mixes (q4_k_m, q8_0, ...)\n",
       stdout);
 }
 
@@ -46,6 +48,7 @@ int main(int argc, char** argv) {
   if (cmd == "tokenize") return cmd_tokenize(argc, argv, 2);
   if (cmd == "info") return cmd_info(argc, argv, 2);
   if (cmd == "perplexity") return cmd_perplexity(argc, argv, 2);
+  if (cmd == "imatrix") return cmd_imatrix(argc, argv, 2);
   if (cmd == "serve") return cmd_serve(argc, argv, 2);
   if (cmd == "bench" && argc > 2 && !std::strcmp(argv[2], "serve")) return cmd_bench_serve(argc, argv, 3);
   if (cmd == "bench") return cmd_bench(argc, argv, 2);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <span>
 #include <optional>
 #include <string_view>
@@ -59,6 +60,37 @@ struct PlannedTensor {
 bool is_block_tensor(std::string_view name, std::string_view suffix) {
   return name.starts_with("blk.") && name.ends_with(suffix) && name.size() > suffix.size() &&
          name[name.size() - suffix.size() - 1] == '.';
+}
+
+// The tensors written (the input's, without an output.weight that aliases token_embd.weight:
+// the HF reader makes one for tied embeddings, and a GGUF without output.weight is tied) and
+// the type each gets under `rules`.
+struct TypePlan {
+  std::vector<const TensorInfo*> tensors;
+  std::vector<DType> types;
+  bool dropped_tied_output = false;
+};
+
+Result<TypePlan> plan_types(const ModelFile& file, const TypeRules& rules) {
+  const std::string arch(file.get_string("general.architecture").value_or(""));
+  const TensorInfo* embd = file.find_tensor("token_embd.weight");
+  const TensorInfo* output = file.find_tensor("output.weight");
+  TypePlan plan;
+  plan.dropped_tied_output = embd && output && output->view.data == embd->view.data &&
+                             output->view.dtype == embd->view.dtype && output->view.n_bytes == embd->view.n_bytes;
+  std::vector<TensorDesc> descs;
+  for (const TensorInfo& t : file.tensors()) {
+    if (plan.dropped_tied_output && &t == output) continue;
+    plan.tensors.push_back(&t);
+    descs.push_back(TensorDesc{t.name, std::span<const int64_t>(t.view.ne, t.view.n_dims), t.view.dtype});
+  }
+  auto meta_int = [&](const std::string& key) { return file.get_int(arch + "." + key).value_or(0); };
+  const int64_t n_head = meta_int("attention.head_count");
+  const MixModelInfo model =
+      make_mix_model_info(arch, meta_int("block_count"), n_head,
+                          file.get_int(arch + ".attention.head_count_kv").value_or(n_head), meta_int("expert_count"));
+  LUMEN_ASSIGN_OR_RETURN(plan.types, plan_tensor_types(rules, model, descs));
+  return plan;
 }
 
 class Quantizer {
@@ -157,13 +189,10 @@ class Quantizer {
   }
 
   Status plan_tensors() {
-    const TensorInfo* embd = file_.find_tensor("token_embd.weight");
-    const TensorInfo* output = file_.find_tensor("output.weight");
-    // An output.weight that is the same bytes as token_embd.weight (an alias the HF reader
-    // makes for tied embeddings) is not written: a GGUF without output.weight is tied.
-    const bool drop_output = embd && output && output->view.data == embd->view.data &&
-                             output->view.dtype == embd->view.dtype && output->view.n_bytes == embd->view.n_bytes;
-    report_->dropped_tied_output = drop_output;
+    LUMEN_ASSIGN_OR_RETURN(TypePlan type_plan, plan_types(file_, opt_.rules));
+    report_->dropped_tied_output = type_plan.dropped_tied_output;
+    const std::vector<const TensorInfo*>& inputs = type_plan.tensors;
+    const std::vector<DType>& types = type_plan.types;
 
     int64_t n_head = 0, n_head_kv = 0;
     const bool permute = arch_ == "llama" && file_.get_string("lumen.rope_layout").value_or("") == "neox";
@@ -174,20 +203,6 @@ class Quantizer {
         return error("input: NeoX-layout llama without valid attention.head_count / head_count_kv");
       report_->permuted_qk = true;
     }
-
-    std::vector<const TensorInfo*> inputs;
-    std::vector<TensorDesc> descs;
-    for (const TensorInfo& t : file_.tensors()) {
-      if (drop_output && &t == output) continue;
-      inputs.push_back(&t);
-      descs.push_back(TensorDesc{t.name, std::span<const int64_t>(t.view.ne, t.view.n_dims), t.view.dtype});
-    }
-    auto meta_int = [&](const std::string& key) { return file_.get_int(arch_ + "." + key).value_or(0); };
-    const int64_t n_head_model = meta_int("attention.head_count");
-    const MixModelInfo model = make_mix_model_info(arch_, meta_int("block_count"), n_head_model,
-                                                   file_.get_int(arch_ + ".attention.head_count_kv").value_or(n_head_model),
-                                                   meta_int("expert_count"));
-    LUMEN_ASSIGN_OR_RETURN(std::vector<DType> types, plan_tensor_types(opt_.rules, model, descs));
 
     std::string unwritable;
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -297,6 +312,13 @@ class Quantizer {
 };
 
 }  // namespace
+
+Result<std::map<std::string, DType>> plan_quantized_types(const ModelFile& file, const TypeRules& rules) {
+  LUMEN_ASSIGN_OR_RETURN(TypePlan plan, plan_types(file, rules));
+  std::map<std::string, DType> out;
+  for (size_t i = 0; i < plan.tensors.size(); ++i) out[plan.tensors[i]->name] = plan.types[i];
+  return out;
+}
 
 Status quantize_model(const std::string& in_path, const std::string& out_path, const QuantizeOptions& options,
                       QuantizeReport* report) {

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,7 @@
 #include "convert/imatrix_file.h"
 #include "convert/progress.h"
 #include "convert/type_rules.h"
+#include "gguf/model_file.h"
 #include "tensor/dtype.h"
 
 namespace lumen::convert {
@@ -71,6 +73,9 @@ struct QuantizeReport {
   std::string tokenizer;           // "from metadata" or "tokenizer.json -> gpt2/qwen2 (151665 tokens)"
   std::vector<std::string> no_imatrix_entry;  // quantized tensors the importance matrix does not cover
 };
+
+// The type quantize_model() gives each tensor of `file` under `rules` (by name).
+Result<std::map<std::string, DType>> plan_quantized_types(const gguf::ModelFile& file, const TypeRules& rules);
 
 Status quantize_model(const std::string& in_path, const std::string& out_path, const QuantizeOptions& options,
                       QuantizeReport* report);

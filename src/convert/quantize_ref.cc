@@ -31,6 +31,8 @@ bool quantize_uses_imatrix(DType dtype) {
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K:
+    case DType::kIQ4_NL:
+    case DType::kIQ4_XS:
       return true;
     default:
       return false;
@@ -66,6 +68,8 @@ void quantize_row(DType dtype, const float* src, std::byte* dst, int64_t n, cons
     case DType::kQ4_K: quantize_q4_k(src, dst, n, imatrix); return;
     case DType::kQ5_K: quantize_q5_k(src, dst, n, imatrix); return;
     case DType::kQ6_K: quantize_q6_k(src, dst, n, imatrix); return;
+    case DType::kIQ4_NL: quantize_iq4_nl(src, dst, n, imatrix); return;
+    case DType::kIQ4_XS: quantize_iq4_xs(src, dst, n, imatrix); return;
     default: break;
   }
   LUMEN_CHECK_MSG(false, "quantize_row: unsupported target type");

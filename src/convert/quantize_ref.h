@@ -10,6 +10,7 @@
 //   q2_K .. q6_K  per-sub-block fits, then the sub-block scales quantized against a
 //         super-block scale, then the levels re-derived from the rounded scales
 //         (quantize_kquants.cc)
+//   iq4_nl, iq4_xs  16-level non-linear grid, scale searched per 32-block (quantize_iq4.cc)
 //   with an importance matrix: every type but q8_0 searches its scales under weights from
 //         the imatrix (quantize_types.h)
 //   f16 / bf16: round to nearest even (bf16: NaN stays NaN)
@@ -27,7 +28,8 @@
 namespace lumen::convert {
 
 // True for the types quantize_row() can produce: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,
-// q5_1, q2_K, q3_K, q4_K, q5_K, q6_K.
+// q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs. (The 1-3 bit i-quants: not yet; a
+// mix that needs one is refused by quantize_model before anything is written.)
 bool can_quantize_to(DType dtype);
 
 // True when an importance matrix changes what quantize_row() writes for `dtype` (every

@@ -27,4 +27,8 @@ void quantize_q4_k(const float* x, std::byte* dst, int64_t n, const float* imatr
 void quantize_q5_k(const float* x, std::byte* dst, int64_t n, const float* imatrix);
 void quantize_q6_k(const float* x, std::byte* dst, int64_t n, const float* imatrix);
 
+// quantize_iq4.cc (iq4_nl: blocks of 32; iq4_xs: super-blocks of 256)
+void quantize_iq4_nl(const float* x, std::byte* dst, int64_t n, const float* imatrix);
+void quantize_iq4_xs(const float* x, std::byte* dst, int64_t n, const float* imatrix);
+
 }  // namespace lumen::convert

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -118,6 +119,16 @@ class Engine {
   void cancel(RequestId id);
   // Timings of a finished request (kept until the next add_request with the same id).
   std::optional<RequestTimings> timings(RequestId id) const;
+
+  // Analysis hooks (lumen imatrix, perplexity --kl-divergence); both run on the engine
+  // thread inside step() and must not call back into the engine.
+  //   the model's named taps (model.h): intermediate activations of every forward pass
+  void set_model_tap(model::TapFn tap) { model_.set_tap(std::move(tap)); }
+  //   the logits of every prompt position of a request that asks for prompt_logprobs, as
+  //   they are computed: `pos` is the position whose logits predict prompt token pos + 1
+  void set_prompt_logits_observer(OutputProcessor::PromptLogitsFn fn) {
+    processor_->set_prompt_logits_observer(std::move(fn));
+  }
 
   int32_t kv_blocks_in_use() const { return kv_.n_used_blocks(); }
   int32_t kv_blocks_total() const { return kv_.n_blocks(); }

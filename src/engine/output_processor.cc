@@ -89,6 +89,7 @@ void OutputProcessor::process_chunk(Sequence& seq, const ScheduledChunk& c, cons
       const int64_t p = cl.pos_first + r;
       if (p + 1 >= req.n_prompt) break;
       std::span<const float> row = logits.row(cl.row_begin + r);
+      if (prompt_logits_observer_) prompt_logits_observer_(req.id, p, row);
       seq.prompt_logprobs.push_back(sample::log_softmax_at(row, seq.tokens[p + 1]));
       seq.prompt_argmax.push_back(sample::argmax(row));
     }

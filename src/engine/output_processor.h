@@ -19,7 +19,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "engine/model_runner.h"
@@ -71,6 +73,11 @@ class OutputProcessor {
 
   uint64_t n_generated_tokens() const { return n_generated_tokens_; }
 
+  // Called with the logits of every prompt row that scores a prompt token, of requests that
+  // ask for prompt_logprobs (Engine::set_prompt_logits_observer).
+  using PromptLogitsFn = std::function<void(RequestId id, int64_t pos, std::span<const float> logits)>;
+  void set_prompt_logits_observer(PromptLogitsFn fn) { prompt_logits_observer_ = std::move(fn); }
+
  private:
   void process_new_token(Sequence& seq, int32_t token_id, std::span<const float> logits, RequestEvent& ev);
 
@@ -79,6 +86,7 @@ class OutputProcessor {
   uint64_t n_generated_tokens_ = 0;
   std::vector<RequestState*> done_;  // requests whose last completion finished this step
   std::vector<float> probs_;         // [n_vocab] the target distribution while verifying
+  PromptLogitsFn prompt_logits_observer_;
 };
 
 // FNV-1a over the bytes of the logits: lets a benchmark prove it computed the same thing.

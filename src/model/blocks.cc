@@ -190,6 +190,7 @@ void mlp_block(Pass& p, int32_t il, const float* xn, float* out) {
   Workspace& ws = p.ws;
   const int64_t T = p.n_tokens, F = p.hp.n_ff;
   std::byte* scratch = ws.scratch.data();
+  p.tap("ffn_norm", il, xn, T * p.hp.n_embd);  // the input of ffn_gate / ffn_up
   switch (s.mlp) {
     case MlpKind::kSiluGated:  // down(silu(xn Wgate^T) * (xn Wup^T))
     case MlpKind::kGeluGated:  // down(gelu(xn Wgate^T) * (xn Wup^T))
@@ -204,6 +205,7 @@ void mlp_block(Pass& p, int32_t il, const float* xn, float* out) {
       kernels::gelu_mul(p.k, ws.gate.data(), nullptr, T * F);
       break;
   }
+  p.tap("ffn_act", il, ws.gate.data(), T * F);  // the input of ffn_down
   kernels::matmul(p.k, p.pool, l.w_down, ws.gate.data(), T, out, scratch);
   if (l.b_down) kernels::add_bias(out, l.b_down, T, p.hp.n_embd);
 }

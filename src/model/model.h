@@ -63,7 +63,11 @@ struct ModelLimits {
   bool refresh_page_cache_for_huge_pages = false;
 };
 
-// Named debug taps: called with intermediate activations when set (tests, debugging).
+// Named debug taps: called with intermediate activations when set (tests, debugging,
+// calibration). Every matrix multiplication's input is tapped ([n_tokens][n_in], the layer's
+// index), which is what lumen imatrix collects from:
+//   attn_norm  -> attn_q, attn_k, attn_v     attn_out -> attn_output
+//   ffn_norm   -> ffn_gate, ffn_up           ffn_act  -> ffn_down
 using TapFn = std::function<void(std::string_view name, int32_t layer_idx,
                                  std::span<const float> values)>;
 
