@@ -289,9 +289,41 @@ bool Sampler::greedy() const {
 
 double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
-size_t Sampler::filter(std::span<const float> logits, bool* sorted_out, float* max_logit_out) {
+// work_logits_ = logits with NaN -> -inf, and -inf outside `allowed` (when given).
+void Sampler::copy_logits(std::span<const float> logits, std::span<const uint64_t> allowed) {
   const size_t n = logits.size();
-  for (size_t i = 0; i < n; ++i) work_logits_[i] = std::isnan(logits[i]) ? kNegInf : logits[i];
+  if (allowed.empty()) {
+    for (size_t i = 0; i < n; ++i) work_logits_[i] = std::isnan(logits[i]) ? kNegInf : logits[i];
+    return;
+  }
+  for (size_t w = 0; w * 64 < n; ++w) {
+    const uint64_t bits = allowed[w];
+    const size_t end = std::min(n, w * 64 + 64);
+    if (bits == 0) {
+      std::fill(work_logits_.begin() + static_cast<ptrdiff_t>(w * 64), work_logits_.begin() + static_cast<ptrdiff_t>(end), kNegInf);
+      continue;
+    }
+    for (size_t i = w * 64; i < end; ++i)
+      work_logits_[i] = ((bits >> (i & 63)) & 1) && !std::isnan(logits[i]) ? logits[i] : kNegInf;
+  }
+}
+
+size_t Sampler::allowed_ids(std::span<const uint64_t> allowed) {
+  size_t k = 0;
+  for (size_t w = 0; w < allowed.size() && w * 64 < static_cast<size_t>(n_vocab_); ++w) {
+    for (uint64_t bits = allowed[w]; bits != 0; bits &= bits - 1) {
+      const size_t id = w * 64 + static_cast<size_t>(__builtin_ctzll(bits));
+      if (id >= static_cast<size_t>(n_vocab_)) break;
+      candidates_[k++] = static_cast<int32_t>(id);
+    }
+  }
+  return k;
+}
+
+size_t Sampler::filter(std::span<const float> logits, std::span<const uint64_t> allowed, bool* sorted_out,
+                       float* max_logit_out) {
+  const size_t n = logits.size();
+  copy_logits(logits, allowed);
   if (penalties_enabled()) apply_penalties();
   // Two shapes of the candidate list: "sorted" (a prefix of candidates_ ordered by
   // MoreLikely, after top-k) or "unsorted" (ascending ids, after top-p on the full
@@ -310,26 +342,42 @@ size_t Sampler::filter(std::span<const float> logits, bool* sorted_out, float* m
   if (params_.top_p < 1.0f) {
     n_cand = sorted ? apply_top_p_sorted(n_cand, max_logit) : apply_top_p_unsorted(max_logit);
   } else if (!sorted) {
-    std::iota(candidates_.begin(), candidates_.end(), 0);
+    // Every id, or only the allowed ones (the others weigh 0 in the draw anyway).
+    if (allowed.empty()) std::iota(candidates_.begin(), candidates_.end(), 0);
+    else n_cand = allowed_ids(allowed);
   }
   if (params_.min_p > 0.0f) n_cand = apply_min_p(n_cand, sorted, max_logit);
   return n_cand;
 }
 
-int32_t Sampler::sample(std::span<const float> logits) {
+int32_t Sampler::sample(std::span<const float> logits, std::span<const uint64_t> allowed) {
   LUMEN_CHECK(logits.size() == static_cast<size_t>(n_vocab_));
-  // Greedy without penalties reads the logits as they are (no copy of the vocabulary).
+  LUMEN_CHECK(allowed.empty() || allowed.size() * 64 >= logits.size());
+  // Greedy without penalties or a mask reads the logits as they are (no copy of the vocabulary).
+  if (greedy() && !penalties_enabled() && allowed.empty()) return argmax_nan_as_neg_inf(logits);
+  // Nothing allowed has a finite logit (or +inf): decide among the allowed ids only.
+  auto first_allowed_if_none_finite = [&]() -> int32_t {
+    const size_t n_allowed = allowed_ids(allowed);
+    LUMEN_CHECK_MSG(n_allowed > 0, "sampler: the mask allows no token");
+    float best = kNegInf;
+    for (size_t i = 0; i < n_allowed; ++i) best = std::max(best, work_logits_[static_cast<size_t>(candidates_[i])]);
+    return best == kNegInf ? candidates_[0] : -1;
+  };
   if (greedy()) {
-    if (!penalties_enabled()) return argmax_nan_as_neg_inf(logits);
-    for (size_t i = 0; i < logits.size(); ++i) work_logits_[i] = std::isnan(logits[i]) ? kNegInf : logits[i];
-    apply_penalties();
+    copy_logits(logits, allowed);
+    if (penalties_enabled()) apply_penalties();
+    if (!allowed.empty()) {
+      const int32_t id = first_allowed_if_none_finite();
+      if (id >= 0) return id;
+    }
     return argmax(work_logits_);
   }
   bool sorted = false;
   float max_logit = 0;
-  const size_t n_cand = filter(logits, &sorted, &max_logit);
+  const size_t n_cand = filter(logits, allowed, &sorted, &max_logit);
   if (n_cand == 0) {
     rng_();  // keep the one-draw-per-call stream
+    if (!allowed.empty() && max_logit == kNegInf) return first_allowed_if_none_finite();
     return argmax(work_logits_);
   }
   return draw(n_cand, sorted, max_logit);
@@ -345,7 +393,7 @@ void Sampler::distribution(std::span<const float> logits, std::span<float> probs
   }
   bool sorted = false;
   float max_logit = 0;
-  const size_t n_cand = filter(logits, &sorted, &max_logit);
+  const size_t n_cand = filter(logits, {}, &sorted, &max_logit);
   if (n_cand == 0) {
     probs[static_cast<size_t>(argmax(work_logits_))] = 1.0f;
     return;

@@ -56,12 +56,18 @@ class Sampler {
   // Picks the next token. `logits` has n_vocab entries and is left unchanged; NaN logits
   // count as -inf. Allocates nothing.
   //
+  // `allowed` (optional, words of 64 ids, bit id % 64 of word id / 64): a constraint such
+  // as a grammar's token mask. Tokens outside it are -inf before every filter, so the chain
+  // (penalties, top-k, top-p, min-p, temperature) works on the allowed tokens only; when no
+  // allowed token has a finite logit, the lowest allowed id is returned. Precondition: at
+  // least one bit set among the first n_vocab.
+  //
   // The draw (temperature > 0) is defined exactly, so a seed reproduces a sequence:
   //   u = (rng() >> 11) * 2^-53, one 64-bit mt19937_64 output per call (also when only
   //   one candidate survives); the survivors are walked in ascending token id, adding
   //   w_i = expf((l_i - l_max) / temperature) (float) into a double running sum, and the
   //   first id whose running sum exceeds u * sum(w) is returned.
-  int32_t sample(std::span<const float> logits);
+  int32_t sample(std::span<const float> logits, std::span<const uint64_t> allowed = {});
   // The distribution sample() draws from, as dense probabilities: probs[id] for every id
   // (0 for the ids the chain filtered out), computed with the same penalties, filters and
   // weights as sample() and normalised by their double sum. Greedy (temperature <= 0): 1 at
@@ -98,7 +104,9 @@ class Sampler {
   // candidate count; *sorted and *max_logit describe the list. Precondition: !greedy().
   // A return of 0 means a logit is infinite (nothing possible, or a certain token): the
   // caller reads argmax(work_logits_).
-  size_t filter(std::span<const float> logits, bool* sorted, float* max_logit);
+  size_t filter(std::span<const float> logits, std::span<const uint64_t> allowed, bool* sorted, float* max_logit);
+  void copy_logits(std::span<const float> logits, std::span<const uint64_t> allowed);
+  size_t allowed_ids(std::span<const uint64_t> allowed);  // into candidates_, ascending
 
   SamplingParams params_;
   int32_t n_vocab_;

@@ -521,6 +521,78 @@ TEST(SamplerAlloc, SampleAndAcceptDoNotAllocate) {
   }
 }
 
+// A mask is the same as -inf outside it: same draws for the same seed, every chain.
+TEST(SamplerMask, EqualsNegativeInfinityOutsideTheMask) {
+  const int32_t n_vocab = 1000;
+  std::mt19937 gen(5);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> logits(static_cast<size_t>(n_vocab));
+  for (float& l : logits) l = normal(gen);
+  std::vector<uint64_t> mask((n_vocab + 63) / 64, 0);
+  std::vector<float> cut(logits.size(), -INFINITY);
+  for (int32_t id = 0; id < n_vocab; ++id)
+    if (gen() % 7 == 0 || id == 999) {
+      mask[id / 64] |= uint64_t{1} << (id % 64);
+      cut[static_cast<size_t>(id)] = logits[static_cast<size_t>(id)];
+    }
+  std::vector<SamplingParams> configs(6);
+  configs[1].top_k = 0;                                  // top-p over the whole vocabulary
+  configs[2].top_k = 0, configs[2].top_p = 1.0f, configs[2].min_p = 0.0f;  // plain softmax
+  configs[3].temperature = 0.0f;                         // greedy
+  configs[4].repeat_penalty = 1.3f, configs[4].top_k = 5;
+  configs[5].temperature = 1.5f, configs[5].top_p = 0.5f, configs[5].top_k = 0;
+  for (const SamplingParams& p : configs) {
+    Sampler a(p, n_vocab), b(p, n_vocab);
+    for (int i = 0; i < 200; ++i) {
+      const int32_t x = a.sample(logits, mask), y = b.sample(cut);
+      ASSERT_EQ(x, y) << "draw " << i;
+      ASSERT_TRUE((mask[x / 64] >> (x % 64)) & 1);
+      a.accept(x);
+      b.accept(y);
+    }
+  }
+}
+
+TEST(SamplerMask, DistributionIsTheRenormalizedSoftmax) {
+  const std::vector<float> logits = {1.0f, 2.0f, 0.5f, 3.0f, -1.0f, 0.0f};
+  std::vector<uint64_t> mask = {0b110101};  // ids 0, 2, 4, 5
+  SamplingParams p;
+  p.top_k = 0, p.top_p = 1.0f, p.min_p = 0.0f, p.temperature = 1.0f;
+  Sampler s(p, 6);
+  std::vector<double> f(6, 0.0);
+  for (int i = 0; i < 40000; ++i) f[static_cast<size_t>(s.sample(logits, mask))] += 1.0 / 40000;
+  expect_close_distribution(f, restricted(softmax(logits), {0, 2, 4, 5}), 0.01);
+}
+
+TEST(SamplerMask, NoFiniteAllowedLogitGivesTheLowestAllowedId) {
+  const std::vector<float> logits = {5.0f, -INFINITY, NAN, -INFINITY};
+  std::vector<uint64_t> mask = {0b1110};
+  for (float temp : {0.0f, 1.0f}) {
+    SamplingParams p;
+    p.temperature = temp;
+    Sampler s(p, 4);
+    EXPECT_EQ(s.sample(logits, mask), 1);
+  }
+}
+
+TEST(SamplerMask, MaskedSamplingDoesNotAllocate) {
+  const int32_t n_vocab = 152064;
+  std::vector<float> logits(static_cast<size_t>(n_vocab));
+  std::mt19937 gen(3);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (float& l : logits) l = normal(gen);
+  std::vector<uint64_t> mask((n_vocab + 63) / 64, 0x5555555555555555ull);
+  for (float temp : {0.0f, 1.0f}) {
+    SamplingParams p;
+    p.temperature = temp;
+    p.top_k = 0;
+    Sampler s(p, n_vocab);
+    const int64_t before = n_allocations().load();
+    for (int i = 0; i < 20; ++i) s.accept(s.sample(logits, mask));
+    EXPECT_EQ(n_allocations().load() - before, 0);
+  }
+}
+
 TEST(SamplerValidate, RejectsBadParams) {
   EXPECT_TRUE(validate(SamplingParams{}).ok());
   SamplingParams p;
