@@ -190,7 +190,7 @@ TEST(HaproxyDeploy, SigtermToOneReplicaMidLoadLosesNoAcceptedRequest) {
     }
   }
   EXPECT_EQ(n_completed + n_never_accepted, kRequests);
-  EXPECT_EQ(n_never_accepted, 0) << "HAProxy retries what a draining replica refuses";
+  EXPECT_EQ(n_never_accepted, 0) << "HAProxy retries what a draining replica refuses\n" << p.logs();
   EXPECT_GT(by_replica["b"], 0);
   std::printf("after SIGTERM to a: %d completed (%d on a, %d on b), %d never accepted\n", n_completed,
               by_replica["a"], by_replica["b"], n_never_accepted);
