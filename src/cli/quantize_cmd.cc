@@ -6,6 +6,8 @@
 #include <string>
 #include <thread>
 
+#include "base/mapped_file.h"
+#include "calib/awq.h"
 #include "cli/common.h"
 #include "cli/convert_cmds.h"
 #include "cli/progress_bar.h"
@@ -29,6 +31,9 @@ int cmd_quantize(int argc, char** argv, int first) {
                  {
                      {{"--type"}, "TYPE", "llama-quantize's types: " + mix_names() + " (q3_k, q4_k, q5_k: the _m mixes)"},
                      {{"--imatrix"}, "FILE", "importance matrix (llama.cpp's imatrix.dat format; `lumen imatrix` writes one)"},
+                     {{"--awq"}, "TEXT", "activation-aware scaling: search per-channel scales on this calibration text"},
+                     {{"--awq-ctx"}, "N", "tokens per calibration chunk for --awq (default 512)"},
+                     {{"--awq-chunks"}, "N", "calibration chunks for --awq at most (default 16)"},
                      {{"--pure"}, "", "every quantized tensor gets the type's base type (no per-tensor mix rules)"},
                      {{"--output-type"}, "TYPE", "type of the output matrix (default: the mix's choice)"},
                      {{"--token-embd-type"}, "TYPE", "type of token_embd.weight (default: the mix's choice)"},
@@ -69,6 +74,41 @@ int cmd_quantize(int argc, char** argv, int first) {
   }
   ProgressBar progress(stderr);
   opt.progress = &progress;
+  calib::AwqResult awq;
+  if (auto awq_text_path = args.get("--awq")) {
+    auto text = read_text_file(*awq_text_path);
+    if (!text.ok()) return fail("--awq: " + text.message());
+    calib::AwqRunOptions ao;
+    Result<int64_t> ctx = args.get_int("--awq-ctx", 512, 16, 1 << 20);
+    Result<int64_t> chunks = args.get_int("--awq-chunks", 16, 1, 1 << 20);
+    if (!ctx.ok()) return fail(ctx.message());
+    if (!chunks.ok()) return fail(chunks.message());
+    ao.n_ctx = static_cast<int32_t>(*ctx);
+    ao.max_chunks = *chunks;
+    ao.n_threads = opt.n_threads;
+    ao.search.imatrix = opt.imatrix;
+    ao.search.progress = &progress;
+    convert::TypeRules awq_rules = opt.rules;
+    awq_rules.has_imatrix = opt.imatrix != nullptr;
+    calib::AwqRunReport ar;
+    Result<calib::AwqResult> r = calib::awq_from_text(args.positional()[0], *text, awq_rules, ao, &ar);
+    if (!r.ok()) return fail(r.message());
+    awq = std::move(*r);
+    int n_scaled = 0;
+    double plain = 0, best = 0;
+    for (const calib::AwqGroupResult& g : awq.groups) {
+      n_scaled += g.alpha > 0;
+      plain += g.err_plain;
+      best += g.err_best;
+    }
+    std::fprintf(stderr, "awq: %lld chunks of %lld tokens; %d of %zu groups scaled; output error on the sample %.4g -> %.4g\n",
+                 static_cast<long long>(ar.n_chunks), static_cast<long long>(ao.n_ctx), n_scaled, awq.groups.size(),
+                 plain, best);
+    if (args.has("--verbose"))
+      for (const calib::AwqGroupResult& g : awq.groups)
+        std::fprintf(stderr, "  %-28s alpha %.2f  error %.4g -> %.4g\n", g.norm.c_str(), g.alpha, g.err_plain, g.err_best);
+    opt.awq = &awq.scales;
+  }
 
   const std::string& in_path = args.positional()[0];
   const std::string& out_path = args.positional()[1];

@@ -54,6 +54,8 @@ struct PlannedTensor {
   std::vector<int64_t> ne;
   int64_t head_dim = 0;        // > 0: rows (2-D) or elements (1-D) are permuted NeoX -> interleaved
   std::vector<float> imatrix;  // importance weights (ne[0] per expert), or empty
+  const std::vector<float>* awq_columns = nullptr;  // AWQ: multiply column j by it (matrices)
+  const std::vector<float>* awq_divisors = nullptr;  // AWQ: divide element j by it (norms)
 };
 
 // "blk.N.<suffix>" -> true when the tensor name ends with ".<suffix>" after a block prefix.
@@ -148,6 +150,10 @@ class Quantizer {
     else report_->tokenizer = file_.find("tokenizer.ggml.model") ? "from the input's metadata" : "none";
     entries.emplace_back("general.file_type", MetaValue::of_u32(static_cast<uint32_t>(opt_.rules.mix->ftype)));
     entries.emplace_back("general.quantization_version", MetaValue::of_u32(2));
+    if (opt_.awq) {
+      entries.emplace_back("quantize.awq.matrices", MetaValue::of_i32(static_cast<int32_t>(opt_.awq->column_scales.size())));
+      entries.emplace_back("quantize.awq.norms", MetaValue::of_i32(static_cast<int32_t>(opt_.awq->norm_divisors.size())));
+    }
     if (opt_.imatrix) {
       // llama-quantize's record of the importance matrix (its KV overrides).
       entries.emplace_back("quantize.imatrix.file", MetaValue::of_string(opt_.imatrix_path.substr(0, 127)));
@@ -221,7 +227,7 @@ class Quantizer {
         }
       }
       const DType from = t.view.dtype;
-      if (from != p.to) {
+      if (from != p.to || (opt_.awq && (opt_.awq->column_scales.count(t.name) || opt_.awq->norm_divisors.count(t.name)))) {
         LUMEN_TRY(plan_imatrix(t, p));
         // Reported after every tensor was checked, so that a missing importance matrix (the
         // user's to fix) is named first.
@@ -236,6 +242,7 @@ class Quantizer {
           return error("input: tensor '" + t.name + "' is already " + std::string(dtype_name(from)) +
                        "; writing it as " + std::string(dtype_name(p.to)) +
                        " would requantize it (lossy: pass --allow-requantize to do it anyway)");
+        LUMEN_TRY(plan_awq(t, p));
       }
       Status st = writer_.add_tensor(t.name, p.to, p.ne);
       if (!st.ok()) return error("output: " + st.message());
@@ -251,6 +258,27 @@ class Quantizer {
   // The importance weights of a tensor that is quantized (llama-quantize's rules: an entry
   // of the wrong size is an error, except for token_embd, which is then quantized without;
   // no entry is allowed unless the type needs one).
+  // AWQ scales of a tensor (awq_scales.h): the scaled matrices' importance weights are those
+  // of the scaled activations, x'^2 = x^2 / s^2.
+  Status plan_awq(const TensorInfo& t, PlannedTensor& p) {
+    if (!opt_.awq) return Status();
+    const auto col = opt_.awq->column_scales.find(t.name);
+    const auto div = opt_.awq->norm_divisors.find(t.name);
+    const std::vector<float>* s = col != opt_.awq->column_scales.end() ? &col->second
+                                  : div != opt_.awq->norm_divisors.end() ? &div->second
+                                                                         : nullptr;
+    if (!s) return Status();
+    if (static_cast<int64_t>(s->size()) != p.ne[0] || (div != opt_.awq->norm_divisors.end() && p.ne.size() != 1))
+      return error("awq: scales of '" + t.name + "' do not fit its shape " + t.view.shape_string());
+    if (dtype_info(t.view.dtype).is_quantized && !opt_.allow_requantize)
+      return error("awq: tensor '" + t.name + "' is already " + std::string(dtype_name(t.view.dtype)) +
+                   "; scaling it means requantizing it (pass --allow-requantize to do it anyway)");
+    (col != opt_.awq->column_scales.end() ? p.awq_columns : p.awq_divisors) = s;
+    if (p.awq_columns && !p.imatrix.empty())
+      for (size_t j = 0; j < p.imatrix.size(); ++j) p.imatrix[j] /= (*s)[j % s->size()] * (*s)[j % s->size()];
+    return Status();
+  }
+
   Status plan_imatrix(const TensorInfo& t, PlannedTensor& p) {
     if (!dtype_info(p.to).is_quantized) return Status();
     if (opt_.imatrix) {
@@ -283,16 +311,25 @@ class Quantizer {
       row_opt.rows_per_slice = v.n_dims > 1 ? v.ne[1] : 1;
     }
     if (v.n_dims == 1) {
-      // A vector: one row; a q/k bias is permuted element-wise.
+      // A vector: one row; a q/k bias is permuted element-wise; an AWQ-scaled norm divided.
       return write_rows(pool, p.to, v.ne[0], 1, [&](int64_t, float* out) {
         kernels::dequantize_row(v.dtype, v.data, out, v.ne[0]);
         if (p.head_dim > 0) {
           std::vector<float> in(out, out + v.ne[0]);
           for (int64_t i = 0; i < v.ne[0]; ++i) out[i] = in[interleaved_from_neox(i, p.head_dim)];
         }
+        if (p.awq_divisors)
+          for (int64_t i = 0; i < v.ne[0]; ++i) out[i] /= (*p.awq_divisors)[i];
       }, sink, row_opt);
     }
     auto src_row = [&](int64_t r) { return p.head_dim > 0 ? interleaved_from_neox(r, p.head_dim) : r; };
+    if (p.awq_columns) {
+      const std::vector<float>& s = *p.awq_columns;
+      return write_rows(pool, p.to, v.ne[0], v.n_rows(), [&](int64_t r, float* out) {
+        kernels::dequantize_row(v.dtype, v.row(src_row(r)), out, v.ne[0]);
+        for (int64_t j = 0; j < v.ne[0]; ++j) out[j] *= s[j];
+      }, sink, row_opt);
+    }
     if (v.dtype == p.to) {
       Status st = copy_rows(p.to, v.ne[0], v.n_rows(), [&](int64_t r) { return v.row(src_row(r)); }, sink);
       if (st.ok() && on_chunk) on_chunk(v.n_rows());

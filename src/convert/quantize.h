@@ -15,6 +15,8 @@
 //              entry is quantized under its weights (the same bytes as llama-quantize
 //              --imatrix); the low-bit types that need one refuse to go without (as
 //              llama-quantize); quantize.imatrix.* keys record it as llama-quantize does
+//   awq        with AWQ scales (awq_scales.h), the listed matrices' columns are multiplied
+//              and the listed norm weights divided before writing (quantize.awq.* keys)
 //   RoPE       a Hugging Face llama keeps q/k rows in the NeoX ("rotate half") layout, which
 //              lumen reads zero-copy with lumen.rope_layout = "neox". llama.cpp's llama arch
 //              rotates interleaved pairs, so q and k rows (and biases) are permuted per head
@@ -36,6 +38,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "convert/awq_scales.h"
 #include "convert/imatrix_file.h"
 #include "convert/progress.h"
 #include "convert/type_rules.h"
@@ -51,6 +54,7 @@ struct QuantizeOptions {
   const Imatrix* imatrix = nullptr;  // importance weights by tensor name, or null
   std::string imatrix_path;          // recorded as quantize.imatrix.file
   Progress* progress = nullptr;      // weights written so far, by tensor
+  const AwqScales* awq = nullptr;    // activation-aware scales to fold in, or null
 };
 
 struct TensorReport {

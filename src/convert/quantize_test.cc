@@ -374,6 +374,54 @@ TEST(QuantizeModel, HfSyntheticLlamaAndQwen2WithBiases) {
   }
 }
 
+// AWQ scales folded into the file (awq_scales.h): norm weights divided by s, the matrices'
+// columns multiplied by it. Written as f32, the model computes the same logits; scales that
+// do not fit a tensor are an error.
+TEST(QuantizeModel, AwqScalesFoldedKeepTheLogits) {
+  const std::string in = shared_path("models/stories260K/stories260K.gguf");
+  const std::string out = temp_path("s260k-awq-f32.gguf");
+  auto file = gguf::open_model(in);
+  ASSERT_TRUE(file.ok()) << file.message();
+  const int64_t n_embd = file->find_tensor("blk.0.attn_norm.weight")->view.ne[0];
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> ud(0.25f, 4.0f);
+  AwqScales awq;
+  for (int il = 0; il < 5; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    for (const auto& [norm, mats] : {std::pair<std::string, std::vector<std::string>>{"attn_norm", {"attn_q", "attn_k", "attn_v"}},
+                                     {"ffn_norm", {"ffn_gate", "ffn_up"}}}) {
+      std::vector<float> s(static_cast<size_t>(n_embd));
+      for (float& v : s) v = ud(rng);
+      awq.norm_divisors[p + norm + ".weight"] = s;
+      for (const std::string& m : mats) awq.column_scales[p + m + ".weight"] = s;
+    }
+  }
+  QuantizeOptions opt;
+  opt.rules = *make_type_rules("f32", "", "");
+  opt.awq = &awq;
+  QuantizeReport report;
+  ASSERT_TRUE(quantize_model(in, out, opt, &report).ok());
+  auto q = gguf::open_model(out);
+  ASSERT_TRUE(q.ok()) << q.message();
+  const float* g0 = reinterpret_cast<const float*>(file->find_tensor("blk.0.attn_norm.weight")->view.data);
+  const float* g1 = reinterpret_cast<const float*>(q->find_tensor("blk.0.attn_norm.weight")->view.data);
+  EXPECT_FLOAT_EQ(g1[3], g0[3] / awq.norm_divisors["blk.0.attn_norm.weight"][3]);  // the fold happened
+  int32_t n_vocab = 0;
+  auto a = model_logits(in, prompt_ids(), &n_vocab);
+  auto b = model_logits(out, prompt_ids(), &n_vocab);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.message() << b.message();
+  const auto d = compare_logits(*a, *b, n_vocab);
+  std::printf("  stories260K with AWQ scales in [0.25, 4] folded, f32: max |dlogit| %.2e\n", d.max_abs);
+  EXPECT_LT(d.max_abs, 1e-3);  // f32 rounding of w s and g / s only
+  EXPECT_EQ(d.n_argmax_differ, 0);
+
+  awq.column_scales["blk.1.attn_q.weight"].pop_back();
+  const Status st = quantize_model(in, out, opt, &report);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("blk.1.attn_q.weight"), std::string::npos) << st.message();
+  std::remove(out.c_str());
+}
+
 TEST(QuantizeModel, Llama2cCheckpointToQ4_0) {
   const std::string in = shared_path("models/stories260K/stories260K.bin");
   const std::string out = temp_path("s260k-bin-q4_0.gguf");
