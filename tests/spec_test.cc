@@ -39,6 +39,9 @@ struct Cfg {
   int64_t kv_memory_bytes = 0;
   int32_t draft_max = 8;
   std::string draft = "";  // kDraft: the draft model
+  // Exactness tests pin k to acceptance alone (deterministic); the cost policy has its own.
+  bool measure_cost = false;
+  std::vector<std::pair<int32_t, double>> given_costs = {};
 };
 
 std::unique_ptr<Engine> make(const Cfg& cfg, std::unique_ptr<spec::Proposer> proposer = nullptr) {
@@ -53,6 +56,8 @@ std::unique_ptr<Engine> make(const Cfg& cfg, std::unique_ptr<spec::Proposer> pro
   c.spec.ngram_min = 1;
   c.spec.ngram_max = 3;
   c.spec.draft_model = cfg.draft;
+  c.spec.measure_cost = cfg.measure_cost;
+  c.spec.given_costs = cfg.given_costs;
   auto e = Engine::create(model_path(), c, std::move(proposer));
   EXPECT_TRUE(e.ok()) << e.message();
   return e.ok() ? std::move(e).value() : nullptr;
@@ -264,6 +269,44 @@ TEST(SpecGreedy, BadProposerChangesNothing) {
   Outcome o = drain(*e);
   EXPECT_EQ(o.ids[id], solo({}, kPrompts[0], 40));
   EXPECT_GT(o.usage[id].spec.proposed, 0);
+}
+
+// The verify cost measured at start (draft_max 0: k chosen from it) leaves greedy output
+// identical.
+TEST(SpecCost, MeasuredAtStartAndStillExact) {
+  auto e = make({.kind = spec::ProposerKind::kNgram, .draft_max = 0, .measure_cost = true});
+  ASSERT_TRUE(e);
+  const spec::StepCosts& c = e->step_costs();
+  ASSERT_FALSE(c.empty());
+  EXPECT_EQ(c.points().front().n_tokens, 1);
+  EXPECT_EQ(c.points().back().n_tokens, 1 + spec::kAutoDraftMax);
+  EXPECT_GE(e->config().spec.draft_max, 1);
+  EXPECT_LE(e->config().spec.draft_max, spec::kAutoDraftMax);
+  const RequestId id = *e->add_request(request(*e, kPrompts[1], 60, 0.0f));
+  Outcome o = drain(*e);
+  EXPECT_EQ(o.ids[id], solo({}, kPrompts[1], 60));
+}
+
+// A step that is already compute-bound gets no proposals: with a verify cost that turns
+// compute-bound past 4 tokens, 16 decoding sequences never speculate, one alone does.
+TEST(SpecCost, LargeBatchBacksOff) {
+  const std::vector<std::pair<int32_t, double>> knee = {{1, 30}, {4, 31}, {8, 59}, {16, 115}};
+  for (int32_t n_req : {16, 1}) {
+    auto e = make({.kind = spec::ProposerKind::kCustom, .max_seqs = 16, .max_batch_tokens = 512, .n_ctx = 128,
+                   .draft_max = 4, .measure_cost = true, .given_costs = knee},
+                  std::make_unique<RandomProposer>(2048, false));
+    ASSERT_TRUE(e);
+    std::vector<RequestId> ids;
+    for (int32_t i = 0; i < n_req; ++i) ids.push_back(*e->add_request(request(*e, kPrompts[0], 20, 0.0f)));
+    Outcome o = drain(*e);
+    const std::vector<int32_t> want = solo({}, kPrompts[0], 20);
+    for (RequestId id : ids) EXPECT_EQ(o.ids[id], want);
+    if (n_req == 16) {
+      EXPECT_EQ(e->metrics().spec_num_drafts, 0u);
+    } else {
+      EXPECT_GT(e->metrics().spec_num_drafts, 0u);
+    }
+  }
 }
 
 // Sampled: the joint distribution of the first kTokens generated tokens, over kSeeds

@@ -15,6 +15,10 @@
 //   --spec random  bench only: random tokens, almost always rejected (what speculation
 //                  costs when it fails: the adaptive k must keep it near plain speed)
 //
+// The speculating engine measures the verify cost at start (spec/step_costs.h: forward
+// time of n = 1 .. 17 tokens, each with a logits row, relative to n = 1); it is printed
+// first: the physics that decides what speculation can gain on this model and machine.
+//
 // Prompts: story beginnings built in (or -f FILE, one prompt per line). Reported per
 // engine: median tokens/s with the range over runs; ms per target step and its ratio to a
 // plain step (the verify cost); acceptance rate; tokens per target step.
@@ -135,7 +139,7 @@ int run_spec_bench(const ArgParser& args, engine::EngineConfig base, int64_t n_g
     }
   } else if (kind == "replay" || kind == "random") {
     spec::SpecConfig& sc = spec_cfg.spec;
-    auto dmax = args.get_int("--draft-max", 8, 1, 64);
+    auto dmax = args.get_int("--draft-max", 0, 1, 64);
     auto knee = args.get_int("--spec-knee", 64, 1, 1 << 20);
     if (!dmax.ok() || !knee.ok()) {
       std::fprintf(stderr, "error: %s\n", (!dmax.ok() ? dmax : knee).message().c_str());
@@ -217,10 +221,14 @@ int run_spec_bench(const ArgParser& args, engine::EngineConfig base, int64_t n_g
   const double step_ratio = median(plain_step_ms) > 0 ? median(spec_step_ms) / median(plain_step_ms) : 0;
   auto mn = [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); };
   auto mx = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
+  nlohmann::json costs = nlohmann::json::array();
+  for (const spec::StepCosts::Point& p : sp.step_costs().points())
+    costs.push_back({{"n_tokens", p.n_tokens}, {"ms", p.ms}, {"ratio", p.ms / sp.step_costs().points()[0].ms}});
   if (json) {
     nlohmann::json j = {{"test", "spec"},
+                        {"verify_cost", costs},
                         {"proposer", kind},
-                        {"draft_max", spec_cfg.spec.draft_max},
+                        {"draft_max", sp.config().spec.draft_max},
                         {"n_gen", n_gen},
                         {"runs", plain_tok_s.size()},
                         {"threads", base.n_threads},
@@ -236,12 +244,19 @@ int run_spec_bench(const ArgParser& args, engine::EngineConfig base, int64_t n_g
                         {"step_cost_ratio", step_ratio}};
     std::puts(nlohmann::json::array({j}).dump().c_str());
   } else {
+    if (!costs.empty()) {
+      std::printf("verify cost (forward of n tokens with n logits rows, measured at start): n=1 %.2f ms;",
+                  costs[0]["ms"].get<double>());
+      for (const nlohmann::json& c : costs)
+        if (c["n_tokens"].get<int>() > 1) std::printf(" %d:x%.2f", c["n_tokens"].get<int>(), c["ratio"].get<double>());
+      std::printf("\n");
+    }
     std::printf(
         "lumen bench --spec %s (draft-max %d, %zu runs of %lld tokens, alternating with plain):\n"
         "  plain %.1f tok/s [%.1f, %.1f] | spec %.1f tok/s [%.1f, %.1f] | x%.2f\n"
         "  acceptance %.2f | %.2f tokens per target step | step %.2f ms vs plain %.2f ms (x%.2f)\n"
         "  greedy outputs identical\n",
-        kind.c_str(), spec_cfg.spec.draft_max, plain_tok_s.size(), static_cast<long long>(n_gen), pm, mn(plain_tok_s),
+        kind.c_str(), sp.config().spec.draft_max, plain_tok_s.size(), static_cast<long long>(n_gen), pm, mn(plain_tok_s),
         mx(plain_tok_s), sm, mn(spec_tok_s), mx(spec_tok_s), pm > 0 ? sm / pm : 0, acc, per_step,
         median(spec_step_ms), median(plain_step_ms), step_ratio);
   }

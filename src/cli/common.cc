@@ -32,7 +32,7 @@ std::vector<OptionSpec> spec_option_specs() {
       {{"--draft-model"}, "PATH", "speculative decoding with this draft model (same vocabulary as -m)"},
       {{"--ngram-min"}, "N", "with --spec ngram: shortest n-gram matched (default 2)"},
       {{"--ngram-max"}, "N", "with --spec ngram: longest n-gram matched, tried first (default 4)"},
-      {{"--draft-max"}, "N", "speculative tokens proposed per step at most (default 8)"},
+      {{"--draft-max"}, "N", "speculative tokens proposed per step at most (default: chosen from the verify cost measured at start)"},
       {{"--draft-min"}, "N", "fewer proposals than this are not verified (default 1)"},
       {{"--spec-knee"}, "N", "no proposals once a step already holds N tokens (default 64)"},
   };
@@ -56,7 +56,7 @@ Status spec_config_from_args(const ArgParser& args, spec::SpecConfig* c) {
       return error(std::string(flag) + ": needs --spec ngram or --draft-model");
   LUMEN_ASSIGN_OR_RETURN(int64_t nmin, args.get_int("--ngram-min", 2, 1, 64));
   LUMEN_ASSIGN_OR_RETURN(int64_t nmax, args.get_int("--ngram-max", std::max<int64_t>(4, nmin), 1, 64));
-  LUMEN_ASSIGN_OR_RETURN(int64_t dmax, args.get_int("--draft-max", 8, 1, 64));
+  LUMEN_ASSIGN_OR_RETURN(int64_t dmax, args.get_int("--draft-max", 0, 1, 64));
   LUMEN_ASSIGN_OR_RETURN(int64_t dmin, args.get_int("--draft-min", 1, 1, 64));
   LUMEN_ASSIGN_OR_RETURN(int64_t knee, args.get_int("--spec-knee", 64, 1, 1 << 20));
   c->ngram_min = static_cast<int32_t>(nmin);

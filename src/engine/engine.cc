@@ -52,6 +52,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path, co
   LUMEN_TRY(spec::validate(config.spec));
   if ((config.spec.kind == spec::ProposerKind::kCustom) != (proposer != nullptr))
     return error("engine: a custom proposer goes with spec.kind = kCustom");
+  const bool auto_draft_max = config.spec.draft_max == 0;
+  if (auto_draft_max) config.spec.draft_max = config.spec.measure_cost ? spec::kAutoDraftMax : 8;
   if (config.spec.kind != spec::ProposerKind::kNone) {
     // A verify chunk asks for 1 + k rows.
     config.max_logit_rows = std::max(config.max_logit_rows, config.max_seqs * (1 + config.spec.draft_max));
@@ -114,6 +116,37 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path, co
   e->runner_ = std::make_unique<ModelRunner>(e->model_, *e->kernels_, *e->pool_threads_, e->kv_,
                                              config.max_batch_tokens, config.max_seqs);
   e->processor_ = std::make_unique<OutputProcessor>(e->tokenizer_, config.n_ctx, config.max_seqs, hp.n_vocab);
+  if (config.spec.kind != spec::ProposerKind::kNone && config.spec.measure_cost) {
+    // 1 .. 1 + draft_max tokens (a verify), then up to the step knee (verifies beside
+    // other sequences' decodes).
+    std::vector<int32_t> ns;
+    for (int32_t n = 1; n <= 1 + config.spec.draft_max; ++n) ns.push_back(n);
+    const int32_t n_top = std::min({config.spec.max_step_tokens, config.max_logit_rows, config.max_batch_tokens});
+    if (config.max_seqs > 1)
+      for (int32_t n = ns.back() * 3 / 2; n <= n_top; n = n * 3 / 2) ns.push_back(n);
+    std::erase_if(ns, [&](int32_t n) { return n > n_top; });
+    const double t_cost = now_ms();
+    if (config.spec.given_costs.empty()) {
+      e->step_costs_ = e->measure_step_costs(ns, 2);
+    } else {
+      for (const auto& [n, ms] : config.spec.given_costs) e->step_costs_.add(n, ms);
+    }
+    if (e->step_costs_.empty()) {
+      LUMEN_LOG_WARN("engine: the KV cache cannot hold %d tokens: speculation without a verify cost", ns.back());
+    } else {
+      if (auto_draft_max) {
+        // The largest k that can still pay: all proposals accepted.
+        config.spec.draft_max = std::max(config.spec.draft_min,
+                                         spec::best_k(e->step_costs_, 1, 1, 1.0, config.spec.draft_max));
+        e->config_.spec.draft_max = config.spec.draft_max;
+      }
+      const spec::StepCosts& sc = e->step_costs_;
+      LUMEN_LOG_INFO("engine: verify cost measured in %.0f ms: 1 token %.2f ms, 9 tokens x%.2f, 17 tokens x%.2f; "
+                     "draft-max %d%s",
+                     now_ms() - t_cost, sc.ms(1), sc.ms(9) / sc.ms(1), sc.ms(17) / sc.ms(1), config.spec.draft_max,
+                     auto_draft_max ? " (chosen)" : "");
+    }
+  }
   switch (config.spec.kind) {
     case spec::ProposerKind::kNone: break;
     case spec::ProposerKind::kNgram:
@@ -143,6 +176,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path, co
 
   e->propose_seqs_.reserve(config.max_seqs);
   e->drafted_.reserve(config.max_seqs);
+  e->draft_k_.reserve(config.max_seqs);
   e->counters_.spec_accepted_per_pos.assign(config.spec.kind == spec::ProposerKind::kNone ? 0 : config.spec.draft_max, 0);
   e->runner_seqs_.reserve(config.max_seqs);
   // Events: at most one per running completion per step, plus an admission failure.
@@ -357,6 +391,38 @@ void Engine::fork_completions(Sequence& parent) {
   }
 }
 
+spec::StepCosts Engine::measure_step_costs(std::span<const int32_t> n_tokens, int n_reps) {
+  spec::StepCosts costs;
+  if (n_tokens.empty()) return costs;
+  const int32_t n_max = n_tokens.back();
+  kv::SeqKv scratch;
+  kv_.init_seq(scratch, 0);
+  if (!kv_.allocate_slots(scratch, 0, n_max, 0, nullptr)) return costs;
+  const int32_t n_vocab = model_.hparams().n_vocab;
+  std::vector<int32_t> tokens(static_cast<size_t>(n_max)), rows(static_cast<size_t>(n_max));
+  for (int32_t i = 0; i < n_max; ++i) {
+    tokens[static_cast<size_t>(i)] = static_cast<int32_t>((7919ll * (i + 1)) % n_vocab);
+    rows[static_cast<size_t>(i)] = i;
+  }
+  std::vector<std::span<const int32_t>> tables;
+  for (const kv::BlockTable& t : scratch.tables) tables.push_back(t.ids());
+  auto run = [&](int32_t n) {
+    const model::ForwardSeq fs{0, n, 0, tables};
+    const model::ForwardBatch batch{std::span(tokens).first(n), std::span(&fs, 1), std::span(rows).first(n)};
+    const double t0 = now_ms();
+    model_.forward(*kernels_, *pool_threads_, batch, kv_.views());
+    return now_ms() - t0;
+  };
+  run(1);  // warm-up
+  for (int32_t n : n_tokens) {
+    double best = run(n);
+    for (int r = 1; r < n_reps; ++r) best = std::min(best, run(n));
+    costs.add(n, std::max(best, 1e-6));
+  }
+  kv_.release_all(scratch);
+  return costs;
+}
+
 void Engine::init_spec(Sequence& seq) const {
   if (!proposer_) return;
   seq.draft.resize(static_cast<size_t>(config_.spec.draft_max));
@@ -384,8 +450,11 @@ void Engine::propose_drafts() {
   if (!waiting_.empty() && used_slots < config_.max_seqs)
     step_tokens += waiting_.front()->n_tokens_target() - waiting_.front()->n_tokens_computed;
   int64_t room = std::min<int64_t>(config_.spec.max_step_tokens, config_.max_batch_tokens) - step_tokens;
+  if (room < config_.spec.draft_min) return;
+  // The candidates and the k each would propose by its own acceptance (AdaptiveK).
+  double acceptance_sum = 0;
+  draft_k_.clear();
   for (SchedSeq* s : running_) {
-    if (room < config_.spec.draft_min) break;
     Sequence& seq = *seqs_.at(s->seq_id);
     const RequestState& req = *seq.req;
     LUMEN_DCHECK(s->n_spec == 0);
@@ -393,20 +462,38 @@ void Engine::propose_drafts() {
     if (s->n_tokens_target() - s->n_tokens_computed != 1) continue;
     int64_t k = seq.spec_k.next_k();
     // No further than the tokens still wanted (the step emits up to k + 1) and the context.
-    k = std::min<int64_t>({k, room, req.params.max_tokens - seq.n_generated - 1,
+    k = std::min<int64_t>({k, req.params.max_tokens - seq.n_generated - 1,
                            config_.n_ctx - static_cast<int64_t>(seq.tokens.size())});
     if (k < config_.spec.draft_min) continue;
+    drafted_.push_back(&seq);
+    draft_k_.push_back(static_cast<int32_t>(k));
+    acceptance_sum += seq.spec_k.acceptance();
+  }
+  if (drafted_.empty()) return;
+  // What the measured verify cost allows this step at the candidates' mean acceptance
+  // (step_costs.h): 0 when the step is already compute-bound.
+  const auto n_cand = static_cast<int32_t>(drafted_.size());
+  const int32_t k_step = spec::best_k(step_costs_, static_cast<int32_t>(std::max<int64_t>(1, step_tokens)), n_cand,
+                                      acceptance_sum / n_cand, config_.spec.draft_max);
+  size_t n_kept = 0;
+  for (size_t i = 0; i < drafted_.size(); ++i) {
+    if (room < config_.spec.draft_min) break;
+    Sequence& seq = *drafted_[i];
+    if (k_step == 0) seq.spec_k.idle();
+    const int64_t k = std::min<int64_t>({draft_k_[i], k_step, room});
+    if (k < config_.spec.draft_min) continue;
     spec::ProposeSeq p;
-    p.seq_id = s->seq_id;
+    p.seq_id = seq.sched.seq_id;
     p.tokens = seq.tokens;
     p.max_n = static_cast<int32_t>(k);
-    p.sampling = &req.params.sampling;
+    p.sampling = &seq.req->params.sampling;
     p.out_tokens = seq.draft;
     p.out_probs = seq.draft_probs;
     propose_seqs_.push_back(p);
-    drafted_.push_back(&seq);
+    drafted_[n_kept++] = &seq;
     room -= k;
   }
+  drafted_.resize(n_kept);
   if (propose_seqs_.empty()) return;
   proposer_->propose(propose_seqs_);
   for (size_t i = 0; i < propose_seqs_.size(); ++i) {

@@ -31,6 +31,7 @@
 #include "sample/sampler.h"
 #include "spec/adaptive.h"
 #include "spec/proposer.h"
+#include "spec/step_costs.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lumen::engine {
@@ -134,6 +135,9 @@ class Engine {
   int32_t kv_blocks_total() const { return kv_.n_blocks(); }
   const kv::KvManager& kv() const { return kv_; }
   int32_t n_waiting() const { return static_cast<int32_t>(waiting_.size()); }
+  // The verify cost measured at start when speculating (empty otherwise): forward ms by
+  // tokens in the step, each with a logits row (spec/step_costs.h).
+  const spec::StepCosts& step_costs() const { return step_costs_; }
   EngineMetrics metrics() const;
   // The same, into *out (reusing its buffers: the engine loop refreshes it every step).
   void metrics(EngineMetrics* out) const;
@@ -149,6 +153,10 @@ class Engine {
   // Speculation, around the scheduler: proposals appended to caught-up sequences before
   // it plans, trimmed to what it scheduled after, verified and rolled back after forward.
   void init_spec(Sequence& seq) const;
+  // Times forward passes of n tokens of one scratch sequence (n logits rows each) for the
+  // n in `n_tokens` (ascending), the best of n_reps each. Empty if the KV cache cannot
+  // hold the largest.
+  spec::StepCosts measure_step_costs(std::span<const int32_t> n_tokens, int n_reps);
   void propose_drafts();
   void trim_drafts(const SchedulerOutput& plan);
   void verify_chunk(Sequence& seq, const ScheduledChunk& c, const StepLogits& logits, size_t i, RequestEvent& ev);
@@ -184,6 +192,8 @@ class Engine {
   std::unique_ptr<spec::Proposer> proposer_;  // null: no speculation
   std::vector<spec::ProposeSeq> propose_seqs_;  // [<= max_seqs] this step's proposal requests
   std::vector<Sequence*> drafted_;       // [<= max_seqs] sequences holding proposals this step
+  std::vector<int32_t> draft_k_;         // [<= max_seqs] k each candidate would propose
+  spec::StepCosts step_costs_;           // measured at start (spec.measure_cost)
   size_t n_events_ = 0;                  // events_ written this step
 };
 

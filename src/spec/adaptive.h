@@ -12,13 +12,18 @@
 //                            once with k = 1: a failed probe pauses again at once (backoff
 //                            doubled); any acceptance resets the backoff
 //
-// and globally the engine proposes nothing once a step already holds max_step_tokens
-// tokens (past the prefill knee a verify token is no longer nearly free).
+// and it estimates the per-token acceptance a (decayed counts of accepted proposals and of
+// rejections, from a prior of 0.8): the engine caps k where the measured verify cost says
+// more proposals stop paying at that acceptance (step_costs.h), and proposes nothing in a
+// step whose batch is already compute-bound. It also proposes nothing once a step already
+// holds max_step_tokens tokens.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "base/status.h"
 
@@ -31,13 +36,23 @@ struct SpecConfig {
   ProposerKind kind = ProposerKind::kNone;
   int32_t ngram_min = 2;        // n-gram lookup: shortest match tried
   int32_t ngram_max = 4;        // longest match tried (first)
-  int32_t draft_max = 8;        // proposed tokens per step at most
+  // Proposed tokens per step at most; 0: chosen by the engine from the verify cost it
+  // measures at start (the largest k that can still pay, kAutoDraftMax at most).
+  int32_t draft_max = 0;
   int32_t draft_min = 1;        // fewer proposals than this are not verified
   // Speculation pauses while a step already has this many tokens before proposals (the
   // batch is compute-bound: `lumen roofline` prints the prefill knee). 0: 64.
   int32_t max_step_tokens = 0;
   std::string draft_model;      // kDraft: the draft model's path
+  // Measure the verify cost at start (step_costs.h) and let it cap k and pause speculation
+  // in compute-bound steps. false: k follows acceptance alone up to draft_max (8 when 0),
+  // limited only by max_step_tokens (exactness tests, and bench sweeps of a fixed k).
+  bool measure_cost = true;
+  // With measure_cost: (tokens, ms) points to use instead of measuring (tests).
+  std::vector<std::pair<int32_t, double>> given_costs;
 };
+
+inline constexpr int32_t kAutoDraftMax = 16;
 
 // Checks the settings a user gives (flags); the message names the flag and the value.
 Status validate(const SpecConfig& config);
@@ -69,6 +84,8 @@ class AdaptiveK {
   void update(int32_t n_proposed, int32_t n_accepted) {
     if (n_proposed <= 0) return;
     if (n_accepted == 0) {
+      n_accepted_ = kDecay * n_accepted_;
+      n_rejected_ = kDecay * n_rejected_ + 1;
       k_ = 1;
       if (++n_fail_streak_ >= 3) {
         pause_ = backoff_;
@@ -79,9 +96,22 @@ class AdaptiveK {
     }
     n_fail_streak_ = 0;
     backoff_ = 8;
+    n_accepted_ = kDecay * n_accepted_ + n_accepted;
+    n_rejected_ = kDecay * n_rejected_ + (n_accepted < n_proposed ? 1 : 0);
     k_ = n_accepted == n_proposed ? std::min(draft_max_, k_ + 2) : std::min(draft_max_, n_accepted + 1);
   }
+  // A step in which the sequence could have proposed but the verify cost said no: the
+  // acceptance estimate drifts back toward its prior, so that a sequence that stopped
+  // speculating after rejections tries again later.
+  void idle() {
+    n_accepted_ = kDecay * n_accepted_ + (1 - kDecay) * kPriorAccepted;
+    n_rejected_ = kDecay * n_rejected_ + (1 - kDecay) * kPriorRejected;
+  }
   int32_t k() const { return k_; }
+  // Per-token acceptance: accepted / (accepted + rejections), each proposal chunk being a
+  // run of accepted tokens ended by at most one rejection (the geometric model of
+  // step_costs.h), over decayed counts.
+  double acceptance() const { return n_accepted_ / (n_accepted_ + n_rejected_); }
   bool paused() const { return pause_ > 0; }
 
  private:
@@ -90,6 +120,10 @@ class AdaptiveK {
   int32_t n_fail_streak_ = 0;
   int32_t pause_ = 0;
   int32_t backoff_ = 8;
+  static constexpr double kDecay = 0.9;
+  static constexpr double kPriorAccepted = 4, kPriorRejected = 1;  // acceptance 0.8
+  double n_accepted_ = kPriorAccepted;
+  double n_rejected_ = kPriorRejected;
 };
 
 }  // namespace lumen::spec
