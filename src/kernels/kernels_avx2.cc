@@ -9,8 +9,8 @@
 //   quantize_row_q8_0          bit-exact
 //   quantized dots             integer products exact; f32 accumulation in 8 lanes (each
 //                              lane sums its share of every block, as ggml's AVX2 kernels);
-//                              q8_0 / q4_0 / q4_K (matmul_avx2.cc, with their 8-row
-//                              interleaved layouts): bit-exact
+//                              q8_0 / q4_0 / q4_K / q6_K (matmul_avx2.cc, with their
+//                              8-row interleaved layouts): bit-exact
 //   f32/f16/bf16 dots          4 x 8 f32 lanes with FMA instead of a double sum
 //   rms_norm                   double sum of squares in 4 lanes; then bit-exact
 //   silu_mul, exp_sum          polynomial expf (Cephes), <= 2 ulp
@@ -172,7 +172,7 @@ struct UnpackIQ4_NL {  // the non-linear values, in [-127, 113]
   }
 };
 
-// q8_0, q4_0 and q4_K have their own kernels, bit-exact with the reference (matmul_avx2.cc).
+// q8_0, q4_0, q4_K and q6_K have their own kernels, bit-exact with the reference (matmul_avx2.cc).
 using Q5_0Kernel = Q8_0StyleKernel<UnpackQ5_0>;
 using IQ4_NLKernel = Q8_0StyleKernel<UnpackIQ4_NL>;
 
@@ -358,64 +358,6 @@ struct Q5_KKernel {
     }
     #pragma GCC unroll 8
     for (int c = 0; c < NC; ++c) out[c] = hsum(acc[c]) + hsum128(acc_m[c]);
-  }
-};
-
-// q6 values of one half (128 elements) as 4 x 32 unsigned bytes 0..63 (quarter k holds
-// elements 32k .. 32k+31 of the half; see BlockQ6_K).
-void unpack_q6_k_half(const uint8_t* ql, const uint8_t* qh, __m256i q[4]) {
-  const __m256i m4 = _mm256_set1_epi8(15);
-  const __m256i m2 = _mm256_set1_epi8(3);
-  const __m256i l1 = load256(ql), l2 = load256(ql + 32), h = load256(qh);
-  const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(h, m2), 4);
-  const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4);
-  const __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4);
-  const __m256i h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4);
-  q[0] = _mm256_or_si256(_mm256_and_si256(l1, m4), h0);
-  q[1] = _mm256_or_si256(_mm256_and_si256(l2, m4), h1);
-  q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), h2);
-  q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m4), h3);
-}
-
-// sum (q - 32) x = sum q x - 32 sum x: the q6 values go in unsigned (maddubs), the offset
-// comes from bsums.
-struct Q6_KKernel {
-  template <int NC>
-  static void cols(int64_t n, const std::byte* w, const std::byte* x, size_t xs, float* out) {
-    const auto* bw = reinterpret_cast<const BlockQ6_K*>(w);
-    __m256 acc[NC];
-    #pragma GCC unroll 8
-    for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < n / kQkK; ++ib) {
-      const BlockQ6_K& b = bw[ib];
-      const __m256i scales16 = _mm256_cvtepi8_epi16(load128(b.scales));
-      __m256i sumi[NC];
-      #pragma GCC unroll 8
-      for (int c = 0; c < NC; ++c) sumi[c] = _mm256_setzero_si256();
-      for (int h = 0; h < 2; ++h) {
-        __m256i q[4];
-        unpack_q6_k_half(b.ql + 64 * h, b.qh + 32 * h, q);
-        for (int k = 0; k < 4; ++k) {
-          const int s = 8 * h + 2 * k;  // sub-blocks s (bytes 0..15), s + 1 (bytes 16..31)
-          const __m256i sv = _mm256_set_m128i(_mm_set1_epi16(b.scales[s + 1]), _mm_set1_epi16(b.scales[s]));
-          #pragma GCC unroll 8
-          for (int c = 0; c < NC; ++c) {
-            const int8_t* q8 = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib].qs + 128 * h + 32 * k;
-            const __m256i p = _mm256_madd_epi16(sv, _mm256_maddubs_epi16(q[k], load256(q8)));
-            sumi[c] = _mm256_add_epi32(sumi[c], p);
-          }
-        }
-      }
-      #pragma GCC unroll 8
-      for (int c = 0; c < NC; ++c) {
-        const BlockQ8_K& bx = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib];
-        const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(load256(bx.bsums), scales16), 5);
-        const __m256i s = _mm256_sub_epi32(sumi[c], offset);
-        acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(bx.d * f16(b.d_f16)), _mm256_cvtepi32_ps(s), acc[c]);
-      }
-    }
-    #pragma GCC unroll 8
-    for (int c = 0; c < NC; ++c) out[c] = hsum(acc[c]);
   }
 };
 
@@ -733,7 +675,6 @@ void set_cols(MatmulKernels& mk) {
   mk.vec_dot = &vec_dot_cols<Kernel>;
   mk.gemm = &gemm_cols<Kernel>;
 }
-void mm_q6_k_avx2(MatmulKernels& mk) { set_cols<Q6_KKernel>(mk); }
 void mm_q4_1_avx2(MatmulKernels& mk) { set_cols<Q4_1Kernel>(mk); }
 void mm_q5_0_avx2(MatmulKernels& mk) { set_cols<Q5_0Kernel>(mk); }
 void mm_q5_1_avx2(MatmulKernels& mk) { set_cols<Q5_1Kernel>(mk); }

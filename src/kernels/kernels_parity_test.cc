@@ -167,6 +167,16 @@ std::vector<Weights> adversarial_weights(std::mt19937& rng, DType dt, int64_t n_
 // reference's float steps in the reference's order (iq_blocks.h), so they are bit-exact.
 bool iq_wide(DType dt) { return dtype_info(dt).name.starts_with("iq") && dt != DType::kIQ4_NL; }
 
+// Whether table t's dots of dtype dt equal the reference's bit for bit: the wide i-quants,
+// the AVX-512 table's own kernels (a row's avx512 entry follows the reference's block order;
+// types without one inherit the AVX2 kernels, which sum in lanes), and every type with an
+// interleaved layout (its plain kernels follow the reference's block order, so that the
+// interleaved copies, which must equal vec_dot, equal the reference too).
+bool exact_vs_reference(const KernelTable& t, DType dt) {
+  return iq_wide(dt) || (std::string(t.name) == "avx512" && find_type_row(dt)->matmul.avx512 != nullptr) ||
+         find_matmul_kernels(t, dt)->interleaved.layout != nullptr;
+}
+
 // Terms one SIMD lane accumulates for a dot of n elements of dtype dt.
 double lane_terms(DType dt, int64_t n) {
   const int64_t block = dtype_info(dt).block_size;
@@ -211,7 +221,7 @@ TEST(KernelsParity, VecDotAndGemm) {
               const std::vector<float> wd = testing::dequantize(dt, wr, n);
               const double mag = testing::abs_dot_double(wd.data(), xd.data(), n) +
                                  testing::q8_1_offset_magnitude(dt, wr, mr->act_dtype, xq.data(), n);
-              const double tol = iq_wide(dt) ? 0.0 : (lane_terms(dt, n) + 16) * kUlp * mag;
+              const double tol = exact_vs_reference(*t, dt) ? 0.0 : (lane_terms(dt, n) + 16) * kUlp * mag;
               if (!(mag <= 1e36)) {
                 // Near f32 overflow: whether a partial sum hits inf (and then inf - inf =
                 // nan) depends on the summation order. Only require both to overflow or both
@@ -265,10 +275,7 @@ TEST(KernelsParity, PanelGemm) {
   FailureLog log;
   for (const KernelTable* t : simd_tables()) {
     for (DType dt : testing::matmul_types(/*quantized_only=*/true)) {
-      // The AVX-512 table's own kernels (a row's avx512 entry) follow the reference's block
-      // order; types without one inherit the AVX2 kernels, which sum in lanes.
-      const bool exact_vs_ref =
-          iq_wide(dt) || (std::string(t->name) == "avx512" && find_type_row(dt)->matmul.avx512 != nullptr);
+      const bool exact_vs_ref = exact_vs_reference(*t, dt);
       const MatmulKernels* mk = find_matmul_kernels(*t, dt);
       const MatmulKernels* mr = find_matmul_kernels(ref, dt);
       const PanelKernels& pk = mk->panel;

@@ -1,5 +1,6 @@
-// AVX2 matmul kernels for q8_0 and q4_0 weights (against q8_0 activations): the plain GGUF
-// layout (vec_dot, gemm) and 8-row interleaved groups (InterleavedKernels, kernel_table.h).
+// AVX2 matmul kernels for q8_0 and q4_0 weights (against q8_0 activations) and q4_K, q6_K
+// (against q8_K): the plain GGUF layout (vec_dot, gemm) and 8-row interleaved groups
+// (InterleavedKernels, kernel_table.h).
 //
 // Both follow the scalar reference's arithmetic block by block, so they equal it (and each
 // other) bit for bit: an exact int32 sum per block, then sumf += (float)sumi * (d_w * d_x)
@@ -173,6 +174,65 @@ struct PlainQ4_KKernel {
   }
 };
 
+// q6_K against q8_K in the plain layout (ref::vec_dot_q6_k_q8_k): per block the exact
+// sumi = sum_s scales[s] * ((q6 - 32) . q8 over s), then acc += (d_x * d_w) * (float)sumi.
+// The q6 values go in unsigned (maddubs; a pair is at most 2 * 63 * 128 = 16128), the
+// offset as 32 * sum_s scales[s] * bsum[s].
+struct PlainQ6_KKernel {
+  // The q6 values of one half (128 elements) as 4 x 32 unsigned bytes 0..63: quarter k
+  // holds elements 32k .. 32k + 31 of the half (see BlockQ6_K).
+  static void unpack_half(const uint8_t* ql, const uint8_t* qh, __m256i q[4]) {
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
+    const __m256i l1 = load256(ql), l2 = load256(ql + 32), h = load256(qh);
+    const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(h, m2), 4);
+    const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4);
+    const __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4);
+    const __m256i h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4);
+    q[0] = _mm256_or_si256(_mm256_and_si256(l1, m4), h0);
+    q[1] = _mm256_or_si256(_mm256_and_si256(l2, m4), h1);
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), h2);
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m4), h3);
+  }
+
+  template <int NC>
+  static void cols(int64_t n, const std::byte* w, const std::byte* x, size_t xs, float* out) {
+    const auto* bw = reinterpret_cast<const BlockQ6_K*>(w);
+    float acc[NC];
+    #pragma GCC unroll 4
+    for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
+    for (int64_t ib = 0; ib < n / kQkK; ++ib) {
+      const BlockQ6_K& b = bw[ib];
+      const __m256i scales16 = _mm256_cvtepi8_epi16(load128(b.scales));
+      __m256i sumi[NC];
+      #pragma GCC unroll 4
+      for (int c = 0; c < NC; ++c) sumi[c] = _mm256_setzero_si256();
+      for (int h = 0; h < 2; ++h) {
+        __m256i q[4];
+        unpack_half(b.ql + 64 * h, b.qh + 32 * h, q);
+        #pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+          const int s = 8 * h + 2 * k;  // sub-blocks s (bytes 0..15), s + 1 (bytes 16..31)
+          const __m256i sv = _mm256_set_m128i(_mm_set1_epi16(b.scales[s + 1]), _mm_set1_epi16(b.scales[s]));
+          #pragma GCC unroll 4
+          for (int c = 0; c < NC; ++c) {
+            const int8_t* q8 = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib].qs + 128 * h + 32 * k;
+            sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(sv, _mm256_maddubs_epi16(q[k], load256(q8))));
+          }
+        }
+      }
+      const float dw = _cvtsh_ss(b.d_f16);
+      #pragma GCC unroll 4
+      for (int c = 0; c < NC; ++c) {
+        const BlockQ8_K& bx = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib];
+        const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(load256(bx.bsums), scales16), 5);
+        acc[c] += (bx.d * dw) * static_cast<float>(hsum_i32(_mm256_sub_epi32(sumi[c], offset)));
+      }
+    }
+    #pragma GCC unroll 4
+    for (int c = 0; c < NC; ++c) out[c] = acc[c];
+  }
+};
+
 // ---- interleaved layouts -------------------------------------------------------------------
 //
 // A group is 8 rows; per block index ib it holds one "group block" made of the 8 rows'
@@ -191,9 +251,18 @@ struct PlainQ4_KKernel {
 //   [s = 0..7][r] u8    sc[s]                                                         64
 //   [t = 0..3][r] u8 x 2   m[2t], m[2t + 1]                                           64
 //   [r] f16 d, [r] f16 dmin                                                            32
+// q6_K "q6_Kx8", 1680 bytes per 256 elements (the size of the 8 GGUF blocks):
+//   [h = 0..1][k = 0..7] { [r] u32 ql[64h + 4k ..], [r] u32 ql[64h + 32 + 4k ..],
+//                          [r] u32 qh[32h + 4k ..] }                                  1536
+//   [t = 0..7][r] i8 x 2   scales[2t], scales[2t + 1]                                  128
+//   [r] f16 d                                                                           16
+//   (quarter qi of half h, element 128h + 32qi + 4k + j, sub-block 8h + 2qi + k / 4:
+//    the low 4 bits from the first ql dword (qi 0: low nibbles, 2: high) or the second
+//    (qi 1, 3), the top 2 bits from bits 2qi, 2qi + 1 of the qh dword's byte j.)
 constexpr size_t kQ8_0GroupBlock = 288;
 constexpr size_t kQ4_0GroupBlock = 144;
 constexpr size_t kQ4_KGroupBlock = 1184;
+constexpr size_t kQ6_KGroupBlock = 1680;
 
 template <size_t kGroupBlock, int kBlock>
 size_t group_bytes(int64_t n) {
@@ -234,6 +303,21 @@ void pack_q4_k(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, s
     }
     std::memcpy(gb + 1152 + 2 * r, &b.d_f16, 2);
     std::memcpy(gb + 1168 + 2 * r, &b.dmin_f16, 2);
+  });
+}
+
+void pack_q6_k(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* dst) {
+  pack_groups<BlockQ6_K, kQ6_KGroupBlock, kQkK>(n, w, w_stride, n_rows, dst, [](const BlockQ6_K& b, int r, std::byte* gb) {
+    for (int h = 0; h < 2; ++h) {
+      for (int k = 0; k < 8; ++k) {
+        std::byte* q = gb + (8 * h + k) * 96 + 4 * r;
+        std::memcpy(q, b.ql + 64 * h + 4 * k, 4);
+        std::memcpy(q + 32, b.ql + 64 * h + 32 + 4 * k, 4);
+        std::memcpy(q + 64, b.qh + 32 * h + 4 * k, 4);
+      }
+    }
+    for (int t = 0; t < 8; ++t) std::memcpy(gb + 1536 + 16 * t + 2 * r, b.scales + 2 * t, 2);
+    std::memcpy(gb + 1664 + 2 * r, &b.d_f16, 2);
   });
 }
 
@@ -408,6 +492,87 @@ void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
   store_rows<C>(acc, n_rows, y, ys);
 }
 
+// The 8 rows' q6_K scales 2t, 2t + 1 of a q6_Kx8 group block as int16 pairs per dword.
+__m256i q6_k_scale_pairs(const std::byte* gb, int t) { return _mm256_cvtepi8_epi16(load128(gb + 1536 + 16 * t)); }
+
+// q6_K: acc += (d_x * d_w) * (float)sumi per block, sumi = sum_s scales[s] * (q6 . q8 over
+// s) - 32 * sum_s scales[s] * bsum[s], the q6 values 0..63 unsigned. Two maddubs of a
+// sub-block add up in int16 (4 products of at most 63 * 128: 32256 < 2^15), then one
+// madd_epi16 against the scale pair (scale, scale) of each row widens and scales them.
+template <int C>
+void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* /*side*/,
+               size_t /*ss*/, int64_t n_rows, float* y, int64_t ys) {
+  const __m256i m4 = _mm256_set1_epi8(15), m03 = _mm256_set1_epi8(0x03), m0c = _mm256_set1_epi8(0x0c),
+                m30 = _mm256_set1_epi8(0x30);
+  // Within each dword of the scale pairs (sc[2t], sc[2t + 1]): (sc[2t], sc[2t]) or the odd twice.
+  const __m256i dup_even = _mm256_set1_epi32(0x01000100), dup_odd = _mm256_set1_epi32(0x03020302);
+  const __m256i dword_base = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
+                                              0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+  const __m256i pick[2] = {_mm256_add_epi8(dword_base, dup_even), _mm256_add_epi8(dword_base, dup_odd)};
+  __m256 acc[C];
+  #pragma GCC unroll 4
+  for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    const std::byte* gb = group + ib * kQ6_KGroupBlock;
+    const std::byte* xb = x + ib * sizeof(BlockQ8_K);
+    __m256i sumi[C];
+    #pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) sumi[c] = _mm256_setzero_si256();
+    #pragma GCC unroll 1
+    for (int hk = 0; hk < 4; ++hk) {  // half h = hk / 2; dwords k = 4 * (hk % 2) .. + 3
+      const int h = hk >> 1, kk = hk & 1;
+      __m256i sc[4];  // quarter qi: sub-block 8h + 2qi + kk = scale pair t = 4h + qi, half kk
+      #pragma GCC unroll 4
+      for (int qi = 0; qi < 4; ++qi) sc[qi] = _mm256_shuffle_epi8(q6_k_scale_pairs(gb, 4 * h + qi), pick[kk]);
+      #pragma GCC unroll 2
+      for (int k = 4 * kk; k < 4 * kk + 4; k += 2) {
+        __m256i v[2][4];
+        #pragma GCC unroll 2
+        for (int j = 0; j < 2; ++j) {
+          const std::byte* q = gb + (8 * h + k + j) * 96;
+          const __m256i la = load256(q), lb = load256(q + 32), hb = load256(q + 64);
+          v[j][0] = _mm256_or_si256(_mm256_and_si256(la, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m03), 4));
+          v[j][1] = _mm256_or_si256(_mm256_and_si256(lb, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m0c), 2));
+          v[j][2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), m4), _mm256_and_si256(hb, m30));
+          v[j][3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb, 4), m4),
+                                    _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+        }
+        const std::byte* xq = xb + offsetof(BlockQ8_K, qs) + 128 * h + 4 * k;
+        #pragma GCC unroll 4
+        for (int qi = 0; qi < 4; ++qi) {
+          #pragma GCC unroll 4
+          for (int c = 0; c < C; ++c) {
+            const std::byte* xc = xq + c * xs + 32 * qi;
+            const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(v[0][qi], bcast_i32(xc)),
+                                               _mm256_maddubs_epi16(v[1][qi], bcast_i32(xc + 4)));
+            sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(p, sc[qi]));
+          }
+        }
+      }
+    }
+    // The offset: sum_s scales[s] * bsum[s], pairs (bsum[2t], bsum[2t + 1]) straight from q8_K.
+    __m256i off[C];
+    #pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) off[c] = _mm256_setzero_si256();
+    #pragma GCC unroll 8
+    for (int t = 0; t < 8; ++t) {
+      const __m256i sp = q6_k_scale_pairs(gb, t);
+      #pragma GCC unroll 4
+      for (int c = 0; c < C; ++c)
+        off[c] = _mm256_add_epi32(off[c], _mm256_madd_epi16(sp, bcast_i32(xb + c * xs + offsetof(BlockQ8_K, bsums) + 4 * t)));
+    }
+    const __m256 dw = _mm256_cvtph_ps(load128(gb + 1664));
+    #pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) {
+      float dx;
+      std::memcpy(&dx, xb + c * xs + offsetof(BlockQ8_K, d), 4);
+      const __m256i s = _mm256_sub_epi32(sumi[c], _mm256_slli_epi32(off[c], 5));
+      acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dx), dw), _mm256_cvtepi32_ps(s)));
+    }
+  }
+  store_rows<C>(acc, n_rows, y, ys);
+}
+
 template <int C> struct TileQ8_0 {
   static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
                   int64_t n_rows, float* y, int64_t ys) { tile_q8<false, C>(nb, g, x, xs, s, ss, n_rows, y, ys); }
@@ -419,6 +584,11 @@ template <int C> struct TileQ4_0 {
 template <int C> struct TileQ4_K {
   static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
                   int64_t n_rows, float* y, int64_t ys) { tile_q4_k<C>(nb, g, x, xs, s, ss, n_rows, y, ys); }
+};
+
+template <int C> struct TileQ6_K {
+  static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
+                  int64_t n_rows, float* y, int64_t ys) { tile_q6_k<C>(nb, g, x, xs, s, ss, n_rows, y, ys); }
 };
 
 // n_rows rows = consecutive groups from `groups`, each against every activation row, kCols
@@ -445,6 +615,8 @@ void gemm_groups(int64_t n, const std::byte* groups, int64_t n_rows, const std::
   }
 }
 
+size_t no_side_bytes(int64_t) { return 0; }
+
 }  // namespace
 
 void mm_q8_0_avx2(MatmulKernels& mk) {
@@ -463,7 +635,14 @@ void mm_q4_k_avx2(MatmulKernels& mk) {
   mk.vec_dot = &vec_dot_cols<PlainQ4_KKernel>;
   mk.gemm = &gemm_cols<PlainQ4_KKernel>;
   mk.interleaved = {"q4_Kx8", kRows, &group_bytes<kQ4_KGroupBlock, kQkK>, &q4_k_side_bytes, &prepare_side_q4_k,
-                    &pack_q4_k, &gemm_groups<kQkK, kQ4_KGroupBlock, 2, TileQ4_K>};
+                    &pack_q4_k, &gemm_groups<kQkK, kQ4_KGroupBlock, 4, TileQ4_K>};
+}
+
+void mm_q6_k_avx2(MatmulKernels& mk) {
+  mk.vec_dot = &vec_dot_cols<PlainQ6_KKernel>;
+  mk.gemm = &gemm_cols<PlainQ6_KKernel>;
+  mk.interleaved = {"q6_Kx8", kRows, &group_bytes<kQ6_KGroupBlock, kQkK>, &no_side_bytes, nullptr,
+                    &pack_q6_k, &gemm_groups<kQkK, kQ6_KGroupBlock, 4, TileQ6_K>};
 }
 
 }  // namespace lumen::kernels
