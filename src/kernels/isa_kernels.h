@@ -15,7 +15,6 @@ void mm_f32_avx2(MatmulKernels& mk);
 void mm_f16_avx2(MatmulKernels& mk);
 void mm_bf16_avx2(MatmulKernels& mk);
 void mm_q4_1_avx2(MatmulKernels& mk);
-void mm_q5_0_avx2(MatmulKernels& mk);
 void mm_q5_1_avx2(MatmulKernels& mk);
 void mm_q2_k_avx2(MatmulKernels& mk);
 void mm_q3_k_avx2(MatmulKernels& mk);
@@ -32,9 +31,10 @@ void mm_iq1_s_avx2(MatmulKernels& mk);
 void mm_iq1_m_avx2(MatmulKernels& mk);
 void quantize_row_q8_0_avx2(const float* x, std::byte* y, int64_t n);
 void quantize_row_f16_avx2(const float* x, std::byte* y, int64_t n);
-// matmul_avx2.cc (AVX2 + FMA + F16C): q8_0 / q4_0 / q4_K / q6_K, plain and 8-row interleaved layouts
+// matmul_avx2.cc (AVX2 + FMA + F16C): q8_0 / q4_0 / q5_0 / q4_K / q6_K, plain and 8-row interleaved layouts
 void mm_q8_0_avx2(MatmulKernels& mk);
 void mm_q4_0_avx2(MatmulKernels& mk);
+void mm_q5_0_avx2(MatmulKernels& mk);
 void mm_q4_k_avx2(MatmulKernels& mk);
 void mm_q6_k_avx2(MatmulKernels& mk);
 

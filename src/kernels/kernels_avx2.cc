@@ -9,8 +9,8 @@
 //   quantize_row_q8_0          bit-exact
 //   quantized dots             integer products exact; f32 accumulation in 8 lanes (each
 //                              lane sums its share of every block, as ggml's AVX2 kernels);
-//                              q8_0 / q4_0 / q4_K / q6_K (matmul_avx2.cc, with their
-//                              8-row interleaved layouts): bit-exact
+//                              q8_0 / q4_0 / q5_0 / q4_K / q6_K (matmul_avx2.cc, with
+//                              their 8-row interleaved layouts): bit-exact
 //   f32/f16/bf16 dots          4 x 8 f32 lanes with FMA instead of a double sum
 //   rms_norm                   double sum of squares in 4 lanes; then bit-exact
 //   silu_mul, exp_sum          polynomial expf (Cephes), <= 2 ulp
@@ -140,29 +140,11 @@ struct Q8_0StyleKernel {
   }
 };
 
-// The 32 bits of the little-endian u32 at p as 32 bytes: byte i = 0xff if bit i is set.
-__m256i bytes_from_bits(const uint8_t* p) {
-  uint32_t bits;
-  std::memcpy(&bits, p, 4);
-  // Byte i takes source byte i / 8 (both 128-bit lanes hold the broadcast u32), then tests
-  // bit i % 8 of it.
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int32_t>(bits)),
-      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
-  const __m256i sel = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
-  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, sel), sel);
-}
-
 // The 5-bit quants of a q5_0 / q5_1 block as unsigned bytes 0..31 (element order).
 template <typename Block>
 __m256i unpack_q5(const Block& b) {
   return _mm256_or_si256(unpack_q4_0(b.qs), _mm256_and_si256(bytes_from_bits(b.qh), _mm256_set1_epi8(16)));
 }
-
-struct UnpackQ5_0 {  // signed q - 16 in [-16, 15]
-  using Block = BlockQ5_0;
-  static __m256i quants(const BlockQ5_0& b) { return _mm256_sub_epi8(unpack_q5(b), _mm256_set1_epi8(16)); }
-};
 
 struct UnpackIQ4_NL {  // the non-linear values, in [-127, 113]
   using Block = BlockIQ4_NL;
@@ -172,8 +154,8 @@ struct UnpackIQ4_NL {  // the non-linear values, in [-127, 113]
   }
 };
 
-// q8_0, q4_0, q4_K and q6_K have their own kernels, bit-exact with the reference (matmul_avx2.cc).
-using Q5_0Kernel = Q8_0StyleKernel<UnpackQ5_0>;
+// q8_0, q4_0, q5_0, q4_K and q6_K have their own kernels, bit-exact with the reference
+// (matmul_avx2.cc).
 using IQ4_NLKernel = Q8_0StyleKernel<UnpackIQ4_NL>;
 
 // q4_1 / q5_1 against q8_1 (see ref::vec_dot_q4_1_q8_1): the quants go in unsigned
@@ -676,7 +658,6 @@ void set_cols(MatmulKernels& mk) {
   mk.gemm = &gemm_cols<Kernel>;
 }
 void mm_q4_1_avx2(MatmulKernels& mk) { set_cols<Q4_1Kernel>(mk); }
-void mm_q5_0_avx2(MatmulKernels& mk) { set_cols<Q5_0Kernel>(mk); }
 void mm_q5_1_avx2(MatmulKernels& mk) { set_cols<Q5_1Kernel>(mk); }
 void mm_q2_k_avx2(MatmulKernels& mk) { set_cols<Q2_KKernel>(mk); }
 void mm_q3_k_avx2(MatmulKernels& mk) { set_cols<Q3_KKernel>(mk); }

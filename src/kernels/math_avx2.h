@@ -1,12 +1,28 @@
-// f32 math for 8 lanes shared by the AVX2-compiled translation units (*_avx2.cc). In an
+// f32 math for 8 lanes (and a bit helper) shared by the AVX2-compiled translation units (*_avx2.cc). In an
 // anonymous namespace on purpose (see kernels_isa_common.h): include it only from files
 // compiled with the AVX2 (or AVX-512) flags.
 #pragma once
 
 #include <immintrin.h>
 
+#include <cstdint>
+#include <cstring>
+
 namespace lumen::kernels {
 namespace {  // NOLINT(google-build-namespaces): deliberate, see above
+
+// The 32 bits of the little-endian u32 at p as 32 bytes: byte i = 0xff if bit i is set.
+inline __m256i bytes_from_bits(const uint8_t* p) {
+  uint32_t bits;
+  std::memcpy(&bits, p, 4);
+  // Byte i takes source byte i / 8 (both 128-bit lanes hold the broadcast u32), then tests
+  // bit i % 8 of it.
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int32_t>(bits)),
+      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m256i sel = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, sel), sel);
+}
 
 inline double hsum_pd(__m256d v) {
   __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));

@@ -1,4 +1,4 @@
-// AVX2 matmul kernels for q8_0 and q4_0 weights (against q8_0 activations) and q4_K, q6_K
+// AVX2 matmul kernels for q8_0, q4_0 and q5_0 weights (against q8_0 activations) and q4_K, q6_K
 // (against q8_K): the plain GGUF layout (vec_dot, gemm) and 8-row interleaved groups
 // (InterleavedKernels, kernel_table.h).
 //
@@ -20,10 +20,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/isa_kernels.h"
 #include "kernels/kernel_table.h"
 #include "kernels/kernels_isa_common.h"
+#include "kernels/math_avx2.h"
 #include "kernels/quant_blocks.h"
 
 namespace lumen::kernels {
@@ -61,21 +63,24 @@ int32_t hsum_i32(__m256i v) { return hsum_i32(_mm_add_epi32(_mm256_castsi256_si1
 
 // ---- the plain layout: one weight row against up to kMaxCols activation rows ------------
 
-// The 32 quants of a weight block as signed bytes (q8_0 as stored, q4_0 as q - 8).
-template <bool kNibbles>
+// The 32 quants of a weight block as signed bytes (q8_0 as stored, q4_0 as q - 8, q5_0 as
+// q - 16).
+template <typename Block>
 __m256i block_quants(const std::byte* w, int64_t ib) {
-  if constexpr (kNibbles) {
-    const __m128i b = load128(reinterpret_cast<const BlockQ4_0*>(w)[ib].qs);
-    const __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(15));
-    return _mm256_sub_epi8(q, _mm256_set1_epi8(8));
+  const Block& b = reinterpret_cast<const Block*>(w)[ib];
+  if constexpr (std::is_same_v<Block, BlockQ8_0>) {
+    return load256(b.qs);
   } else {
-    return load256(reinterpret_cast<const BlockQ8_0*>(w)[ib].qs);
+    const __m128i lo = load128(b.qs);
+    const __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(lo, 4), lo), _mm256_set1_epi8(15));
+    if constexpr (std::is_same_v<Block, BlockQ4_0>) {
+      return _mm256_sub_epi8(q, _mm256_set1_epi8(8));
+    } else {
+      static_assert(std::is_same_v<Block, BlockQ5_0>);
+      const __m256i q5 = _mm256_or_si256(q, _mm256_and_si256(bytes_from_bits(b.qh), _mm256_set1_epi8(16)));
+      return _mm256_sub_epi8(q5, _mm256_set1_epi8(16));
+    }
   }
-}
-template <bool kNibbles>
-uint16_t block_d(const std::byte* w, int64_t ib) {
-  if constexpr (kNibbles) return reinterpret_cast<const BlockQ4_0*>(w)[ib].d_f16;
-  return reinterpret_cast<const BlockQ8_0*>(w)[ib].d_f16;
 }
 
 // Lane j: the sum of the 8 int32 lanes of v[j] (exact).
@@ -88,7 +93,7 @@ __m128i hsum4_i32(const __m256i v[4]) {
 // out of one reduction, their scale products d_w * d_x and (float)sumi * d out of one
 // vector multiply each, and the four terms are added to the column's sum one by one, in
 // block order, as the reference adds them.
-template <bool kNibbles>
+template <typename Block>
 struct PlainKernel {
   template <int NC>
   static void cols(int64_t n, const std::byte* w, const std::byte* x, size_t xs, float* out) {
@@ -101,8 +106,8 @@ struct PlainKernel {
       __m256i qw[4];
       float dw[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       for (int j = 0; j < n_blocks; ++j) {
-        qw[j] = block_quants<kNibbles>(w, ib0 + j);
-        dw[j] = _cvtsh_ss(block_d<kNibbles>(w, ib0 + j));
+        qw[j] = block_quants<Block>(w, ib0 + j);
+        dw[j] = _cvtsh_ss(reinterpret_cast<const Block*>(w)[ib0 + j].d_f16);
       }
       #pragma GCC unroll 4
       for (int c = 0; c < NC; ++c) {
@@ -245,6 +250,10 @@ struct PlainQ6_KKernel {
 //   [k = 0..3][r] u32   qs[4k .. 4k+3] of row r: low nibbles elements 4k .. 4k+3,
 //                       high nibbles elements 16 + 4k .. 16 + 4k + 3                128
 //   [r] f16             d                                                            16
+// q5_0 "q5_0x8", 176 bytes per 32 elements (the size of the 8 GGUF blocks):
+//   [k = 0..3][r] u32   qs[4k .. 4k+3] of row r, as q4_0x8                           128
+//   [r] u32             qh of row r (bit i: the fifth bit of element i)              32
+//   [r] f16             d                                                            16
 // q4_K "q4_Kx8", 1184 bytes per 256 elements (+2.8%: the 6-bit scales stored as bytes):
 //   [c = 0..3][k = 0..7][r] u32  qs[32c + 4k .. 32c + 4k + 3] of row r: low nibbles
 //                       elements 64c + 4k .. (sub-block 2c), high 64c + 32 + 4k ..     1024
@@ -261,6 +270,7 @@ struct PlainQ6_KKernel {
 //    (qi 1, 3), the top 2 bits from bits 2qi, 2qi + 1 of the qh dword's byte j.)
 constexpr size_t kQ8_0GroupBlock = 288;
 constexpr size_t kQ4_0GroupBlock = 144;
+constexpr size_t kQ5_0GroupBlock = 176;
 constexpr size_t kQ4_KGroupBlock = 1184;
 constexpr size_t kQ6_KGroupBlock = 1680;
 
@@ -289,6 +299,14 @@ void pack_q8(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std
   pack_groups<Block, kGroupBlock, kQk>(n, w, w_stride, n_rows, dst, [](const Block& b, int r, std::byte* gb) {
     for (int k = 0; k < kQuantBytes / 4; ++k) std::memcpy(gb + 32 * k + 4 * r, b.qs + 4 * k, 4);
     std::memcpy(gb + 8 * kQuantBytes + 2 * r, &b.d_f16, 2);
+  });
+}
+
+void pack_q5_0(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* dst) {
+  pack_groups<BlockQ5_0, kQ5_0GroupBlock, kQk>(n, w, w_stride, n_rows, dst, [](const BlockQ5_0& b, int r, std::byte* gb) {
+    for (int k = 0; k < 4; ++k) std::memcpy(gb + 32 * k + 4 * r, b.qs + 4 * k, 4);
+    std::memcpy(gb + 128 + 4 * r, b.qh, 4);
+    std::memcpy(gb + 160 + 2 * r, &b.d_f16, 2);
   });
 }
 
@@ -321,17 +339,17 @@ void pack_q6_k(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, s
   });
 }
 
-// Side data of a q8_0 activation row, per block ib (8 bytes): f32 d_x, int32 -8 * sum(q_x)
-// for q4_0 (its weights go in as unsigned nibbles, q - 8 = q + (-8)), 0 for q8_0.
+// Side data of a q8_0 activation row, per block ib (8 bytes): f32 d_x, int32
+// -kOffset * sum(q_x): the weights go in unsigned, q - kOffset (q4_0: 8, q5_0: 16, q8_0: 0).
 size_t q8_side_bytes(int64_t n) { return static_cast<size_t>(n / kQk) * 8; }
-template <bool kNibbles>
+template <int kOffset>
 void prepare_side_q8(const std::byte* xq, int64_t n, std::byte* side) {
   const auto* bx = reinterpret_cast<const BlockQ8_0*>(xq);
   for (int64_t ib = 0; ib < n / kQk; ++ib) {
     int32_t corr = 0;
-    if constexpr (kNibbles) {
+    if constexpr (kOffset != 0) {
       const __m256i p16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), load256(bx[ib].qs));
-      corr = -8 * hsum_i32(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+      corr = -kOffset * hsum_i32(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
     }
     const float d = _cvtsh_ss(bx[ib].d_f16);
     std::memcpy(side + ib * 8, &d, 4);
@@ -422,6 +440,56 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
     #pragma GCC unroll 8
     for (int c = 0; c < C; ++c)
       acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_cvtepi32_ps(s[c]), _mm256_mul_ps(dw, bcast_f32(side + c * ss + ib * 8))));
+  }
+  store_rows<C>(acc, n_rows, y, ys);
+}
+
+// q5_0: as q4_0 with the fifth bits. Element 4k + j takes bit 4k + j of its row's qh dword
+// (byte k / 2, bit 4 (k % 2) + j), element 16 + 4k + j bit 16 + 4k + j (byte 2 + k / 2):
+// one byte shuffle copies that byte into the 4 bytes of the row's dword, a compare against
+// the 4 single-bit masks makes it 0xff / 0, and 16 of it joins the nibble. The quants are
+// then 0..31 unsigned (side data: -16 * sum(q_x)); 4 maddubs add up in int16 (8 products
+// of at most 31 * 128: 31744 < 2^15), so low and high nibbles keep one int16 sum each.
+template <int C>
+void tile_q5_0(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side, size_t ss,
+               int64_t n_rows, float* y, int64_t ys) {
+  const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16), ones16 = _mm256_set1_epi16(1);
+  const __m256i dword_base = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
+                                              0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+  const __m256i bit_of[2] = {_mm256_set1_epi32(0x08040201), _mm256_set1_epi32(static_cast<int32_t>(0x80402010u))};
+  __m256 acc[C];
+  #pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    const std::byte* gb = group + ib * kQ5_0GroupBlock;
+    const std::byte* xb = x + ib * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, qs);
+    const __m256i qh = load256(gb + 128);
+    __m256i lo16[C], hi16[C];
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) lo16[c] = hi16[c] = _mm256_setzero_si256();
+    #pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const __m256i q = load256(gb + 32 * k);
+      const __m256i bits = bit_of[k % 2];
+      const __m256i blo = _mm256_shuffle_epi8(qh, _mm256_add_epi8(dword_base, _mm256_set1_epi8(static_cast<char>(k / 2))));
+      const __m256i bhi = _mm256_shuffle_epi8(qh, _mm256_add_epi8(dword_base, _mm256_set1_epi8(static_cast<char>(2 + k / 2))));
+      const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4),
+                                         _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(blo, bits), bits), b4));
+      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                                         _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bhi, bits), bits), b4));
+      #pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) {
+        lo16[c] = _mm256_add_epi16(lo16[c], _mm256_maddubs_epi16(lo, bcast_i32(xb + c * xs + 4 * k)));
+        hi16[c] = _mm256_add_epi16(hi16[c], _mm256_maddubs_epi16(hi, bcast_i32(xb + c * xs + 16 + 4 * k)));
+      }
+    }
+    const __m256 dw = _mm256_cvtph_ps(load128(gb + 160));
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      const __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(lo16[c], ones16), _mm256_madd_epi16(hi16[c], ones16)),
+                                         bcast_i32(side + c * ss + ib * 8 + 4));
+      acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, bcast_f32(side + c * ss + ib * 8))));
+    }
   }
   store_rows<C>(acc, n_rows, y, ys);
 }
@@ -581,6 +649,10 @@ template <int C> struct TileQ4_0 {
   static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
                   int64_t n_rows, float* y, int64_t ys) { tile_q8<true, C>(nb, g, x, xs, s, ss, n_rows, y, ys); }
 };
+template <int C> struct TileQ5_0 {
+  static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
+                  int64_t n_rows, float* y, int64_t ys) { tile_q5_0<C>(nb, g, x, xs, s, ss, n_rows, y, ys); }
+};
 template <int C> struct TileQ4_K {
   static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
                   int64_t n_rows, float* y, int64_t ys) { tile_q4_k<C>(nb, g, x, xs, s, ss, n_rows, y, ys); }
@@ -620,16 +692,22 @@ size_t no_side_bytes(int64_t) { return 0; }
 }  // namespace
 
 void mm_q8_0_avx2(MatmulKernels& mk) {
-  mk.vec_dot = &vec_dot_cols<PlainKernel<false>>;
-  mk.gemm = &gemm_cols<PlainKernel<false>>;
-  mk.interleaved = {"q8_0x8", kRows, &group_bytes<kQ8_0GroupBlock, kQk>, &q8_side_bytes, &prepare_side_q8<false>,
+  mk.vec_dot = &vec_dot_cols<PlainKernel<BlockQ8_0>>;
+  mk.gemm = &gemm_cols<PlainKernel<BlockQ8_0>>;
+  mk.interleaved = {"q8_0x8", kRows, &group_bytes<kQ8_0GroupBlock, kQk>, &q8_side_bytes, &prepare_side_q8<0>,
                     &pack_q8<BlockQ8_0, kQ8_0GroupBlock, 32>, &gemm_groups<kQk, kQ8_0GroupBlock, 4, TileQ8_0>};
 }
 void mm_q4_0_avx2(MatmulKernels& mk) {
-  mk.vec_dot = &vec_dot_cols<PlainKernel<true>>;
-  mk.gemm = &gemm_cols<PlainKernel<true>>;
-  mk.interleaved = {"q4_0x8", kRows, &group_bytes<kQ4_0GroupBlock, kQk>, &q8_side_bytes, &prepare_side_q8<true>,
+  mk.vec_dot = &vec_dot_cols<PlainKernel<BlockQ4_0>>;
+  mk.gemm = &gemm_cols<PlainKernel<BlockQ4_0>>;
+  mk.interleaved = {"q4_0x8", kRows, &group_bytes<kQ4_0GroupBlock, kQk>, &q8_side_bytes, &prepare_side_q8<8>,
                     &pack_q8<BlockQ4_0, kQ4_0GroupBlock, 16>, &gemm_groups<kQk, kQ4_0GroupBlock, 4, TileQ4_0>};
+}
+void mm_q5_0_avx2(MatmulKernels& mk) {
+  mk.vec_dot = &vec_dot_cols<PlainKernel<BlockQ5_0>>;
+  mk.gemm = &gemm_cols<PlainKernel<BlockQ5_0>>;
+  mk.interleaved = {"q5_0x8", kRows, &group_bytes<kQ5_0GroupBlock, kQk>, &q8_side_bytes, &prepare_side_q8<16>,
+                    &pack_q5_0, &gemm_groups<kQk, kQ5_0GroupBlock, 4, TileQ5_0>};
 }
 void mm_q4_k_avx2(MatmulKernels& mk) {
   mk.vec_dot = &vec_dot_cols<PlainQ4_KKernel>;

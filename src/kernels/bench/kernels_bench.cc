@@ -94,7 +94,7 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
   // The AVX2 table's (8-row groups) against its file-layout kernels, gemma2-2b's ffn_up shape.
   for (int il : {0, 1})
     for (int64_t n_tokens : {1, 64, 512})
-      for (DType dt : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K})
+      for (DType dt : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K})
         b->Args({1, static_cast<int>(dt), 2304, 9216, n_tokens, 2, il});
   // Decode out of cache (~75 MB of q4_0 weights, more than the L3): the memory-bound case.
   for (int threads : {1, 2})
