@@ -444,6 +444,14 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
   store_rows<C>(acc, n_rows, y, ys);
 }
 
+// Indices for _mm256_shuffle_epi8 that fill each dword d of a vector from its own bytes:
+// byte j of the result is byte (within >> 8j) & 3 of dword d.
+__m256i dword_shuffle(int32_t within) {
+  const __m256i base = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
+                                        0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+  return _mm256_add_epi8(base, _mm256_set1_epi32(within));
+}
+
 // q5_0: as q4_0 with the fifth bits. Element 4k + j takes bit 4k + j of its row's qh dword
 // (byte k / 2, bit 4 (k % 2) + j), element 16 + 4k + j bit 16 + 4k + j (byte 2 + k / 2):
 // one byte shuffle copies that byte into the 4 bytes of the row's dword, a compare against
@@ -454,8 +462,6 @@ template <int C>
 void tile_q5_0(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side, size_t ss,
                int64_t n_rows, float* y, int64_t ys) {
   const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16), ones16 = _mm256_set1_epi16(1);
-  const __m256i dword_base = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
-                                              0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
   const __m256i bit_of[2] = {_mm256_set1_epi32(0x08040201), _mm256_set1_epi32(static_cast<int32_t>(0x80402010u))};
   __m256 acc[C];
   #pragma GCC unroll 8
@@ -471,8 +477,8 @@ void tile_q5_0(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
     for (int k = 0; k < 4; ++k) {
       const __m256i q = load256(gb + 32 * k);
       const __m256i bits = bit_of[k % 2];
-      const __m256i blo = _mm256_shuffle_epi8(qh, _mm256_add_epi8(dword_base, _mm256_set1_epi8(static_cast<char>(k / 2))));
-      const __m256i bhi = _mm256_shuffle_epi8(qh, _mm256_add_epi8(dword_base, _mm256_set1_epi8(static_cast<char>(2 + k / 2))));
+      const __m256i blo = _mm256_shuffle_epi8(qh, dword_shuffle(0x01010101 * (k / 2)));
+      const __m256i bhi = _mm256_shuffle_epi8(qh, dword_shuffle(0x01010101 * (2 + k / 2)));
       const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4),
                                          _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(blo, bits), bits), b4));
       const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
@@ -573,10 +579,7 @@ void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
   const __m256i m4 = _mm256_set1_epi8(15), m03 = _mm256_set1_epi8(0x03), m0c = _mm256_set1_epi8(0x0c),
                 m30 = _mm256_set1_epi8(0x30);
   // Within each dword of the scale pairs (sc[2t], sc[2t + 1]): (sc[2t], sc[2t]) or the odd twice.
-  const __m256i dup_even = _mm256_set1_epi32(0x01000100), dup_odd = _mm256_set1_epi32(0x03020302);
-  const __m256i dword_base = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
-                                              0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
-  const __m256i pick[2] = {_mm256_add_epi8(dword_base, dup_even), _mm256_add_epi8(dword_base, dup_odd)};
+  const __m256i pick[2] = {dword_shuffle(0x01000100), dword_shuffle(0x03020302)};
   __m256 acc[C];
   #pragma GCC unroll 4
   for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
