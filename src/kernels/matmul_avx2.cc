@@ -250,9 +250,10 @@ struct PlainQ6_KKernel {
 //   [k = 0..3][r] u32   qs[4k .. 4k+3] of row r: low nibbles elements 4k .. 4k+3,
 //                       high nibbles elements 16 + 4k .. 16 + 4k + 3                128
 //   [r] f16             d                                                            16
-// q5_0 "q5_0x8", 176 bytes per 32 elements (the size of the 8 GGUF blocks):
+// q5_0 "q5_0x8t", 176 bytes per 32 elements (the size of the 8 GGUF blocks):
 //   [k = 0..3][r] u32   qs[4k .. 4k+3] of row r, as q4_0x8                           128
-//   [r] u32             qh of row r (bit i: the fifth bit of element i)              32
+//   [r] u32             row r's qh transposed: bit 8j + p = the fifth bit of
+//                       element 4p + j (j = 0..3, p = 0..7)                           32
 //   [r] f16             d                                                            16
 // q4_K "q4_Kx8", 1184 bytes per 256 elements (+2.8%: the 6-bit scales stored as bytes):
 //   [c = 0..3][k = 0..7][r] u32  qs[32c + 4k .. 32c + 4k + 3] of row r: low nibbles
@@ -305,7 +306,10 @@ void pack_q8(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std
 void pack_q5_0(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* dst) {
   pack_groups<BlockQ5_0, kQ5_0GroupBlock, kQk>(n, w, w_stride, n_rows, dst, [](const BlockQ5_0& b, int r, std::byte* gb) {
     for (int k = 0; k < 4; ++k) std::memcpy(gb + 32 * k + 4 * r, b.qs + 4 * k, 4);
-    std::memcpy(gb + 128 + 4 * r, b.qh, 4);
+    uint32_t qh, t = 0;
+    std::memcpy(&qh, b.qh, 4);
+    for (int e = 0; e < kQk; ++e) t |= ((qh >> e) & 1u) << (8 * (e % 4) + e / 4);
+    std::memcpy(gb + 128 + 4 * r, &t, 4);
     std::memcpy(gb + 160 + 2 * r, &b.d_f16, 2);
   });
 }
@@ -444,25 +448,16 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
   store_rows<C>(acc, n_rows, y, ys);
 }
 
-// Indices for _mm256_shuffle_epi8 that fill each dword d of a vector from its own bytes:
-// byte j of the result is byte (within >> 8j) & 3 of dword d.
-__m256i dword_shuffle(int32_t within) {
-  const __m256i base = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
-                                        0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
-  return _mm256_add_epi8(base, _mm256_set1_epi32(within));
-}
-
-// q5_0: as q4_0 with the fifth bits. Element 4k + j takes bit 4k + j of its row's qh dword
-// (byte k / 2, bit 4 (k % 2) + j), element 16 + 4k + j bit 16 + 4k + j (byte 2 + k / 2):
-// one byte shuffle copies that byte into the 4 bytes of the row's dword, a compare against
-// the 4 single-bit masks makes it 0xff / 0, and 16 of it joins the nibble. The quants are
+// q5_0: as q4_0 with the fifth bits. In the transposed qh dword, element 4k + j's bit is
+// bit k of byte j and element 16 + 4k + j's bit 4 + k of byte j: one shift of the dword
+// brings either to bit 4 of every byte j (bits shifted in from the next byte land below or
+// above it), a mask keeps it, and it joins the nibble as 16. The quants are
 // then 0..31 unsigned (side data: -16 * sum(q_x)); 4 maddubs add up in int16 (8 products
 // of at most 31 * 128: 31744 < 2^15), so low and high nibbles keep one int16 sum each.
 template <int C>
 void tile_q5_0(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side, size_t ss,
                int64_t n_rows, float* y, int64_t ys) {
   const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16), ones16 = _mm256_set1_epi16(1);
-  const __m256i bit_of[2] = {_mm256_set1_epi32(0x08040201), _mm256_set1_epi32(static_cast<int32_t>(0x80402010u))};
   __m256 acc[C];
   #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
@@ -476,13 +471,8 @@ void tile_q5_0(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
     #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
       const __m256i q = load256(gb + 32 * k);
-      const __m256i bits = bit_of[k % 2];
-      const __m256i blo = _mm256_shuffle_epi8(qh, dword_shuffle(0x01010101 * (k / 2)));
-      const __m256i bhi = _mm256_shuffle_epi8(qh, dword_shuffle(0x01010101 * (2 + k / 2)));
-      const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4),
-                                         _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(blo, bits), bits), b4));
-      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
-                                         _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bhi, bits), bits), b4));
+      const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_slli_epi32(qh, 4 - k), b4));
+      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), _mm256_and_si256(_mm256_srli_epi32(qh, k), b4));
       #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) {
         lo16[c] = _mm256_add_epi16(lo16[c], _mm256_maddubs_epi16(lo, bcast_i32(xb + c * xs + 4 * k)));
@@ -564,6 +554,14 @@ void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
   #pragma GCC unroll 4
   for (int c = 0; c < C; ++c) acc[c] = _mm256_add_ps(acc[c], acc_m[c]);
   store_rows<C>(acc, n_rows, y, ys);
+}
+
+// Indices for _mm256_shuffle_epi8 that fill each dword d of a vector from its own bytes:
+// byte j of the result is byte (within >> 8j) & 3 of dword d.
+__m256i dword_shuffle(int32_t within) {
+  const __m256i base = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
+                                        0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+  return _mm256_add_epi8(base, _mm256_set1_epi32(within));
 }
 
 // The 8 rows' q6_K scales 2t, 2t + 1 of a q6_Kx8 group block as int16 pairs per dword.
@@ -709,7 +707,7 @@ void mm_q4_0_avx2(MatmulKernels& mk) {
 void mm_q5_0_avx2(MatmulKernels& mk) {
   mk.vec_dot = &vec_dot_cols<PlainKernel<BlockQ5_0>>;
   mk.gemm = &gemm_cols<PlainKernel<BlockQ5_0>>;
-  mk.interleaved = {"q5_0x8", kRows, &group_bytes<kQ5_0GroupBlock, kQk>, &q8_side_bytes, &prepare_side_q8<16>,
+  mk.interleaved = {"q5_0x8t", kRows, &group_bytes<kQ5_0GroupBlock, kQk>, &q8_side_bytes, &prepare_side_q8<16>,
                     &pack_q5_0, &gemm_groups<kQk, kQ5_0GroupBlock, 4, TileQ5_0>};
 }
 void mm_q4_k_avx2(MatmulKernels& mk) {
