@@ -31,12 +31,14 @@ void mm_iq1_s_avx2(MatmulKernels& mk);
 void mm_iq1_m_avx2(MatmulKernels& mk);
 void quantize_row_q8_0_avx2(const float* x, std::byte* y, int64_t n);
 void quantize_row_f16_avx2(const float* x, std::byte* y, int64_t n);
-// matmul_avx2.cc (AVX2 + FMA + F16C): q8_0 / q4_0 / q5_0 / q4_K / q6_K, plain and 8-row interleaved layouts
+// matmul_avx2.cc (AVX2 + FMA + F16C): q8_0 / q4_0 / q5_0 / q4_K / q6_K, plain and 8-row interleaved
+// layouts, and the q8_K activation quantizer
 void mm_q8_0_avx2(MatmulKernels& mk);
 void mm_q4_0_avx2(MatmulKernels& mk);
 void mm_q5_0_avx2(MatmulKernels& mk);
 void mm_q4_k_avx2(MatmulKernels& mk);
 void mm_q6_k_avx2(MatmulKernels& mk);
+void quantize_row_q8_k_avx2(const float* x, std::byte* y, int64_t n);
 
 // matmul_avx512.cc (AVX-512 VNNI): decode groups over the GGUF layout, prefill panels
 void mm_q8_0_avx512(MatmulKernels& mk);

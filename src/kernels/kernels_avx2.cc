@@ -6,7 +6,7 @@
 // linker's choice among duplicate inline definitions (see quant_blocks.h).
 //
 // Numerics against the scalar reference (kernels_ref.cc):
-//   quantize_row_q8_0          bit-exact
+//   quantize_row_q8_0          bit-exact (q8_K: matmul_avx2.cc, bit-exact)
 //   quantized dots             integer products exact; f32 accumulation in 8 lanes (each
 //                              lane sums its share of every block, as ggml's AVX2 kernels);
 //                              q8_0 / q4_0 / q5_0 / q4_K / q6_K (matmul_avx2.cc, with

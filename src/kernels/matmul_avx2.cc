@@ -1,6 +1,6 @@
 // AVX2 matmul kernels for q8_0, q4_0 and q5_0 weights (against q8_0 activations) and q4_K, q6_K
 // (against q8_K): the plain GGUF layout (vec_dot, gemm) and 8-row interleaved groups
-// (InterleavedKernels, kernel_table.h).
+// (InterleavedKernels, kernel_table.h), and the q8_K activation quantizer they read.
 //
 // Both follow the scalar reference's arithmetic block by block, so they equal it (and each
 // other) bit for bit: an exact int32 sum per block, then sumf += (float)sumi * (d_w * d_x)
@@ -691,6 +691,57 @@ void gemm_groups(int64_t n, const std::byte* groups, int64_t n_rows, const std::
 size_t no_side_bytes(int64_t) { return 0; }
 
 }  // namespace
+
+// Bit-exact with ref::quantize_row_q8_k: the first element of the largest magnitude gives
+// max (NaNs never do), iscale = -127 / max, q = nearest_int(iscale * x) as ggml rounds it
+// (the product, then + 1.5 * 2^23 as a separate add: fp-contract is off here), capped at
+// 127 and stored as its low byte (iscale overflows to inf for subnormal blocks: the values
+// are then garbage, but the reference's); bsums from the stored quants, d = 1 / iscale.
+void quantize_row_q8_k_avx2(const float* x, std::byte* y, int64_t n) {
+  auto* b = reinterpret_cast<BlockQ8_K*>(y);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t ib = 0; ib < n / kQkK; ++ib, x += kQkK) {
+    __m256 amax = _mm256_setzero_ps();
+    for (int k = 0; k < kQkK / 8; ++k) amax = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + 8 * k), abs_mask), amax);
+    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(amax, 1), _mm256_castps256_ps128(amax));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax_s = _mm_cvtss_f32(m4);
+    if (amax_s == 0.0f) {
+      std::memset(&b[ib], 0, sizeof(BlockQ8_K));
+      continue;
+    }
+    const __m256 av = _mm256_set1_ps(amax_s);
+    float max = 0.0f;
+    for (int k = 0; k < kQkK / 8; ++k) {
+      const __m256 v = _mm256_loadu_ps(x + 8 * k);
+      const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(v, abs_mask), av, _CMP_EQ_OQ));
+      if (hit != 0) {
+        max = x[8 * k + __builtin_ctz(static_cast<unsigned>(hit))];
+        break;
+      }
+    }
+    const float iscale = -127.0f / max;
+    const __m256 is = _mm256_set1_ps(iscale), magic = _mm256_set1_ps(12582912.0f);
+    const __m256i mant = _mm256_set1_epi32(0x007fffff), half = _mm256_set1_epi32(0x00400000), cap = _mm256_set1_epi32(127);
+    for (int k4 = 0; k4 < kQkK / 32; ++k4) {
+      __m256i q[4];
+      for (int k = 0; k < 4; ++k) {
+        const __m256 f = _mm256_add_ps(_mm256_mul_ps(is, _mm256_loadu_ps(x + 32 * k4 + 8 * k)), magic);
+        const __m256i v = _mm256_min_epi32(_mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(f), mant), half), cap);
+        q[k] = _mm256_srai_epi32(_mm256_slli_epi32(v, 24), 24);  // int8_t(v): its low byte, as the reference stores it
+      }
+      // Sub-blocks 2 k4 and 2 k4 + 1 of 16 quants each.
+      b[ib].bsums[2 * k4] = static_cast<int16_t>(hsum_i32(_mm256_add_epi32(q[0], q[1])));
+      b[ib].bsums[2 * k4 + 1] = static_cast<int16_t>(hsum_i32(_mm256_add_epi32(q[2], q[3])));
+      // packs interleave 128-bit lanes: (0 1 4 5 | 2 3 6 7) in 32-bit groups; undo that.
+      const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(b[ib].qs + 32 * k4), _mm256_permutevar8x32_epi32(p, perm));
+    }
+    b[ib].d = 1.0f / iscale;
+  }
+}
 
 void mm_q8_0_avx2(MatmulKernels& mk) {
   mk.vec_dot = &vec_dot_cols<PlainKernel<BlockQ8_0>>;
