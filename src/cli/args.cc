@@ -57,8 +57,8 @@ Status ArgParser::parse(int argc, char** argv, int first) {
       if (i + 1 >= argc) return error("lumen " + command_ + ": option '" + arg + "' needs a value (" + spec->value_name + ")");
       value = argv[++i];
     }
-    if (!spec->repeatable && values_.count(key))
-      return error("lumen " + command_ + ": option '" + arg + "' given more than once");
+    // As in llama.cpp, a scalar flag given twice (`-n 8 --n-predict 16`) takes the last value.
+    if (!spec->repeatable) values_[key].clear();
     values_[key].push_back(value);
   }
   return Status();

@@ -16,7 +16,7 @@ struct OptionSpec {
   std::vector<std::string> names;  // e.g. {"-m", "--model"}
   std::string value_name;          // "" for a boolean flag, else e.g. "PATH"
   std::string help;
-  bool repeatable = false;
+  bool repeatable = false;  // every value is kept (get_all); otherwise the last one wins
 };
 
 class ArgParser {

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "base/log.h"
+#include "cli/cache_cmd.h"
 
 namespace lumen::cli {
 
@@ -178,6 +179,14 @@ std::unique_ptr<engine::Engine> load_engine_or_report(const ArgParser& args,
     std::fprintf(stderr, "error: %s\n", e.message().c_str());
     return nullptr;
   }
+  report_cache_write(**e, config.interleave_cache_dir);
+  const model::HParams& hp = (*e)->hparams();
+  const int32_t n_ctx = (*e)->config().n_ctx;
+  if (hp.n_ctx_train > 0 && n_ctx > hp.n_ctx_train && hp.rope_scaling_type.empty() && hp.rope_freq_scale == 1.0f)
+    std::fprintf(stderr,
+                 "warning: -c %d is beyond the %d tokens this model was trained with, and the model states no "
+                 "RoPE scaling: expect output to degrade past token %d (use -c %d or less)\n",
+                 n_ctx, hp.n_ctx_train, hp.n_ctx_train, hp.n_ctx_train);
   return std::move(e).value();
 }
 

@@ -6,17 +6,20 @@
 
 #include "cli/bench_cmd.h"
 #include "cli/bench_serve_cmd.h"
+#include "cli/cache_cmd.h"
 #include "cli/calib_cmds.h"
 #include "cli/common.h"
 #include "cli/convert_cmds.h"
 #include "cli/roofline_cmd.h"
 #include "cli/serve_cmd.h"
+#include "cli/version.h"
 
 namespace {
 
 void print_usage() {
   std::fputs(
-      "usage: lumen COMMAND [options]   (lumen COMMAND --help for its options)\n\n"
+      "usage: lumen COMMAND [options]   (lumen COMMAND --help for its options)\n"
+      "       lumen --version\n\n"
       "commands:\n"
       "  run         generate a continuation of a prompt\n"
       "  chat        interactive chat with the model's chat template\n"
@@ -29,7 +32,8 @@ void print_usage() {
       "  bench serve load generator for OpenAI-compatible servers (TTFT, TPOT, goodput)\n"
       "  roofline    prefill / decode limits of a model on a machine (capacity planner)\n"
       "  synth       write a random-weight GGUF at a real model's shape\n"
-      "  quantize    a model -> GGUF with llama-quantize's types and mixes (q4_k_m, q8_0, ...)\n",
+      "  quantize    a model -> GGUF with llama-quantize's types and mixes (q4_k_m, q8_0, ...)\n"
+      "  cache       ls | clear [MODEL]: the interleaved-weight copies kept on disk (cap: LUMEN_CACHE_MAX)\n",
       stdout);
 }
 
@@ -42,6 +46,10 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
+  if (cmd == "--version" || cmd == "version") {
+    std::fputs(lumen::cli::version_text().c_str(), stdout);
+    return 0;
+  }
   using namespace lumen::cli;
   if (cmd == "run") return cmd_run(argc, argv, 2);
   if (cmd == "chat") return cmd_chat(argc, argv, 2);
@@ -55,6 +63,7 @@ int main(int argc, char** argv) {
   if (cmd == "roofline") return cmd_roofline(argc, argv, 2);
   if (cmd == "synth") return cmd_synth(argc, argv, 2);
   if (cmd == "quantize") return cmd_quantize(argc, argv, 2);
+  if (cmd == "cache") return cmd_cache(argc, argv, 2);
   std::fprintf(stderr, "error: unknown command '%s'\n\n", cmd.c_str());
   print_usage();
   return 2;

@@ -104,6 +104,8 @@ class Engine {
   const EngineConfig& config() const { return config_; }
   std::string_view kernel_name() const;
   double load_ms() const { return load_ms_; }
+  // What loading did with the interleaved copies (which cache file, whether it wrote it).
+  const model::Model::InterleaveReport& interleave_report() const { return interleave_report_; }
 
   // Checks a request against the engine's limits without queueing it. Thread-safe (reads
   // only immutable configuration). Errors name the field (e.g. prompt too long).
@@ -168,6 +170,7 @@ class Engine {
   model::Model model_;
   tok::Tokenizer tokenizer_;
   const kernels::KernelTable* kernels_ = nullptr;
+  model::Model::InterleaveReport interleave_report_;
   std::unique_ptr<ThreadPool> pool_threads_;
   kv::KvManager kv_;
   Scheduler scheduler_{SchedulerConfig{}};

@@ -199,6 +199,14 @@ Result<ModelFile> open_model(const std::string& path) {
   LUMEN_ASSIGN_OR_RETURN(MappedFile file, MappedFile::open(path));
   const auto bytes = file.bytes();
   if (bytes.size() >= 4 && std::memcmp(bytes.data(), "GGUF", 4) == 0) return open_gguf(path);
+  // A safetensors file starts with its header's length (u64) and then the JSON header.
+  const bool safetensors_name = path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0;
+  if (safetensors_name || (bytes.size() >= 10 && static_cast<char>(bytes[8]) == '{' && static_cast<char>(bytes[9]) == '"')) {
+    const size_t slash = path.find_last_of('/');
+    const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+    return error("'" + path + "' is a safetensors file: pass the directory that holds it with config.json and "
+                 "the tokenizer files (-m " + dir + ")");
+  }
   return open_llama2c(path, "");
 }
 

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -126,7 +127,64 @@ std::string path_for_key(const std::string& key, const std::string& model_path, 
   return (std::filesystem::path(cache_dir) / (stem + "-" + hex + ".lumen-il")).string();
 }
 
+// The model path in a key: after the format prefix, before the last four '|' fields
+// (size, mtime, device:inode, entries).
+std::string model_path_of_key(const std::string& key) {
+  const size_t first = key.find('|');
+  size_t end = key.size();
+  for (int i = 0; i < 4 && end != std::string::npos && end > 0; ++i) end = key.rfind('|', end - 1);
+  if (first == std::string::npos || end == std::string::npos || end <= first) return "";
+  return key.substr(first + 1, end - first - 1);
+}
+
+// The key in a cache file's header, or "" when the file is not a cache file.
+std::string read_key(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  char fixed[kFixedHeader];
+  if (!in.read(fixed, sizeof fixed) || std::memcmp(fixed, kMagic, sizeof kMagic) != 0) return "";
+  uint32_t key_bytes = 0;
+  std::memcpy(&key_bytes, fixed + 24, 4);
+  if (key_bytes > kDataOffset - kFixedHeader) return "";
+  std::string key(key_bytes, '\0');
+  if (!in.read(key.data(), key_bytes)) return "";
+  return key;
+}
+
 }  // namespace
+
+std::vector<CacheFileInfo> list_interleaved_caches(const std::string& dir) {
+  std::vector<CacheFileInfo> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::filesystem::path& p = entry.path();
+    struct stat st {};
+    if (p.extension() != ".lumen-il" || ::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    out.push_back({p.string(), model_path_of_key(read_key(p)), static_cast<uint64_t>(st.st_size),
+                   int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec});
+  }
+  std::sort(out.begin(), out.end(), [](const CacheFileInfo& a, const CacheFileInfo& b) {
+    return a.last_used_ns != b.last_used_ns ? a.last_used_ns < b.last_used_ns : a.path < b.path;
+  });
+  return out;
+}
+
+std::vector<CacheFileInfo> evict_interleaved_caches(const std::string& dir, uint64_t max_bytes,
+                                                    const std::string& keep) {
+  std::vector<CacheFileInfo> files = list_interleaved_caches(dir);
+  uint64_t total = 0;
+  for (const CacheFileInfo& f : files) total += f.n_bytes;
+  std::vector<CacheFileInfo> removed;
+  std::error_code ec;
+  for (const CacheFileInfo& f : files) {
+    if (total <= max_bytes) break;
+    if (std::filesystem::path(f.path) == std::filesystem::path(keep)) continue;
+    if (std::filesystem::remove(f.path, ec)) {  // a process still using it keeps its mapping
+      total -= f.n_bytes;
+      removed.push_back(f);
+    }
+  }
+  return removed;
+}
 
 Result<InterleavedCache> open_or_build_interleaved_cache(const InterleavePlan& plan, const std::string& model_path,
                                                          const std::string& cache_dir, ThreadPool& pool,
@@ -136,6 +194,8 @@ Result<InterleavedCache> open_or_build_interleaved_cache(const InterleavePlan& p
   InterleavedCache c;
   if (Result<MappedFile> f = open_valid(path, key, plan.n_bytes); f.ok()) {
     c.file = std::move(f).value();
+    // Its mtime records the last use, for the size cap's least-recently-used eviction.
+    (void)::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);
   } else {
     std::error_code ec;
     std::filesystem::create_directories(cache_dir, ec);

@@ -20,7 +20,9 @@
 // removes the cache files of older versions of the same model file.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "base/mapped_file.h"
 #include "base/status.h"
@@ -41,5 +43,21 @@ struct InterleavedCache {
 Result<InterleavedCache> open_or_build_interleaved_cache(const InterleavePlan& plan, const std::string& model_path,
                                                          const std::string& cache_dir, ThreadPool& pool,
                                                          bool release_source);
+
+// A cache file found under a cache directory (`lumen cache ls`).
+struct CacheFileInfo {
+  std::string path;        // the cache file
+  std::string model_path;  // the model file it was made from (canonical), "" if unreadable
+  uint64_t n_bytes = 0;    // its size on disk
+  int64_t last_used_ns = 0; // its mtime (ns since the epoch): set when built or opened
+};
+
+// The *.lumen-il files directly under dir, least recently used first (none if dir is missing).
+std::vector<CacheFileInfo> list_interleaved_caches(const std::string& dir);
+
+// Removes the least recently used cache files under dir until they total at most
+// max_bytes, never removing `keep` (the file in use). Returns the files removed.
+std::vector<CacheFileInfo> evict_interleaved_caches(const std::string& dir, uint64_t max_bytes,
+                                                    const std::string& keep);
 
 }  // namespace lumen::model

@@ -1,0 +1,192 @@
+// End-to-end tests of the CLI's everyday habits (issue 19): --version, repeated flags,
+// errors that say what to do, and `lumen cache ls | clear` with its size cap.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <tuple>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "base/cpu_features.h"
+#include "base/shared_dir.h"
+#include "kernels/ops.h"
+#include "run_lumen.h"
+
+namespace lumen::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string shared(const std::string& rel) { return shared_dir() + "/" + rel; }
+
+const std::string kTiny = "models/TinyStories-656K/TinyStories-656K-Q8_0.gguf";
+
+bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+TEST(CliVersion, PrintsVersionCommitAndKernels) {
+  CmdResult r = run_lumen({"--version"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "lumen 0.")) << r.out;
+  EXPECT_TRUE(contains(r.out, "(commit ")) << r.out;
+  const std::string kernels = "kernels: " + std::string(kernels::kernel_table_name(kernels::best_kernel_table()));
+  EXPECT_TRUE(contains(r.out, kernels)) << r.out;
+  EXPECT_TRUE(contains(r.out, cpu_features().describe())) << r.out;
+  // The commit is the one built (when built from a git checkout).
+  FILE* p = popen(("git -C " + sh_quote(LUMEN_SOURCE_DIR) + " rev-parse --short=12 HEAD 2>/dev/null").c_str(), "r");
+  char buf[64] = {};
+  const bool have_git = p && std::fgets(buf, sizeof buf, p) != nullptr;
+  if (p) pclose(p);
+  if (have_git) {
+    EXPECT_TRUE(contains(r.out, "(commit " + std::string(buf, 12))) << r.out << " vs " << buf;
+  }
+}
+
+// As in llama.cpp, the last value of a scalar flag wins.
+TEST(CliFlags, LastValueOfARepeatedFlagWins) {
+  for (const auto& [first, second, want] : {std::tuple{"2", "5", 5u}, std::tuple{"5", "2", 2u}}) {
+    CmdResult r = run_lumen({"run", "-m", shared(kTiny), "-p", "Once upon a time", "-n", first, "--n-predict", second,
+                             "--temp", "0", "--ignore-eos", "--json"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["generated_ids"].size(), want) << r.out;
+  }
+}
+
+TEST(CliErrors, SafetensorsFileSaysPassTheDirectory) {
+  const std::string dir = shared("models/TinyStories-656K");
+  CmdResult r = run_lumen({"info", "-m", dir + "/model.safetensors"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.err, "pass the directory")) << r.err;
+  EXPECT_TRUE(contains(r.err, "-m " + dir + ")")) << r.err;
+  // The directory itself loads.
+  r = run_lumen({"info", "-m", dir});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST(CliErrors, ContextBeyondTrainingLengthWarns) {
+  // TinyStories-656K was trained at 512 tokens and states no RoPE scaling.
+  CmdResult r = run_lumen({"run", "-m", shared(kTiny), "-p", "Once", "-n", "1", "-c", "1024"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "warning: -c 1024 is beyond the 512 tokens")) << r.err;
+  r = run_lumen({"run", "-m", shared(kTiny), "-p", "Once", "-n", "1", "-c", "512"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(contains(r.err, "warning")) << r.err;
+}
+
+class CliCache : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "lumen_cache_test_" + std::to_string(getpid());
+    fs::remove_all(dir_);
+    unsetenv("LUMEN_CACHE_MAX");
+  }
+  void TearDown() override {
+    unsetenv("LUMEN_CACHE_MAX");
+    fs::remove_all(dir_);
+    fs::remove_all(dir_ + "-models");
+  }
+  // A copy of the tiny model under another name: another source file, so another cache file.
+  std::string copy_of_tiny(const std::string& name) {
+    fs::create_directories(dir_ + "-models");
+    const std::string path = dir_ + "-models/" + name + ".gguf";
+    fs::copy_file(shared(kTiny), path, fs::copy_options::overwrite_existing);
+    return path;
+  }
+  CmdResult load(const std::string& model) { return run_lumen({"run", "-m", model, "-p", "Once", "-n", "1", "--cache-dir", dir_}); }
+  std::vector<std::string> files() const {
+    std::vector<std::string> v;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir_, ec)) v.push_back(e.path().filename().string());
+    std::sort(v.begin(), v.end());
+    return v;
+  }
+  std::string file_of(const std::string& stem) const {
+    for (const std::string& f : files())
+      if (f.rfind(stem + "-", 0) == 0) return dir_ + "/" + f;
+    return "";
+  }
+  std::string dir_;
+};
+
+TEST_F(CliCache, LsShowsWhatALoadWroteAndClearRemovesIt) {
+  CmdResult r = load(shared(kTiny));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string tiny_cache = file_of("TinyStories-656K-Q8_0");
+  ASSERT_FALSE(tiny_cache.empty()) << r.err;
+  EXPECT_TRUE(contains(r.err, "lumen: wrote ")) << r.err;
+  EXPECT_TRUE(contains(r.err, tiny_cache)) << r.err;
+  // A second load finds the file: no notice.
+  r = load(shared(kTiny));
+  EXPECT_FALSE(contains(r.err, "lumen: wrote ")) << r.err;
+  const std::string other = copy_of_tiny("other");
+  ASSERT_EQ(load(other).exit_code, 0);
+  ASSERT_EQ(files().size(), 2u);
+
+  r = run_lumen({"cache", "ls", "--cache-dir", dir_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, fs::canonical(shared(kTiny)).string())) << r.out;
+  EXPECT_TRUE(contains(r.out, fs::canonical(other).string())) << r.out;
+  EXPECT_TRUE(contains(r.out, tiny_cache)) << r.out;
+  EXPECT_TRUE(contains(r.out, "2 file(s)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "MiB")) << r.out;
+
+  // clear MODEL removes that model's file only; a model with none is an error.
+  r = run_lumen({"cache", "clear", shared(kTiny), "--cache-dir", dir_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "removed " + tiny_cache)) << r.out;
+  EXPECT_EQ(files().size(), 1u);
+  EXPECT_TRUE(file_of("TinyStories-656K-Q8_0").empty());
+  r = run_lumen({"cache", "clear", shared(kTiny), "--cache-dir", dir_});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.err, "no cache file")) << r.err;
+  // clear without a model empties the directory.
+  r = run_lumen({"cache", "clear", "--cache-dir", dir_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(files().empty());
+  r = run_lumen({"cache", "ls", "--cache-dir", dir_});
+  EXPECT_TRUE(contains(r.out, "0 file(s)")) << r.out;
+  r = run_lumen({"cache", "frob", "--cache-dir", dir_});
+  EXPECT_EQ(r.exit_code, 2);
+}
+
+// LUMEN_CACHE_MAX: writing a cache file evicts the least recently used others until the
+// directory fits; opening a file counts as a use.
+TEST_F(CliCache, CapEvictsTheLeastRecentlyUsed) {
+  const std::string a = copy_of_tiny("a"), b = copy_of_tiny("b"), c = copy_of_tiny("c");
+  ASSERT_EQ(load(a).exit_code, 0);
+  ASSERT_EQ(load(b).exit_code, 0);
+  ASSERT_EQ(load(a).exit_code, 0);  // a is now the most recently used
+  const std::string a_cache = file_of("a"), b_cache = file_of("b");
+  ASSERT_FALSE(a_cache.empty());
+  ASSERT_FALSE(b_cache.empty());
+  // Room for two files: writing c's evicts b's (older use), not a's (older write).
+  setenv("LUMEN_CACHE_MAX", std::to_string(2 * fs::file_size(a_cache)).c_str(), 1);
+  CmdResult r = load(c);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "removed " + b_cache)) << r.err;
+  EXPECT_FALSE(fs::exists(b_cache));
+  EXPECT_TRUE(fs::exists(a_cache));
+  EXPECT_FALSE(file_of("c").empty());
+  EXPECT_EQ(files().size(), 2u);
+  fs::remove(c);
+  r = run_lumen({"cache", "ls", "--cache-dir", dir_});
+  EXPECT_TRUE(contains(r.out, "(LUMEN_CACHE_MAX)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "(model gone)")) << r.out;
+  // A cap below the file in use keeps it and says so.
+  setenv("LUMEN_CACHE_MAX", "1MiB", 1);
+  r = load(b);
+  EXPECT_TRUE(contains(r.err, "is over LUMEN_CACHE_MAX")) << r.err;
+  EXPECT_EQ(files().size(), 1u);
+  // A value that is not a size is named, and means no cap.
+  setenv("LUMEN_CACHE_MAX", "lots", 1);
+  r = run_lumen({"cache", "ls", "--cache-dir", dir_});
+  EXPECT_TRUE(contains(r.err, "LUMEN_CACHE_MAX")) << r.err;
+}
+
+}  // namespace
+}  // namespace lumen::testing
