@@ -14,6 +14,8 @@ PACKAGES=(
   libnuma-dev   # NUMA-aware placement of `lumen serve --cpus` (optional at build)
   haproxy       # deploy/haproxy.cfg and its integration test (ctest -L haproxy)
   yamllint      # the Kubernetes manifests under deploy/ (ctest -L deploy)
+  libedit-dev   # line editing and history in `lumen chat` (optional at build)
+  tmux          # the terminal tests of `lumen chat` and the progress bars (skip without it)
 )
 
 missing=()

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <tuple>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,43 @@ TEST(CliErrors, ContextBeyondTrainingLengthWarns) {
   r = run_lumen({"run", "-m", shared(kTiny), "-p", "Once", "-n", "1", "-c", "512"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_FALSE(contains(r.err, "warning")) << r.err;
+}
+
+// lumen chat without a terminal (stdin a pipe): multi-line input, the commands, and the
+// message when the conversation outgrows the context.
+TEST(CliChatCommands, MultiLineSaveLoadSystemAndContext) {
+  const std::string saved = ::testing::TempDir() + "lumen_chat_cmd_" + std::to_string(getpid()) + ".json";
+  const std::string bad = saved + ".bad";
+  { std::ofstream(bad) << "{\"messages\": [{\"role\": \"robot\", \"content\": \"x\"}]}"; }
+  CmdResult r = run_lumen({"chat", "-m", shared(kTiny), "-n", "4", "--temp", "0", "--verbose-prompt", "--history-file", ""},
+                          "/system be kind\nline one\\\nline two\n\"\"\"\nblock a\nblock b\n\"\"\"\n/save " + saved +
+                              "\n/load " + bad + "\n/frob\n/stats\n/exit\n");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "system message set")) << r.out;
+  EXPECT_TRUE(contains(r.out, "/load: " + bad + ": messages[0].role: 'robot'")) << r.out;
+  EXPECT_TRUE(contains(r.out, "unknown command /frob")) << r.out;
+  EXPECT_TRUE(contains(r.out, "session: 2 turn(s)")) << r.out;
+  EXPECT_TRUE(contains(r.err, "--- prompt (")) << r.err;
+  EXPECT_TRUE(contains(r.err, "be kind")) << r.err;  // the rendered prompt holds the system message
+  std::ifstream in(saved);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  ASSERT_EQ(j["messages"].size(), 5u) << j;
+  EXPECT_EQ(j["messages"][0]["role"], "system");
+  EXPECT_EQ(j["messages"][1]["content"], "line one\nline two");
+  EXPECT_EQ(j["messages"][3]["content"], "block a\nblock b");
+  // /load restores it: the next /stats counts the loaded messages.
+  r = run_lumen({"chat", "-m", shared(kTiny), "--history-file", ""}, "/load " + saved + "\n/stats\n");
+  EXPECT_TRUE(contains(r.out, "loaded 5 message(s)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "5 message(s) |")) << r.out;
+  fs::remove(saved);
+  fs::remove(bad);
+  // A conversation beyond the context: a message that says what to do, and the chat goes on.
+  r = run_lumen({"chat", "-m", shared(kTiny), "-n", "2", "-c", "32", "--history-file", ""},
+                std::string(300, 'a') + "\n/clear\nhi\n/stats\n");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "the context holds 32: /clear to start over")) << r.out;
+  EXPECT_TRUE(contains(r.out, "session: 1 turn(s)")) << r.out;
 }
 
 class CliCache : public ::testing::Test {
