@@ -8,6 +8,8 @@
 #include <tuple>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -116,6 +118,65 @@ TEST(CliChatCommands, MultiLineSaveLoadSystemAndContext) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "the context holds 32: /clear to start over")) << r.out;
   EXPECT_TRUE(contains(r.out, "session: 1 turn(s)")) << r.out;
+}
+
+// `lumen bench` with lists, as llama-bench takes them: every model runs every test at every
+// thread count, and -o md prints one row per (model, test, threads).
+TEST(CliBenchLists, MarkdownHasOneRowPerModelTestAndThreads) {
+  const std::string stories = shared("models/stories260K/stories260K.gguf");
+  CmdResult r = run_lumen({"bench", "-m", shared(kTiny), "-m", stories, "-p", "8,16", "-n", "4", "-t", "1,2", "-r", "1",
+                           "-o", "md"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(r.out);
+  std::string line;
+  int n_table_lines = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind("|", 0) != 0) continue;
+    ++n_table_lines;
+    std::vector<std::string> cells;
+    std::istringstream cs(line.substr(1));
+    std::string cell;
+    while (std::getline(cs, cell, '|')) {
+      const size_t a = cell.find_first_not_of(' '), b = cell.find_last_not_of(' ');
+      cells.push_back(a == std::string::npos ? "" : cell.substr(a, b - a + 1));
+    }
+    rows.push_back(cells);
+  }
+  ASSERT_GE(rows.size(), 2u) << r.out;
+  EXPECT_EQ(rows[0][0], "model") << r.out;
+  EXPECT_EQ(rows[0][5], "threads") << r.out;
+  EXPECT_EQ(rows[0][6], "test") << r.out;
+  EXPECT_EQ(rows[0][7], "t/s") << r.out;
+  std::set<std::tuple<std::string, std::string, std::string>> seen;
+  for (size_t i = 2; i < rows.size(); ++i) {
+    ASSERT_EQ(rows[i].size(), rows[0].size()) << r.out;
+    EXPECT_TRUE(seen.insert({rows[i][0], rows[i][6], rows[i][5]}).second) << "duplicate row " << i << "\n" << r.out;
+    EXPECT_GT(std::stod(rows[i][7]), 0) << rows[i][7];
+  }
+  EXPECT_EQ(n_table_lines, 2 + 2 * 3 * 2) << r.out;  // header, rule, 2 models x 3 tests x 2 thread counts
+  for (const std::string m : {"TinyStories-656K-Q8_0.gguf", "stories260K.gguf"})
+    for (const std::string t : {"pp8", "pp16", "tg4"})
+      for (const std::string th : {"1", "2"}) EXPECT_EQ(seen.count({m, t, th}), 1u) << m << " " << t << " " << th << "\n" << r.out;
+
+  // jsonl: one object per line; csv: a header and one line per row; repeated -p adds to the list.
+  r = run_lumen({"bench", "-m", shared(kTiny), "-p", "8", "-p", "16", "-n", "0", "-t", "1", "-r", "1", "-o", "jsonl"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream jl(r.out);
+  std::vector<std::string> tests;
+  while (std::getline(jl, line)) tests.push_back(nlohmann::json::parse(line)["test"].get<std::string>());
+  EXPECT_EQ(tests, (std::vector<std::string>{"pp8", "pp16"})) << r.out;
+  r = run_lumen({"bench", "-m", shared(kTiny), "-p", "8", "-n", "4", "-t", "1", "-r", "1", "-o", "csv"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 3) << r.out;
+  EXPECT_EQ(r.out.rfind("model,type,", 0), 0u) << r.out;
+  // Bad lists and formats are named.
+  r = run_lumen({"bench", "-m", shared(kTiny), "-t", "1,zero"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "'zero'")) << r.err;
+  r = run_lumen({"bench", "-m", shared(kTiny), "-o", "xml"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "'xml'")) << r.err;
 }
 
 class CliCache : public ::testing::Test {

@@ -20,6 +20,7 @@
 #include "cli/bench_cmd.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
@@ -48,6 +49,7 @@ struct TestResult {
   // tg with --membw: the bandwidth readings around its runs, run k between readings k and
   // k + 1 (or one reading for all runs, where they could not be bracketed).
   std::vector<double> membw_gb_s;
+  int64_t n_prompt = 0, n_gen = 0, depth = 0;  // the test's shape (pp: n_prompt; tg: n_gen at depth)
   double median() const;
   // The roof of run k: the higher of the readings around it.
   double roof_gb_s(size_t k) const {
@@ -180,90 +182,78 @@ std::string model_label(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-}  // namespace
+// What to measure: every (model, threads) pair loads once and runs every test.
+struct BenchPlan {
+  std::vector<std::string> models;
+  std::vector<int64_t> n_prompts, n_gens, depths, threads;
+  int64_t reps = 3;
+  bool want_membw = false;
+  bool vs_roofline = false;
+};
 
-int cmd_bench(int argc, char** argv, int first) {
-  std::vector<OptionSpec> specs = engine_option_specs();
-  specs.push_back({{"-p", "--n-prompt"}, "N", "prompt tokens of the pp test (default 512; 0 = skip)"});
-  specs.push_back({{"-n", "--n-gen"}, "N", "generated tokens of the tg test (default 128; 0 = skip)"});
-  specs.push_back({{"-d", "--depth"}, "D", "also run tg at this KV depth (tokens already cached)"});
-  specs.push_back({{"-r", "--repetitions"}, "N", "runs per test; the median is reported (default 3)"});
-  specs.push_back({{"--membw"}, "", "measure this machine's read bandwidth in the same process"});
-  specs.push_back({{"--vs-roofline"}, "", "print the roofline prediction next to each measurement"});
-  specs.push_back({{"--json"}, "", "print a JSON array, one object per test"});
-  for (OptionSpec& s : spec_option_specs()) {
-    if (s.names[0] == "--spec") s.help = "speculative vs plain, alternating: ngram, replay or random (bench_spec.cc)";
-    specs.push_back(s);
-  }
-  specs.push_back({{"-f", "--file"}, "PATH", "with --spec: prompts, one per line (default: story beginnings)"});
-  ArgParser args("bench", "lumen bench -m MODEL [-t N] [-p 512] [-n 128] [-d D] [-r 3] [--membw] [--json]", specs);
-  int rc = 0;
-  if (!parse_or_report(args, argc, argv, first, rc)) return rc;
-  const bool membw_only = args.has("--membw") && !args.has("--model");
-  auto n_prompt = args.get_int("--n-prompt", 512, 0, 1 << 16);
-  auto n_gen = args.get_int("--n-gen", 128, 0, 1 << 16);
-  auto depth = args.get_int("--depth", 0, 0, 1 << 20);
-  auto reps = args.get_int("--repetitions", 3, 1, 1000);
-  auto threads = args.get_int("--threads", 0, 1, 1024);
-  for (const Status* st : {&n_prompt.status(), &n_gen.status(), &depth.status(), &reps.status(), &threads.status()}) {
-    if (!st->ok()) {
-      std::fprintf(stderr, "error: %s\n", st->message().c_str());
-      return 2;
+// "-p 64,512 -p 1024" -> {64, 512, 1024}; the fallback when the flag is absent.
+Result<std::vector<int64_t>> int_list(const ArgParser& args, const std::string& name, int64_t fallback, int64_t min_value,
+                                      int64_t max_value) {
+  std::vector<int64_t> out;
+  for (const std::string& value : args.get_all(name)) {
+    std::string item;
+    std::istringstream in(value);
+    while (std::getline(in, item, ',')) {
+      char* end = nullptr;
+      errno = 0;
+      const long long x = std::strtoll(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || errno == ERANGE || x < min_value || x > max_value)
+        return error("lumen bench: " + name + " expects integers in [" + std::to_string(min_value) + ", " +
+                     std::to_string(max_value) + "], comma-separated; got '" + item + "' in '" + value + "'");
+      out.push_back(x);
     }
   }
-  const bool json = args.has("--json");
-  const int n_threads = threads_or_all_cores(*threads);
+  if (out.empty()) out.push_back(fallback);
+  return out;
+}
 
-  // --- memory bandwidth only (no model) ---
-  if (membw_only) {
-    ThreadPool pool(n_threads);
-    roofline::MembwResult r = roofline::measure_read_bandwidth_detailed(pool, roofline::kDefaultMembwBytes, false);
-    roofline::MembwResult h = roofline::measure_read_bandwidth_detailed(pool, roofline::kDefaultMembwBytes, true);
-    if (json) {
-      nlohmann::json j = {{"test", "membw"}, {"gb_s", r.best_bytes_per_s / 1e9}, {"gb_s_median", r.median_bytes_per_s / 1e9},
-                          {"gb_s_hugepages", h.best_bytes_per_s / 1e9}, {"threads", n_threads},
-                          {"bytes", r.n_bytes}};
-      std::puts(nlohmann::json::array({j}).dump().c_str());
-    } else {
-      std::printf("lumen bench --membw: %d threads, %zu MiB: read %.1f GB/s (median %.1f), with huge pages %.1f GB/s%s\n",
-                  n_threads, r.n_bytes >> 20, r.best_bytes_per_s / 1e9, r.median_bytes_per_s / 1e9,
-                  h.best_bytes_per_s / 1e9, h.huge_pages ? "" : " (THP not granted)");
-    }
-    return 0;
-  }
+// One (model, threads) pair: its tests as JSON rows, and the lines the text report adds.
+struct ModelRun {
+  std::vector<nlohmann::json> rows;
+  std::vector<std::string> notes;
+};
 
-  auto config = engine_config_from_args(args);
+// Loads `model` on n_threads and runs the plan's tests; false after reporting an error.
+bool run_model(const ArgParser& args, const BenchPlan& plan, const std::string& model, int n_threads, ModelRun* out) {
+  auto config = engine_config_from_args(args, false);
   if (!config.ok()) {
     std::fprintf(stderr, "error: %s\n", config.message().c_str());
-    return 2;
+    return false;
   }
   engine::EngineConfig c = *config;
   c.n_threads = n_threads;
   c.max_seqs = 1;
   c.enable_prefix_cache = false;  // every run computes its whole prompt
-  if (args.has("--spec") || args.has("--draft-model")) {
-    if (c.n_ctx <= 0) c.n_ctx = static_cast<int32_t>(std::max<int64_t>(512, *n_gen + 256));
-    return run_spec_bench(args, c, *n_gen, *reps, json);
-  }
-  const int64_t need_ctx = std::max<int64_t>({*n_prompt, *depth + *n_gen + 2, *n_gen + 2, 16});
+  const int64_t max_p = *std::max_element(plan.n_prompts.begin(), plan.n_prompts.end());
+  const int64_t max_n = *std::max_element(plan.n_gens.begin(), plan.n_gens.end());
+  const int64_t max_d = *std::max_element(plan.depths.begin(), plan.depths.end());
+  const int64_t need_ctx = std::max<int64_t>({max_p, max_d + max_n + 2, max_n + 2, 16});
   if (c.n_ctx <= 0 || c.n_ctx < need_ctx) c.n_ctx = static_cast<int32_t>(need_ctx);
-  if (!args.has("--batch-size")) c.max_batch_tokens = static_cast<int32_t>(std::max<int64_t>(*n_prompt, 1));
+  if (!args.has("--batch-size")) c.max_batch_tokens = static_cast<int32_t>(std::max<int64_t>(max_p, 1));
   const double load_t0 = now_ms();
-  std::unique_ptr<engine::Engine> eng = load_engine_or_report(args, c);
-  if (!eng) return 1;
+  std::unique_ptr<engine::Engine> eng = load_engine_or_report(model, c);
+  if (!eng) return false;
   const double load_ms = now_ms() - load_t0;
   const model::HParams& hp = eng->hparams();
   const gguf::ModelFile& file = eng->model().file();
   const double weight_bytes = static_cast<double>(model::weight_bytes_per_token(eng->model().weights(), hp));
   const double kv_bytes_per_ctx_token = 2.0 * hp.n_layer * hp.n_kv_dim() * (c.kv_dtype == DType::kF32 ? 4 : 2);
-  const std::string label = model_label(*args.get("--model"));
+  const std::string label = model_label(model);
   const std::string type = main_weight_type(file);
+  uint64_t model_bytes = 0;
+  int64_t n_params = 0;
+  for (const gguf::TensorInfo& t : file.tensors()) model_bytes += t.view.n_bytes, n_params += t.view.n_elements();
 
   std::vector<TestResult> results;
   uint64_t logits_hash = 0;
   std::string error;
   // Warm-up: touch every weight page once (and let the CPU clock settle).
-  RunOutcome warm = run_request(*eng, random_tokens(std::min<int64_t>(*n_prompt > 0 ? *n_prompt : 8, 32), hp.n_vocab, 1), 2);
+  RunOutcome warm = run_request(*eng, random_tokens(std::min<int64_t>(max_p > 0 ? max_p : 8, 32), hp.n_vocab, 1), 2);
   if (!warm.ok) error = warm.error;
   const bool weights_huge = weights_on_huge_pages(eng->model().weights());
 
@@ -276,7 +266,7 @@ int cmd_bench(int argc, char** argv, int first) {
   // count in the peak RSS, so the peak is reset after every reading and the highest peak
   // between readings is kept; where the kernel does not allow the reset, there is one
   // reading, after all the tests.
-  const bool want_membw = args.has("--membw") || args.has("--vs-roofline");
+  const bool want_membw = plan.want_membw || plan.vs_roofline;
   std::optional<ThreadPool> membw_pool;
   if (want_membw) membw_pool.emplace(n_threads);
   double peak_rss_kib = static_cast<double>(proc_status_kib("VmHWM"));
@@ -291,31 +281,36 @@ int cmd_bench(int argc, char** argv, int first) {
     readings.push_back(r.best_bytes_per_s / 1e9);
     reading_is_fresh = true;
   };
-  if (*n_prompt > 0 && error.empty()) {
-    TestResult t{"pp" + std::to_string(*n_prompt), {}, weight_bytes, {}};
-    for (int64_t r = 0; r < *reps && error.empty(); ++r) {
+  for (const int64_t n_prompt : plan.n_prompts) {
+    if (n_prompt <= 0 || !error.empty()) continue;
+    TestResult t{"pp" + std::to_string(n_prompt), {}, weight_bytes, {}};
+    t.n_prompt = n_prompt;
+    for (int64_t r = 0; r < plan.reps && error.empty(); ++r) {
       const double t0 = now_ms();
-      RunOutcome o = run_request(*eng, random_tokens(*n_prompt, hp.n_vocab, 42 + r), 1);
+      RunOutcome o = run_request(*eng, random_tokens(n_prompt, hp.n_vocab, 42 + r), 1);
       const double ms = o.timings.first_token_ms - t0;
       if (!o.ok) error = o.error;
-      t.tok_s.push_back(*n_prompt / (ms / 1000.0));
+      t.tok_s.push_back(n_prompt / (ms / 1000.0));
       logits_hash = o.logits_hash;
     }
     results.push_back(t);
   }
-  auto run_tg = [&](int64_t d) {
-    TestResult t{"tg" + std::to_string(*n_gen) + (d > 0 ? "@d" + std::to_string(d) : ""), {}, 0, {}};
+  const bool any_pp = !results.empty();
+  auto run_tg = [&](int64_t n_gen, int64_t d) {
+    TestResult t{"tg" + std::to_string(n_gen) + (d > 0 ? "@d" + std::to_string(d) : ""), {}, 0, {}};
+    t.n_gen = n_gen;
+    t.depth = d;
     // Average KV bytes read per generated token: the context grows from d+1 to d+n.
-    t.bytes_per_token = weight_bytes + kv_bytes_per_ctx_token * (d + 1 + (*n_gen + 1) / 2.0);
-    for (int64_t r = 0; r < *reps && error.empty(); ++r) {
+    t.bytes_per_token = weight_bytes + kv_bytes_per_ctx_token * (d + 1 + (n_gen + 1) / 2.0);
+    for (int64_t r = 0; r < plan.reps && error.empty(); ++r) {
       if (bracket && !reading_is_fresh) take_reading();
       if (bracket && r == 0) t.membw_gb_s.push_back(readings.back());
       reading_is_fresh = false;
-      RunOutcome o = run_request(*eng, random_tokens(std::max<int64_t>(d, 1), hp.n_vocab, 7 + r), static_cast<int32_t>(*n_gen + 1));
+      RunOutcome o = run_request(*eng, random_tokens(std::max<int64_t>(d, 1), hp.n_vocab, 7 + r), static_cast<int32_t>(n_gen + 1));
       if (!o.ok) error = o.error;
       const double ms = o.timings.finish_ms - o.timings.first_token_ms;  // n_gen decode steps
-      t.tok_s.push_back(*n_gen / (ms / 1000.0));
-      if (*n_prompt == 0) logits_hash = o.logits_hash;
+      t.tok_s.push_back(n_gen / (ms / 1000.0));
+      if (!any_pp) logits_hash = o.logits_hash;
       if (bracket && o.ok) {
         take_reading();
         t.membw_gb_s.push_back(readings.back());
@@ -323,11 +318,15 @@ int cmd_bench(int argc, char** argv, int first) {
     }
     results.push_back(t);
   };
-  if (*n_gen > 0 && error.empty()) run_tg(0);
-  if (*n_gen > 0 && *depth > 0 && error.empty()) run_tg(*depth);
+  for (const int64_t n_gen : plan.n_gens) {
+    if (n_gen <= 0) continue;
+    if (error.empty()) run_tg(n_gen, 0);
+    for (const int64_t d : plan.depths)
+      if (d > 0 && error.empty()) run_tg(n_gen, d);
+  }
   if (!error.empty()) {
-    std::fprintf(stderr, "error: %s\n", error.c_str());
-    return 1;
+    std::fprintf(stderr, "error: %s: %s\n", label.c_str(), error.c_str());
+    return false;
   }
   // Peak RSS of loading and of the model tests, without the bandwidth test's buffers.
   peak_rss_kib = std::max(peak_rss_kib, static_cast<double>(proc_status_kib("VmHWM")));
@@ -342,7 +341,7 @@ int cmd_bench(int argc, char** argv, int first) {
   if (want_membw && readings.empty()) take_reading();  // --membw without a tg test
   // The roof for predictions and pp: the highest reading of the run.
   const double membw_gb_s = readings.empty() ? 0.0 : *std::max_element(readings.begin(), readings.end());
-  if (args.has("--vs-roofline")) {
+  if (plan.vs_roofline) {
     const roofline::PeakRates peak = roofline::measure_peak_rates(*membw_pool);
     rates = roofline::MachineRates{membw_gb_s * 1e9, peak.flops_f32, peak.ops_int8};
   }
@@ -356,11 +355,11 @@ int cmd_bench(int argc, char** argv, int first) {
     double ratio = 0;
     const char* roof = "";
   };
-  auto predict = [&](int64_t d, double bytes_per_s) -> std::optional<roofline::Prediction> {
+  auto predict = [&](const TestResult& t, double bytes_per_s) -> std::optional<roofline::Prediction> {
     roofline::PredictOptions o;
-    o.n_prompt = std::max<int64_t>(*n_prompt, 1);
-    o.n_gen = std::max<int64_t>(*n_gen, 1);
-    o.n_depth = d;
+    o.n_prompt = std::max<int64_t>(t.n_prompt, 1);
+    o.n_gen = std::max<int64_t>(t.n_gen, 1);
+    o.n_depth = t.depth;
     o.kv_bytes_per_elem = c.kv_dtype == DType::kF32 ? 4 : 2;
     roofline::MachineRates r = *rates;
     r.read_bytes_per_s = bytes_per_s;
@@ -368,18 +367,18 @@ int cmd_bench(int argc, char** argv, int first) {
     if (!p.ok()) return std::nullopt;
     return *p;
   };
-  auto predicted_for = [&](const TestResult& t, int64_t d) -> std::optional<Predicted> {
+  auto predicted_for = [&](const TestResult& t) -> std::optional<Predicted> {
     if (!rates) return std::nullopt;
     const bool is_tg = t.name.rfind("tg", 0) == 0;
     if (!is_tg) {
-      auto p = predict(d, rates->read_bytes_per_s);
+      auto p = predict(t, rates->read_bytes_per_s);
       if (!p) return std::nullopt;
       return Predicted{p->pp_tok_s, t.median() / p->pp_tok_s, p->pp_binding_roof};
     }
     std::vector<double> tok, ratio;
     const char* roof = "";
     for (size_t k = 0; k < t.tok_s.size(); ++k) {
-      auto p = predict(d, t.roof_gb_s(k) * 1e9);
+      auto p = predict(t, t.roof_gb_s(k) * 1e9);
       if (!p) return std::nullopt;
       tok.push_back(p->tg_tok_s);
       ratio.push_back(t.tok_s[k] / p->tg_tok_s);
@@ -388,10 +387,9 @@ int cmd_bench(int argc, char** argv, int first) {
     return Predicted{median_of(tok), median_of(ratio), roof};
   };
 
-  nlohmann::json arr = nlohmann::json::array();
   char hash_hex[17];
   std::snprintf(hash_hex, sizeof hash_hex, "%016" PRIx64, logits_hash);
-  std::string summary = "lumen bench: " + label + " " + type;
+  std::string summary = "lumen bench: " + label + " " + type + ", " + std::to_string(n_threads) + " threads";
   for (const TestResult& t : results) {
     const bool is_tg = t.name.rfind("tg", 0) == 0;
     const double med = t.median();
@@ -400,6 +398,7 @@ int cmd_bench(int argc, char** argv, int first) {
     const double pct = is_tg ? median_of(pct_runs) : 0.0;
     nlohmann::json j = {{"test", t.name}, {"tok_s", med}, {"tok_s_min", t.min()}, {"tok_s_max", t.max()},
                         {"threads", n_threads}, {"model", label}, {"type", type},
+                        {"model_bytes", model_bytes}, {"n_params", n_params},
                         {"weight_bytes_per_token", weight_bytes}, {"peak_rss_mib", peak_rss_mib},
                         {"load_ms", load_ms}, {"weights_huge_pages", weights_huge},
                         {"logits_hash", hash_hex}, {"kernels", std::string(eng->kernel_name())}};
@@ -412,13 +411,13 @@ int cmd_bench(int argc, char** argv, int first) {
         j["pct_bandwidth_runs"] = pct_runs;
       }
     }
-    const std::optional<Predicted> pr = predicted_for(t, t.name.find('@') != std::string::npos ? *depth : 0);
+    const std::optional<Predicted> pr = predicted_for(t);
     if (pr) {
       j["predicted_tok_s"] = pr->tok_s;
       j["ratio_to_predicted"] = pr->ratio;
       j["binding_roof"] = pr->roof;
     }
-    arr.push_back(j);
+    out->rows.push_back(j);
     char line[512];
     if (is_tg) {
       std::snprintf(line, sizeof line, " | %s %.1f tok/s, %.1f GB/s", t.name.c_str(), med, gb_s);
@@ -438,25 +437,196 @@ int cmd_bench(int argc, char** argv, int first) {
       summary += line;
     }
   }
-  if (json) {
+  out->notes.push_back(summary + " | logits " + hash_hex);
+  char line[512];
+  std::snprintf(line, sizeof line, "weights %.1f MiB read per token%s | load %.0f ms | peak RSS %.1f MiB (without --membw's buffers) | kernels %s",
+                weight_bytes / 1048576.0, weights_huge ? " (2 MiB pages)" : "", load_ms, peak_rss_mib,
+                std::string(eng->kernel_name()).c_str());
+  out->notes.push_back(line);
+  if (membw_gb_s > 0) {
+    std::snprintf(line, sizeof line, "read bandwidth (--membw, best pass): %zu readings, %.1f-%.1f GB/s%s", readings.size(),
+                  *std::min_element(readings.begin(), readings.end()), membw_gb_s,
+                  bracket ? " (around every tg run)" : " (one, after the tests: this kernel does not let the peak RSS be reset)");
+    out->notes.push_back(line);
+  }
+  return true;
+}
+
+std::string csv_field(const nlohmann::json& v) {
+  if (v.is_null()) return "";
+  if (!v.is_string()) return v.dump();
+  std::string s = v.get<std::string>(), q = "\"";
+  for (char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return q + "\"";
+}
+
+// One row per (model, test, threads) as llama-bench prints it: t/s is the median with the
+// spread of the runs.
+void print_markdown(const std::vector<nlohmann::json>& rows) {
+  const std::vector<std::string> head = {"model", "type", "size", "params", "kernels", "threads", "test", "t/s", "GB/s"};
+  std::vector<std::vector<std::string>> cells;
+  for (const nlohmann::json& j : rows) {
+    char ts[96], gb[32], size[32], params[32];
+    std::snprintf(ts, sizeof ts, "%.2f ± %.2f", j["tok_s"].get<double>(),
+                  (j["tok_s_max"].get<double>() - j["tok_s_min"].get<double>()) / 2);
+    std::snprintf(gb, sizeof gb, "%s", j["gb_s"].is_null() ? "-" : std::to_string(j["gb_s"].get<double>()).substr(0, 6).c_str());
+    std::snprintf(size, sizeof size, "%.2f MiB", j["model_bytes"].get<double>() / 1048576.0);
+    const double np = j["n_params"].get<double>();
+    if (np >= 1e9) std::snprintf(params, sizeof params, "%.2f B", np / 1e9);
+    else std::snprintf(params, sizeof params, "%.2f M", np / 1e6);
+    cells.push_back({j["model"].get<std::string>(), j["type"].get<std::string>(), size, params,
+                     j["kernels"].get<std::string>(), std::to_string(j["threads"].get<int>()), j["test"].get<std::string>(),
+                     ts, gb});
+  }
+  std::vector<size_t> width(head.size());
+  for (size_t k = 0; k < head.size(); ++k) {
+    width[k] = head[k].size();
+    for (const auto& row : cells) width[k] = std::max(width[k], row[k].size() - (k == 7 ? 1 : 0));  // "±" is 2 bytes
+  }
+  auto print_row = [&](const std::vector<std::string>& row, bool is_head) {
+    std::string line = "|";
+    for (size_t k = 0; k < row.size(); ++k) {
+      const size_t w = width[k] + (!is_head && k == 7 ? 1 : 0);
+      const bool right = k >= 5;  // numbers
+      const std::string pad(w > row[k].size() ? w - row[k].size() : 0, ' ');
+      line += " " + (right ? pad + row[k] : row[k] + pad) + " |";
+    }
+    std::puts(line.c_str());
+  };
+  print_row(head, true);
+  std::string rule = "|";
+  for (size_t k = 0; k < head.size(); ++k) rule += (k >= 5 ? " " + std::string(width[k] - 1, '-') + ": |" : " " + std::string(width[k], '-') + " |");
+  std::puts(rule.c_str());
+  for (const auto& row : cells) print_row(row, false);
+}
+
+void print_rows(const std::vector<nlohmann::json>& rows, const std::string& format) {
+  if (format == "json") {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const nlohmann::json& j : rows) arr.push_back(j);
     std::puts(arr.dump().c_str());
+  } else if (format == "jsonl") {
+    for (const nlohmann::json& j : rows) std::puts(j.dump().c_str());
+  } else if (format == "csv") {
+    const std::vector<std::string> keys = {"model", "type", "model_bytes", "n_params", "kernels", "threads", "test",
+                                           "tok_s", "tok_s_min", "tok_s_max", "gb_s", "pct_bandwidth", "logits_hash"};
+    std::string line;
+    for (const std::string& k : keys) line += (line.empty() ? "" : ",") + k;
+    std::puts(line.c_str());
+    for (const nlohmann::json& j : rows) {
+      line.clear();
+      for (size_t k = 0; k < keys.size(); ++k) line += (k ? "," : "") + csv_field(j.value(keys[k], nlohmann::json()));
+      std::puts(line.c_str());
+    }
+  } else {
+    print_markdown(rows);
+  }
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv, int first) {
+  std::vector<OptionSpec> specs = engine_option_specs();
+  for (OptionSpec& s : specs) {
+    if (s.names.back() == "--model") s.repeatable = true, s.help = "model (repeatable: every model runs every test)";
+    if (s.names.back() == "--threads") s.repeatable = true, s.help = "thread counts, e.g. 1,2 (default: all cores)";
+  }
+  specs.push_back({{"-p", "--n-prompt"}, "N,..", "prompt tokens of the pp tests (default 512; 0 = skip)", true});
+  specs.push_back({{"-n", "--n-gen"}, "N,..", "generated tokens of the tg tests (default 128; 0 = skip)", true});
+  specs.push_back({{"-d", "--depth"}, "D,..", "also run each tg at these KV depths (tokens already cached)", true});
+  specs.push_back({{"-r", "--repetitions"}, "N", "runs per test; the median is reported (default 3)"});
+  specs.push_back({{"-o", "--output"}, "FMT", "md (default: one row per model, test and threads, like llama-bench), json, jsonl, csv"});
+  specs.push_back({{"--membw"}, "", "measure this machine's read bandwidth in the same process"});
+  specs.push_back({{"--vs-roofline"}, "", "print the roofline prediction next to each measurement"});
+  specs.push_back({{"--json"}, "", "the same as -o json"});
+  for (OptionSpec& s : spec_option_specs()) {
+    if (s.names[0] == "--spec") s.help = "speculative vs plain, alternating: ngram, replay or random (bench_spec.cc)";
+    specs.push_back(s);
+  }
+  specs.push_back({{"-f", "--file"}, "PATH", "with --spec: prompts, one per line (default: story beginnings)"});
+  ArgParser args("bench", "lumen bench -m MODEL [-m MODEL2] [-t 1,2] [-p 512] [-n 128] [-d D] [-r 3] [--membw] [-o md|json|jsonl|csv]", specs);
+  int rc = 0;
+  if (!parse_or_report(args, argc, argv, first, rc)) return rc;
+  BenchPlan plan;
+  plan.models = args.get_all("--model");
+  auto n_prompts = int_list(args, "--n-prompt", 512, 0, 1 << 16);
+  auto n_gens = int_list(args, "--n-gen", 128, 0, 1 << 16);
+  auto depths = int_list(args, "--depth", 0, 0, 1 << 20);
+  auto threads = int_list(args, "--threads", 0, 1, 1024);
+  auto reps = args.get_int("--repetitions", 3, 1, 1000);
+  for (const Status* st : {&n_prompts.status(), &n_gens.status(), &depths.status(), &threads.status(), &reps.status()}) {
+    if (!st->ok()) {
+      std::fprintf(stderr, "error: %s\n", st->message().c_str());
+      return 2;
+    }
+  }
+  std::string format = args.has("--json") ? "json" : args.get_or("--output", "md");
+  if (format != "md" && format != "json" && format != "jsonl" && format != "csv") {
+    std::fprintf(stderr, "error: lumen bench: -o '%s' is not md, json, jsonl or csv\n", format.c_str());
+    return 2;
+  }
+  plan.n_prompts = *n_prompts, plan.n_gens = *n_gens, plan.depths = *depths, plan.reps = *reps;
+  for (int64_t t : *threads) plan.threads.push_back(threads_or_all_cores(t));
+  plan.want_membw = args.has("--membw");
+  plan.vs_roofline = args.has("--vs-roofline");
+  const bool json = format == "json";
+
+  // --- memory bandwidth only (no model) ---
+  if (plan.want_membw && plan.models.empty()) {
+    for (const int64_t n_threads : plan.threads) {
+      ThreadPool pool(static_cast<int>(n_threads));
+      roofline::MembwResult r = roofline::measure_read_bandwidth_detailed(pool, roofline::kDefaultMembwBytes, false);
+      roofline::MembwResult h = roofline::measure_read_bandwidth_detailed(pool, roofline::kDefaultMembwBytes, true);
+      if (format != "md") {
+        nlohmann::json j = {{"test", "membw"}, {"gb_s", r.best_bytes_per_s / 1e9}, {"gb_s_median", r.median_bytes_per_s / 1e9},
+                            {"gb_s_hugepages", h.best_bytes_per_s / 1e9}, {"threads", n_threads},
+                            {"bytes", r.n_bytes}};
+        std::puts(json ? nlohmann::json::array({j}).dump().c_str() : j.dump().c_str());
+      } else {
+        std::printf("lumen bench --membw: %d threads, %zu MiB: read %.1f GB/s (median %.1f), with huge pages %.1f GB/s%s\n",
+                    static_cast<int>(n_threads), r.n_bytes >> 20, r.best_bytes_per_s / 1e9, r.median_bytes_per_s / 1e9,
+                    h.best_bytes_per_s / 1e9, h.huge_pages ? "" : " (THP not granted)");
+      }
+    }
     return 0;
   }
-  std::printf("%-28s %-6s %3s %-14s %10s %10s %10s %8s\n", "model", "type", "t", "test", "tok/s", "min", "max", "GB/s");
-  for (const TestResult& t : results) {
-    const bool is_tg = t.name.rfind("tg", 0) == 0;
-    std::printf("%-28s %-6s %3d %-14s %10.2f %10.2f %10.2f %8s\n", label.c_str(), type.c_str(), n_threads,
-                t.name.c_str(), t.median(), t.min(), t.max(),
-                is_tg ? std::to_string(t.median() * t.bytes_per_token / 1e9).substr(0, 6).c_str() : "-");
+  if (plan.models.empty()) {
+    std::fprintf(stderr, "error: missing -m/--model PATH\n");
+    return 2;
   }
-  std::printf("%s | logits %s\n", summary.c_str(), hash_hex);
-  std::printf("weights %.1f MiB read per token%s | load %.0f ms | peak RSS %.1f MiB (without --membw's buffers) | kernels %s\n",
-              weight_bytes / 1048576.0, weights_huge ? " (2 MiB pages)" : "", load_ms, peak_rss_mib,
-              std::string(eng->kernel_name()).c_str());
-  if (membw_gb_s > 0) {
-    std::printf("read bandwidth (--membw, best pass): %zu readings, %.1f-%.1f GB/s%s\n", readings.size(),
-                *std::min_element(readings.begin(), readings.end()), membw_gb_s,
-                bracket ? " (around every tg run)" : " (one, after the tests: this kernel does not let the peak RSS be reset)");
+
+  if (args.has("--spec") || args.has("--draft-model")) {
+    if (plan.models.size() > 1 || plan.threads.size() > 1 || plan.n_gens.size() > 1) {
+      std::fprintf(stderr, "error: lumen bench --spec takes one -m, one -t and one -n\n");
+      return 2;
+    }
+    auto config = engine_config_from_args(args, false);
+    if (!config.ok()) {
+      std::fprintf(stderr, "error: %s\n", config.message().c_str());
+      return 2;
+    }
+    engine::EngineConfig c = *config;
+    c.n_threads = static_cast<int>(plan.threads[0]);
+    c.max_seqs = 1;
+    c.enable_prefix_cache = false;
+    if (c.n_ctx <= 0) c.n_ctx = static_cast<int32_t>(std::max<int64_t>(512, plan.n_gens[0] + 256));
+    return run_spec_bench(args, c, plan.n_gens[0], plan.reps, json);
+  }
+
+  std::vector<nlohmann::json> rows;
+  std::vector<std::string> notes;
+  for (const std::string& model : plan.models) {
+    for (const int64_t n_threads : plan.threads) {
+      ModelRun run;
+      if (!run_model(args, plan, model, static_cast<int>(n_threads), &run)) return 1;
+      rows.insert(rows.end(), run.rows.begin(), run.rows.end());
+      notes.insert(notes.end(), run.notes.begin(), run.notes.end());
+    }
+  }
+  print_rows(rows, format);
+  if (format == "md") {
+    std::puts("");
+    for (const std::string& n : notes) std::puts(n.c_str());
   }
   return 0;
 }

@@ -101,11 +101,13 @@ std::string default_cache_dir() {
   return "";
 }
 
-Result<engine::EngineConfig> engine_config_from_args(const ArgParser& args) {
+Result<engine::EngineConfig> engine_config_from_args(const ArgParser& args, bool threads) {
   engine::EngineConfig c;
   if (!args.get("--model")) return error("missing -m/--model PATH");
-  LUMEN_ASSIGN_OR_RETURN(int64_t threads, args.get_int("--threads", 0, 1, 1024));
-  c.n_threads = static_cast<int>(threads);
+  if (threads) {
+    LUMEN_ASSIGN_OR_RETURN(int64_t n_threads, args.get_int("--threads", 0, 1, 1024));
+    c.n_threads = static_cast<int>(n_threads);
+  }
   LUMEN_ASSIGN_OR_RETURN(int64_t ctx, args.get_int("--ctx-size", 0, 0, 1 << 20));
   c.n_ctx = static_cast<int32_t>(ctx);
   LUMEN_ASSIGN_OR_RETURN(int64_t batch, args.get_int("--batch-size", 512, 1, 1 << 16));
@@ -174,7 +176,12 @@ int threads_or_all_cores(int64_t requested) {
 
 std::unique_ptr<engine::Engine> load_engine_or_report(const ArgParser& args,
                                                       const engine::EngineConfig& config) {
-  auto e = engine::Engine::create(*args.get("--model"), config);
+  return load_engine_or_report(*args.get("--model"), config);
+}
+
+std::unique_ptr<engine::Engine> load_engine_or_report(const std::string& model_path,
+                                                      const engine::EngineConfig& config) {
+  auto e = engine::Engine::create(model_path, config);
   if (!e.ok()) {
     std::fprintf(stderr, "error: %s\n", e.message().c_str());
     return nullptr;

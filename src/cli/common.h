@@ -21,7 +21,8 @@ std::vector<OptionSpec> spec_option_specs();
 Status spec_config_from_args(const ArgParser& args, spec::SpecConfig* c);
 std::vector<OptionSpec> concat(std::vector<OptionSpec> a, const std::vector<OptionSpec>& b);
 
-Result<engine::EngineConfig> engine_config_from_args(const ArgParser& args);
+// threads: whether -t is one number to read (lumen bench reads its list itself).
+Result<engine::EngineConfig> engine_config_from_args(const ArgParser& args, bool threads = true);
 // Where interleaved weights are cached by default: $LUMEN_CACHE_DIR, else
 // $XDG_CACHE_HOME/lumen, else $HOME/.cache/lumen, else "" (in memory).
 std::string default_cache_dir();
@@ -36,6 +37,9 @@ int threads_or_all_cores(int64_t requested);
 
 // Loads the engine, printing a clear error on failure (nullptr).
 std::unique_ptr<engine::Engine> load_engine_or_report(const ArgParser& args,
+                                                      const engine::EngineConfig& config);
+// The same for a model path of the caller's choice (lumen bench with several -m).
+std::unique_ptr<engine::Engine> load_engine_or_report(const std::string& model_path,
                                                       const engine::EngineConfig& config);
 
 // Commands (argv[first] is the first argument after the subcommand name).
