@@ -265,6 +265,28 @@ TEST(CliInfo, KvBytesPerGroupAndPerSequence) {
   EXPECT_EQ(cla["kv_groups"][0]["layers"], nlohmann::json::array({0, 2}));
 }
 
+// A mixture of experts: experts, experts per token, and the parameters a token goes through
+// (tiny-olmoe: 3 layers x 8 experts x gate, up, down of 64 x 16; a token uses 2 of the 8, so
+// 6/8 of the 73,728 expert parameters are not active).
+TEST(CliInfo, MixtureOfExpertsActiveParams) {
+  const std::string m = std::string(LUMEN_TEST_DATA_DIR) + "/arch/olmoe/model.gguf";
+  CmdResult r = run_lumen({"info", "-m", m, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["n_expert"], 8);
+  EXPECT_EQ(j["n_expert_used"], 2);
+  EXPECT_EQ(j["n_ff_exp"], 16);
+  EXPECT_EQ(j["expert_weights_norm"], false);
+  EXPECT_EQ(j["n_params"].get<int64_t>() - j["active_params"].get<int64_t>(), 3 * 8 * 3 * 64 * 16 * 6 / 8);
+  r = run_lumen({"info", "-m", m});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("experts:    8, 2 used per token (weights as routed) | expert ffn 16"), std::string::npos) << r.out;
+  // A dense model has no expert fields.
+  r = run_lumen({"info", "-m", std::string(LUMEN_TEST_DATA_DIR) + "/arch/llama-gqa/model.gguf", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(nlohmann::json::parse(r.out).contains("n_expert")) << r.out;
+}
+
 // `lumen bench --json`: one object per test with the fields; each tg run's % of
 // bandwidth against the readings around it (consecutive runs share one), the test's % their
 // median; a peak RSS that does not count the 512 MiB bandwidth buffers (a tiny model's run

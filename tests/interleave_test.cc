@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "base/shared_dir.h"
+#include "convert/synth.h"
 #include "engine/engine.h"
 #include "gguf/model_file.h"
 #include "kernels/kernel_table.h"
@@ -34,12 +35,12 @@ fs::path temp_dir(const std::string& name) {
   return p;
 }
 
-std::vector<int32_t> greedy(const engine::EngineConfig& cfg, int n) {
+std::vector<int32_t> greedy(const engine::EngineConfig& cfg, int n, const std::string& path = model_path()) {
   engine::EngineConfig c = cfg;
   c.n_threads = 2;
   c.n_ctx = 256;
   c.max_batch_tokens = 64;
-  auto e = engine::Engine::create(model_path(), c);
+  auto e = engine::Engine::create(path, c);
   EXPECT_TRUE(e.ok()) << e.message();
   if (!e.ok()) return {};
   engine::Request r;
@@ -86,6 +87,28 @@ TEST(Interleave, OutputsEqualTheFileLayout) {
   cached.interleave_cache_dir = temp_dir("outputs").string();
   EXPECT_EQ(greedy(cached, 40), want) << "interleaved cache, built";
   EXPECT_EQ(greedy(cached, 40), want) << "interleaved cache, reused";
+}
+
+// A mixture of experts: every expert is its own matrix (a view into the 3-D tensor), so each
+// gets its own interleaved copy, and the outputs are those of the file's layout.
+TEST(Interleave, ExpertsGetCopiesAndTheSameOutputs) {
+  if (!has_interleaved_kernels()) GTEST_SKIP() << "no interleaved kernels on this CPU";
+  const fs::path dir = temp_dir("moe");
+  auto c = convert::synth_preset("tiny-qwen3moe", shared_dir());
+  ASSERT_TRUE(c.ok()) << c.message();
+  c->rules = *convert::make_type_rules("q8_0", "", "");
+  c->n_ff_exp = 32;  // whole q8_0 blocks in ffn_down_exps' rows
+  const std::string path = (dir / "moe-q8_0.gguf").string();
+  ASSERT_TRUE(convert::synth_model(*c, path, nullptr).ok());
+  // 3 layers x 8 experts x gate, up, down of 64 x 32 at q8_0 (34 bytes per 32 weights).
+  const model::Model::InterleaveReport report = interleave(path, "");
+  EXPECT_GE(report.n_bytes, size_t{3} * 8 * 3 * 64 * 32 / 32 * 34);
+  engine::EngineConfig off;
+  off.interleave_weights = false;
+  const std::vector<int32_t> want = greedy(off, 24, path);
+  ASSERT_EQ(want.size(), 24u);
+  EXPECT_EQ(greedy(engine::EngineConfig{}, 24, path), want);
+  fs::remove_all(dir);
 }
 
 TEST(Interleave, CacheIsBuiltOnceReusedAndRebuiltWhenStale) {

@@ -98,13 +98,25 @@ int cmd_info(int argc, char** argv, int first) {
   }
   std::map<std::string, std::pair<int, uint64_t>> by_type;  // dtype -> (count, bytes)
   uint64_t total_bytes = 0, n_params = 0;
+  uint64_t expert_bytes = 0, expert_params = 0;  // the 3-D ffn_*_exps tensors
   for (const gguf::TensorInfo& t : file->tensors()) {
     auto& e = by_type[std::string(dtype_name(t.view.dtype))];
     e.first++;
     e.second += t.view.n_bytes;
     total_bytes += t.view.n_bytes;
     n_params += static_cast<uint64_t>(t.view.n_elements());
+    if (t.name.ends_with("_exps.weight")) {
+      expert_bytes += t.view.n_bytes;
+      expert_params += static_cast<uint64_t>(t.view.n_elements());
+    }
   }
+  // A mixture of experts: a token goes through n_expert_used of each layer's experts, so
+  // its active parameters are all but the other experts' (embeddings counted whole, as
+  // model cards count them).
+  const bool moe = hp.ok() && hp->is_moe();
+  const double active_share = moe ? static_cast<double>(hp->n_expert_used) / hp->n_expert : 1.0;
+  const auto active_params = static_cast<uint64_t>(n_params - expert_params * (1.0 - active_share));
+  const auto active_bytes = static_cast<uint64_t>(total_bytes - expert_bytes * (1.0 - active_share));
   nlohmann::json j;
   j["path"] = *model_path;
   j["container"] = std::string(file->container());
@@ -128,6 +140,15 @@ int cmd_info(int argc, char** argv, int first) {
     j["rope_layout"] = hp->rope_layout == kernels::RopeLayout::kNeox ? "neox" : "interleaved";
     if (!hp->rope_scaling_type.empty()) j["rope_scaling"] = hp->rope_scaling_type;
     j["qkv_bias"] = hp->has_qkv_bias;
+    if (moe) {
+      j["n_expert"] = hp->n_expert;
+      j["n_expert_used"] = hp->n_expert_used;
+      j["n_ff_exp"] = hp->n_ff_exp;
+      if (hp->n_ff_shexp > 0) j["n_ff_shexp"] = hp->n_ff_shexp;
+      j["expert_weights_norm"] = hp->expert_weights_norm;
+      j["active_params"] = active_params;
+      j["active_tensor_bytes"] = active_bytes;
+    }
     j["tied_output"] = hp->tied_output;
     if (layout) {
       // A token's K/V over every layer that stores it (a sliding group's only while the
@@ -175,6 +196,13 @@ int cmd_info(int argc, char** argv, int first) {
                 hp->rope_theta, hp->rope_layout == kernels::RopeLayout::kNeox ? "neox" : "interleaved",
                 hp->rope_scaling_type.empty() ? "" : ", scaling ", hp->rope_scaling_type.c_str(),
                 hp->rms_eps, hp->n_ctx_train, hp->tied_output ? "tied to embeddings" : "separate");
+    if (moe) {
+      std::printf("experts:    %d, %d used per token (weights %s) | expert ffn %d", hp->n_expert, hp->n_expert_used,
+                  hp->expert_weights_norm ? "renormalised" : "as routed", hp->n_ff_exp);
+      if (hp->n_ff_shexp > 0) std::printf(" | shared expert ffn %d", hp->n_ff_shexp);
+      std::printf("\n            active per token: %.3f M of %.3f M params, %.2f of %.2f MiB\n", active_params / 1e6,
+                  n_params / 1e6, active_bytes / 1048576.0, total_bytes / 1048576.0);
+    }
     if (layout) {
       std::printf("kv cache:   f16, per token: %llu bytes over %d group(s); a sequence of %lld tokens holds %.2f MiB\n",
                   static_cast<unsigned long long>(kv_bytes_per_token), layout->n_groups(),

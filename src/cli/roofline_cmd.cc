@@ -156,6 +156,7 @@ Result<PlanOptions> plan_options(const ArgParser& args, const ModelInput& model,
     // The file as stored: its exact bytes per step, named by its average bits per weight.
     Precision p = make_precision(model.file_weights->bits_per_weight(), kv_bits);
     p.weight_bytes = static_cast<double>(model.file_weights->read_per_step_bytes());
+    p.expert_bytes = static_cast<double>(model.file_weights->expert_bytes);
     o.chosen = p;
   }
   const bool spec = args.has("--spec-k") || args.has("--spec-alpha") || args.has("--draft-preset") ||

@@ -30,6 +30,9 @@ int cmd_synth(int argc, char** argv, int first) {
                      {{"--ctx"}, "N", "override the training context length"},
                      {{"--head-dim"}, "N", "override the head size (default hidden / heads; gemma and qwen3 differ)"},
                      {{"--sliding-window"}, "N", "override the sliding window (gemma2, gemma3, phi3; 0 = none)"},
+                     {{"--experts"}, "N", "override the number of experts (MoE presets; llama: 0 = dense)"},
+                     {{"--experts-used"}, "N", "override the experts each token is routed to"},
+                     {{"--expert-ffn"}, "N", "override one expert's inner size (qwen2moe, qwen3moe; others: --ffn)"},
                      {{"--weight-std"}, "X", "standard deviation of the weights (default: the preset's)"},
                      {{"--norm-std"}, "X", "norm weights are 1 + N(0, X) (default: the preset's)"},
                      {{"--seed"}, "N", "random seed (default 42)"},
@@ -67,8 +70,11 @@ int cmd_synth(int argc, char** argv, int first) {
                             Override{"--heads", &c.n_head, 1024}, Override{"--kv-heads", &c.n_kv_head, 1024},
                             Override{"--ffn", &c.n_ff, 1 << 18}, Override{"--vocab", &c.n_vocab, 1 << 22},
                             Override{"--ctx", &c.n_ctx, 1 << 24}, Override{"--head-dim", &c.n_head_dim, 1024},
-                            Override{"--sliding-window", &c.sliding_window, 1 << 24}}) {
-    const int64_t min_value = (o.value == &c.n_head_dim || o.value == &c.sliding_window) ? 0 : 1;
+                            Override{"--sliding-window", &c.sliding_window, 1 << 24},
+                            Override{"--experts", &c.n_expert, 4096}, Override{"--experts-used", &c.n_expert_used, 4096},
+                            Override{"--expert-ffn", &c.n_ff_exp, 1 << 18}}) {
+    const int64_t min_value =
+        (o.value == &c.n_head_dim || o.value == &c.sliding_window || o.value == &c.n_expert) ? 0 : 1;
     Result<int64_t> v = args.get_int(o.flag, *o.value, min_value, o.max);
     if (!v.ok()) return fail(v.message());
     *o.value = *v;
@@ -109,6 +115,9 @@ int cmd_synth(int argc, char** argv, int first) {
               static_cast<long long>(c.n_ff), static_cast<long long>(c.n_vocab), static_cast<long long>(c.n_ctx),
               c.tied ? "tied" : "untied", static_cast<unsigned long long>(c.seed));
   if (c.sliding_window > 0) std::printf("  sliding window %lld\n", static_cast<long long>(c.sliding_window));
+  if (c.n_expert > 0)
+    std::printf("  %lld experts, %lld used per token, expert ffn %lld\n", static_cast<long long>(c.n_expert),
+                static_cast<long long>(c.n_expert_used), static_cast<long long>(c.ff_exp()));
   std::printf("  %.1fM params, %lld tensors (%s), %.1f MiB, %.1f s\n", report.n_params / 1e6,
               static_cast<long long>(report.n_tensors), types.c_str(), report.file_bytes / 1048576.0, secs);
   std::printf("  tokenizer: %s\n", report.tokenizer.c_str());

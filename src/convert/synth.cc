@@ -41,7 +41,8 @@ constexpr RealPreset kRealPresets[] = {
     {"qwen2.5-0.5b", kQwenTokenizer},  {"qwen1.5-0.5b", kQwenTokenizer}, {"llama-3.2-1b", kLlama3Tokenizer, 32.0},
     {"smollm2-135m", kLlama3Tokenizer}, {"qwen3-0.6b", kQwenTokenizer},  {"qwen3-1.7b", kQwenTokenizer},
     {"gemma2-2b", kLlama3Tokenizer},    {"gemma3-1b", kLlama3Tokenizer}, {"phi3-mini", kPhi3Vocab},
-    {"mistral-7b", kLlamaSpmVocab},
+    {"mistral-7b", kLlamaSpmVocab},     {"olmoe-1b-7b", kLlama3Tokenizer}, {"qwen3-30b-a3b", kQwenTokenizer},
+    {"qwen1.5-moe-a2.7b", kQwenTokenizer}, {"mixtral-8x7b", kLlamaSpmVocab},
 };
 
 // Test models: fields in the order the table's designated initializers name them.
@@ -54,6 +55,7 @@ struct TinyPreset {
   int64_t n_head_dim = 0, n_rot = 0, sliding_window = 0, longrope_original_ctx = 0;
   double attn_softcap = 0.0, final_softcap = 0.0, rope_linear_factor = 0.0;
   bool cla_pairs = false;  // odd layers read the K/V of the layer before them
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;  // mixture of experts
 };
 
 // Test models ("tiny-*"): a few hundred KiB at f32, vocabulary 512, context 512, windows
@@ -89,6 +91,18 @@ constexpr TinyPreset kTinyPresets[] = {
      .n_ff = 128, .rope_theta = 10000.0, .norm_eps = 1e-5, .tied = false, .qkv_bias = true, .n_rot = 4},
     {.name = "tiny-starcoder2", .arch = "starcoder2", .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 2,
      .n_ff = 256, .rope_theta = 100000.0, .norm_eps = 1e-5, .tied = true},
+    // Mixtures of experts: 8 experts of inner size 16, 2 per token (enough that routing
+    // decides the output; a file of ~0.7 MiB at f32).
+    {.name = "tiny-qwen3moe", .arch = "qwen3moe", .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 2,
+     .n_ff = 128, .rope_theta = 1e6, .norm_eps = 1e-6, .tied = true, .n_head_dim = 32, .n_expert = 8,
+     .n_expert_used = 2, .n_ff_exp = 16},
+    {.name = "tiny-olmoe", .arch = "olmoe", .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 4, .n_ff = 16,
+     .rope_theta = 10000.0, .norm_eps = 1e-5, .tied = false, .n_expert = 8, .n_expert_used = 2},
+    {.name = "tiny-mixtral", .arch = "llama", .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_ff = 16,
+     .rope_theta = 1e6, .norm_eps = 1e-5, .tied = false, .n_expert = 8, .n_expert_used = 2},
+    {.name = "tiny-qwen2moe", .arch = "qwen2moe", .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 2,
+     .n_ff = 32, .rope_theta = 1e6, .norm_eps = 1e-6, .tied = false, .n_expert = 8, .n_expert_used = 2,
+     .n_ff_exp = 16, .n_ff_shexp = 32},
 };
 
 // --- deterministic random weights ---
@@ -166,6 +180,12 @@ Result<SynthConfig> synth_preset(std::string_view name, const std::string& share
     c.attn_softcap = shape->attn_softcap;
     c.final_softcap = shape->final_softcap;
     c.rope_scaling_factor = p.llama3_rope_factor;
+    if (const model::KnownMoe* m = model::find_known_moe(p.name)) {
+      c.n_expert = m->n_expert;
+      c.n_expert_used = m->n_expert_used;
+      c.n_ff_exp = c.arch == "qwen2moe" || c.arch == "qwen3moe" ? m->n_ff_exp : 0;  // others: n_ff
+      c.n_ff_shexp = m->n_ff_shexp;
+    }
     c.tokenizer_path = shared_dir + "/" + std::string(p.tokenizer);
     return c;
   }
@@ -194,6 +214,10 @@ Result<SynthConfig> synth_preset(std::string_view name, const std::string& share
     c.longrope_original_ctx = p.longrope_original_ctx;
     if (p.cla_pairs)
       for (int64_t il = 0; il < p.n_layer; ++il) c.kv_source_layers.push_back(il % 2 == 1 ? static_cast<int32_t>(il - 1) : -1);
+    c.n_expert = p.n_expert;
+    c.n_expert_used = p.n_expert_used;
+    c.n_ff_exp = p.n_ff_exp;
+    c.n_ff_shexp = p.n_ff_shexp;
     c.weight_std = kTinyStd;
     c.norm_std = kTinyNormStd;
     c.tokenizer_path = shared_dir + "/" + std::string(kTinyVocab);

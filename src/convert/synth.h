@@ -5,8 +5,9 @@
 //   weights  N(0, 0.02), norms 1, q/k/v biases N(0, 0.02) (test presets: N(0, 0.15) and norms
 //            1 + N(0, 0.1)); a counter-based generator keyed by (seed, tensor name, row), so
 //            the bytes do not depend on the thread count
-//   archs    synth_arch.h: llama, qwen2, qwen3, smollm3, gemma, gemma2, gemma3, phi3,
-//            stablelm, starcoder2, with llama.cpp's tensor names and metadata keys
+//   archs    synth_arch.h: llama (+ experts: Mixtral), qwen2, qwen3, smollm3, gemma, gemma2,
+//            gemma3, phi3, stablelm, starcoder2, qwen2moe, qwen3moe, olmoe, with llama.cpp's
+//            tensor names and metadata keys
 //   types    type_rules.h (the same mix `lumen quantize` writes)
 //   writing  streamed row by row (GgufStreamWriter + row_writer.h): a 1 GB file needs a few
 //            MB of buffers, not the file
@@ -16,11 +17,14 @@
 // Presets at real shapes (the numbers: model/known_shapes.h, shared with lumen roofline):
 //   qwen2.5-0.5b, qwen1.5-0.5b, llama-3.2-1b (llama3 RoPE scaling factor 32, low 1, high 4,
 //   original context 8192), smollm2-135m, qwen3-0.6b, qwen3-1.7b, gemma2-2b, gemma3-1b,
-//   phi3-mini (4k: sliding window 2047), mistral-7b (v0.1: sliding window 4096, GGUF "llama")
+//   phi3-mini (4k: sliding window 2047), mistral-7b (v0.1: sliding window 4096, GGUF "llama"),
+//   and mixtures of experts olmoe-1b-7b, qwen3-30b-a3b, qwen1.5-moe-a2.7b, mixtral-8x7b (GGUF
+//   "llama" with experts; 47 B parameters: for lumen roofline, or synth with fewer --layers)
 // Test presets (tiny-llama, tiny-mistral (llama + a sliding window), tiny-llama-cla (layers 1
 // and 3 read the K/V of layers 0 and 2), tiny-qwen2, tiny-qwen3,
 // tiny-smollm3, tiny-gemma, tiny-gemma2, tiny-gemma3, tiny-phi3, tiny-phi3-longrope,
-// tiny-stablelm, tiny-starcoder2): hidden 64, 3-6 layers, GQA, windows of 16, stories260K's
+// tiny-stablelm, tiny-starcoder2, and the mixtures of experts tiny-qwen3moe, tiny-olmoe,
+// tiny-mixtral, tiny-qwen2moe: 8 experts of 16, 2 per token): hidden 64, 3-6 layers, GQA, windows of 16, stories260K's
 // 512-token vocabulary copied from its GGUF; tests/data/arch/FORMAT.md lists their features.
 // Tokenizers (from the shared dir, $LUMEN_SHARED or ../shared): the Qwen2/3 tokenizer.json
 // for the qwen presets, Llama 3's for llama-3.2-1b and smollm2-135m, Phi-3's vocab-only
@@ -28,7 +32,8 @@
 // keeps the real shape and llama.cpp sees a valid vocabulary): SmolLM2 gets Llama 3's,
 // truncated to 49152 tokens (the first 48896 regular tokens + Llama 3's 256 special
 // tokens, tokenizer_to_gguf.h); Gemma 2 / 3 get Llama 3's padded to 256000 / 262144 with
-// unused tokens; Mistral-7B gets Llama 2's 32000-token SentencePiece vocabulary.
+// unused tokens; Mistral-7B and Mixtral get Llama 2's 32000-token SentencePiece vocabulary,
+// OLMoE Llama 3's truncated to 50304 tokens.
 #pragma once
 
 #include <cstdint>
@@ -75,6 +80,13 @@ struct SynthConfig {
   // that attends over layer j's (no attn_k / attn_v tensors); written as the array
   // "<arch>.attention.kv_source_layers" (lumen's key, model/layer_spec.h).
   std::vector<int32_t> kv_source_layers;
+  // Mixture of experts (0 experts: a dense MLP): expert_count, expert_used_count, one
+  // expert's inner size (0: n_ff; written as expert_feed_forward_length by qwen2moe and
+  // qwen3moe, whose n_ff is the dense size) and qwen2moe's shared expert's (0: n_ff).
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  int64_t n_ff_exp = 0;
+  int64_t n_ff_shexp = 0;
 
   // Weight values: matrices and biases N(0, weight_std); norm weights 1 + N(0, norm_std)
   // (as stored in the GGUF: a Gemma file stores 1 + w), norm biases N(0, weight_std).
@@ -90,6 +102,8 @@ struct SynthConfig {
 
   int64_t head_dim() const { return n_head_dim > 0 ? n_head_dim : n_embd / n_head; }
   int64_t rot_dims() const { return n_rot > 0 ? n_rot : head_dim(); }
+  int64_t ff_exp() const { return n_ff_exp > 0 ? n_ff_exp : n_ff; }
+  int64_t ff_shexp() const { return n_ff_shexp > 0 ? n_ff_shexp : n_ff; }
 };
 
 std::vector<std::string_view> synth_preset_names();

@@ -11,6 +11,7 @@ namespace {
 using gguf::MetaValue;
 
 enum class Mlp : uint8_t { kGated, kFusedGateUp, kPlainBiased };
+enum class Moe : uint8_t { kNone, kOptional, kRequired, kRequiredShared };
 enum class Output : uint8_t { kTiedOrNot, kTiedOnly, kUntiedOnly };
 
 // One row per architecture: which tensors its layers have (see the table in synth_arch.h).
@@ -22,15 +23,18 @@ struct ArchTraits {
   bool qkv_bias_allowed = false;
   bool o_bias = false;         // attn_output.bias
   bool qk_norm = false;        // attn_q_norm / attn_k_norm [head_dim]
+  bool qk_norm_whole = false;  // with qk_norm: [n_head * head_dim] / [n_kv_head * head_dim] (olmoe)
   bool post_norms = false;     // post_attention_norm, post_ffw_norm
   bool square_attention = false;  // llama.cpp c392e5094 shapes q/o as [n_embd, n_embd]
   bool sliding = false;        // reads <arch>.attention.sliding_window
   Mlp mlp = Mlp::kGated;
+  Moe moe = Moe::kNone;
+  bool expert_ff_key = false;  // writes expert_feed_forward_length (n_ff is the dense size)
   Output output = Output::kTiedOrNot;
 };
 
 constexpr ArchTraits kArchs[] = {
-    {.name = "llama", .sliding = true},
+    {.name = "llama", .sliding = true, .moe = Moe::kOptional},
     {.name = "qwen2", .qkv_bias_always = true, .square_attention = true},
     {.name = "qwen3", .qk_norm = true},
     {.name = "smollm3"},
@@ -43,6 +47,12 @@ constexpr ArchTraits kArchs[] = {
      .output = Output::kUntiedOnly},
     {.name = "starcoder2", .layer_norm = true, .qkv_bias_always = true, .o_bias = true, .square_attention = true,
      .mlp = Mlp::kPlainBiased},
+    {.name = "qwen2moe", .qkv_bias_always = true, .square_attention = true, .moe = Moe::kRequiredShared,
+     .expert_ff_key = true, .output = Output::kUntiedOnly},
+    {.name = "qwen3moe", .qk_norm = true, .moe = Moe::kRequired, .expert_ff_key = true},
+    // c392e5094 shapes olmoe's k norm [n_embd]: its KV heads must equal its heads
+    {.name = "olmoe", .qk_norm = true, .qk_norm_whole = true, .square_attention = true, .moe = Moe::kRequired,
+     .output = Output::kUntiedOnly},
 };
 
 const ArchTraits* find_arch(std::string_view name) {
@@ -95,6 +105,17 @@ Status validate_synth_arch(const SynthConfig& c) {
     return error(a + "has no logit soft-capping");
   if (c.arch == "gemma2" && !(c.attn_softcap > 0 && c.final_softcap > 0))
     return error(a + "needs positive attention and final soft-caps");
+  if (t->moe == Moe::kNone && c.n_expert != 0) return error(a + "has no mixture-of-experts form");
+  if (t->moe >= Moe::kRequired && c.n_expert == 0) return error(a + "needs experts (--experts)");
+  if (c.n_expert < 0 || c.n_expert > 4096 || (c.n_expert > 0 && (c.n_expert_used < 1 || c.n_expert_used > c.n_expert)))
+    return error(a + std::to_string(c.n_expert) + " experts, " + std::to_string(c.n_expert_used) +
+                 " used per token: need 1 <= used <= experts <= 4096");
+  if (c.n_ff_exp < 0 || c.n_ff_shexp < 0 || (t->moe != Moe::kRequiredShared && c.n_ff_shexp != 0) ||
+      (!t->expert_ff_key && c.n_ff_exp != 0 && c.n_ff_exp != c.n_ff))
+    return error(a + "expert inner sizes: " + (t->expert_ff_key ? "" : "experts use --ffn; ") +
+                 (t->moe == Moe::kRequiredShared ? "" : "no shared expert"));
+  if (t->qk_norm_whole && c.n_kv_head != c.n_head)
+    return error(a + "llama.cpp shapes its k norm [hidden]: --kv-heads must equal --heads");
   if (c.rot_dims() > c.head_dim() || c.rot_dims() % 2 != 0 || c.rot_dims() <= 0)
     return error(a + "rotary dims " + std::to_string(c.rot_dims()) + " must be even and at most the head dim");
   if (c.rot_dims() != c.head_dim() && c.arch != "stablelm")
@@ -139,6 +160,12 @@ std::vector<std::pair<std::string, MetaValue>> synth_arch_metadata(const SynthCo
   f32(t.layer_norm ? ".attention.layer_norm_epsilon" : ".attention.layer_norm_rms_epsilon", c.norm_eps);
   u32(".vocab_size", c.n_vocab);
   if (c.arch == "phi3" || c.sliding_window > 0) u32(".attention.sliding_window", c.sliding_window);
+  if (c.n_expert > 0) {
+    u32(".expert_count", c.n_expert);
+    u32(".expert_used_count", c.n_expert_used);
+    if (t.expert_ff_key) u32(".expert_feed_forward_length", c.ff_exp());
+    if (t.moe == Moe::kRequiredShared) u32(".expert_shared_feed_forward_length", c.ff_shexp());
+  }
   if (c.arch == "gemma2") {
     f32(".attn_logit_softcapping", c.attn_softcap);
     f32(".final_logit_softcapping", c.final_softcap);
@@ -204,13 +231,27 @@ std::vector<SynthTensorPlan> synth_arch_tensors(const SynthConfig& c) {
       }
     }
     if (t.qk_norm) {
-      add(p + "attn_q_norm.weight", {hd}, SynthInit::kNorm);
-      add(p + "attn_k_norm.weight", {hd}, SynthInit::kNorm);
+      add(p + "attn_q_norm.weight", {t.qk_norm_whole ? q : hd}, SynthInit::kNorm);
+      add(p + "attn_k_norm.weight", {t.qk_norm_whole ? kv : hd}, SynthInit::kNorm);
     }
     add(p + "attn_output.weight", {q, e}, SynthInit::kWeight);
     if (t.o_bias) add(p + "attn_output.bias", {e}, SynthInit::kBias);
     if (t.post_norms) add(p + "post_attention_norm.weight", {e}, SynthInit::kNorm);
     norm(p + "ffn_norm", e);
+    if (c.n_expert > 0) {
+      const int64_t fe = c.ff_exp(), n = c.n_expert;
+      add(p + "ffn_gate_inp.weight", {e, n}, SynthInit::kWeight);
+      add(p + "ffn_gate_exps.weight", {e, fe, n}, SynthInit::kWeight);
+      add(p + "ffn_up_exps.weight", {e, fe, n}, SynthInit::kWeight);
+      add(p + "ffn_down_exps.weight", {fe, e, n}, SynthInit::kWeight);
+      if (t.moe == Moe::kRequiredShared) {
+        add(p + "ffn_gate_inp_shexp.weight", {e}, SynthInit::kWeight);
+        add(p + "ffn_gate_shexp.weight", {e, c.ff_shexp()}, SynthInit::kWeight);
+        add(p + "ffn_up_shexp.weight", {e, c.ff_shexp()}, SynthInit::kWeight);
+        add(p + "ffn_down_shexp.weight", {c.ff_shexp(), e}, SynthInit::kWeight);
+      }
+      continue;
+    }
     switch (t.mlp) {
       case Mlp::kGated:
         add(p + "ffn_gate.weight", {e, c.n_ff}, SynthInit::kWeight);

@@ -18,6 +18,16 @@
 //                              LongRoPE factor tensors optional
 //   stablelm    LayerNorm+bias q k v (+ bias) o, partial rotary   gate/up/down SiLU   untied
 //   starcoder2  LayerNorm+bias q k v o all with bias              up/down + bias GELU tied or not
+//   qwen2moe    RMS            q k v (+ bias) o                  router, experts,    tied or not
+//                                                                shared expert + gate
+//   qwen3moe    RMS            as qwen3                          router, experts     tied or not
+//   olmoe       RMS            q k v o, q/k RMSNorm over all     router, experts     tied or not
+//                              heads ([hidden] weights)
+//   llama with --experts (Mixtral): router and experts instead of gate/up/down
+//
+// Experts as llama.cpp's converter stores them: ffn_gate_inp [hidden, n_expert] (f32, never
+// quantized) and one 3-D tensor per kind, ffn_{gate,up}_exps [hidden, ff_exp, n_expert],
+// ffn_down_exps [ff_exp, hidden, n_expert].
 //
 // The weights' values are chosen by synth.cc; this file only says which tensors exist.
 #pragma once

@@ -187,6 +187,7 @@ Status synth_model_hf(const SynthConfig& c, const std::string& dir, SynthReport*
   if (!arch) return error("arch '" + c.arch + "' has no Hugging Face form");
   if (!c.rules.mix || c.rules.mix->base != DType::kF32) return error("--format hf writes f32 only (--type f32)");
   if (!c.kv_source_layers.empty()) return error("cross-layer KV sharing has no Hugging Face form here");
+  if (c.n_expert > 0) return error("mixture-of-experts files have no Hugging Face form here");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return error("cannot create '" + dir + "': " + ec.message());

@@ -267,6 +267,16 @@ TEST(SynthModel, TinyPresetsWriteEachArchitecturesTensors) {
       {"tiny-mistral", "llama", {"blk.0.attn_q.weight"}, {}, {"llama.attention.sliding_window"}},
       {"tiny-llama-cla", "llama", {"blk.0.attn_k.weight", "blk.1.attn_q.weight", "blk.2.attn_v.weight"},
        {"blk.1.attn_k.weight", "blk.1.attn_v.weight", "blk.3.attn_k.weight"}, {"llama.attention.kv_source_layers"}},
+      {"tiny-qwen3moe", "qwen3moe", {"blk.2.ffn_gate_inp.weight", "blk.2.ffn_down_exps.weight", "blk.0.attn_q_norm.weight"},
+       {"blk.0.ffn_gate.weight", "blk.0.ffn_gate_inp_shexp.weight"},
+       {"qwen3moe.expert_count", "qwen3moe.expert_used_count", "qwen3moe.expert_feed_forward_length"}},
+      {"tiny-olmoe", "olmoe", {"blk.0.ffn_up_exps.weight", "blk.0.attn_k_norm.weight", "output.weight"},
+       {"blk.0.ffn_up.weight"}, {"olmoe.expert_count"}},
+      {"tiny-mixtral", "llama", {"blk.0.ffn_gate_exps.weight", "blk.0.ffn_gate_inp.weight"}, {"blk.0.ffn_gate.weight"},
+       {"llama.expert_count", "llama.expert_used_count"}},
+      {"tiny-qwen2moe", "qwen2moe",
+       {"blk.0.ffn_gate_inp_shexp.weight", "blk.0.ffn_down_shexp.weight", "blk.0.attn_q.bias", "output.weight"}, {},
+       {"qwen2moe.expert_feed_forward_length", "qwen2moe.expert_shared_feed_forward_length"}},
   };
   for (const Want& w : wants) {
     SCOPED_TRACE(w.preset);
@@ -306,6 +316,45 @@ TEST(SynthModel, TinyPresetsWriteEachArchitecturesTensors) {
   st = validate_synth_config(*c);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("kv_source_layers[2] = 1"), std::string::npos) << st.message();
+  // Experts: 3-D tensors [in, out, n_expert]; the router stays f32 at any --type.
+  c = synth_preset("tiny-qwen3moe", shared_dir());
+  c->rules = *make_type_rules("q8_0", "", "");
+  c->n_ff_exp = 32;
+  {
+    const std::string out = temp_path("synth-moe-q8.gguf");
+    ASSERT_TRUE(synth_model(*c, out, nullptr).ok());
+    auto f = gguf::open_model(out);
+    ASSERT_TRUE(f.ok()) << f.message();
+    const TensorView& down = f->find_tensor("blk.1.ffn_down_exps.weight")->view;
+    EXPECT_EQ(down.n_dims, 3);
+    EXPECT_EQ(down.ne[0], 32);
+    EXPECT_EQ(down.ne[1], 64);
+    EXPECT_EQ(down.ne[2], 8);
+    EXPECT_EQ(down.dtype, DType::kQ8_0);
+    EXPECT_EQ(f->find_tensor("blk.1.ffn_gate_inp.weight")->view.dtype, DType::kF32);
+    std::remove(out.c_str());
+  }
+  c = synth_preset("tiny-qwen3moe", shared_dir());
+  c->n_expert_used = 9;  // more than the 8 experts
+  st = validate_synth_config(*c);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("need 1 <= used <= experts"), std::string::npos) << st.message();
+  c = synth_preset("tiny-qwen3moe", shared_dir());
+  c->n_expert = 0;
+  st = validate_synth_config(*c);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("needs experts"), std::string::npos) << st.message();
+  c = synth_preset("tiny-qwen2", shared_dir());
+  c->n_expert = 4;
+  c->n_expert_used = 2;
+  st = validate_synth_config(*c);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("no mixture-of-experts form"), std::string::npos) << st.message();
+  c = synth_preset("tiny-olmoe", shared_dir());
+  c->n_kv_head = 2;
+  st = validate_synth_config(*c);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("--kv-heads must equal --heads"), std::string::npos) << st.message();
   c = synth_preset("tiny-llama", shared_dir());
   c->n_vocab = 600;  // a GGUF vocabulary is copied as it is: its size must match
   st = synth_model(*c, temp_path("never.gguf"), nullptr);

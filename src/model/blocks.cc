@@ -10,21 +10,6 @@
 namespace lumen::model {
 namespace {
 
-// Weights that share one input go through one matmul_fused call (the input is quantized
-// once, one dispatch over all their rows) when they have the same dtype; a file that mixes
-// dtypes (e.g. q4_K with a q6_K attn_v) gets one call per run of equal dtypes.
-void matmul_group(const kernels::KernelTable& k, ThreadPool& pool,
-                  std::initializer_list<kernels::MatmulTarget> targets, const float* x, int64_t n_tokens,
-                  std::byte* scratch) {
-  const kernels::MatmulTarget* t = targets.begin();
-  while (t != targets.end()) {
-    const kernels::MatmulTarget* run_end = t + 1;
-    while (run_end != targets.end() && run_end->w->dtype == t->w->dtype) ++run_end;
-    kernels::matmul_fused(k, pool, std::span<const kernels::MatmulTarget>(t, run_end), x, n_tokens, scratch);
-    t = run_end;
-  }
-}
-
 kernels::RopeParams rope_params(const HParams& hp, const RopeSpec& r, const ModelWeights& w) {
   kernels::RopeParams p;
   p.head_dim = hp.head_dim;
@@ -58,6 +43,21 @@ void head_norm(const Pass& p, NormKind kind, float* x, const float* w, bool per_
 
 }  // namespace
 
+// Weights that share one input go through one matmul_fused call (the input is quantized
+// once, one dispatch over all their rows) when they have the same dtype; a file that mixes
+// dtypes (e.g. q4_K with a q6_K attn_v) gets one call per run of equal dtypes.
+void matmul_group(const kernels::KernelTable& k, ThreadPool& pool,
+                  std::initializer_list<kernels::MatmulTarget> targets, const float* x, int64_t n_tokens,
+                  std::byte* scratch) {
+  const kernels::MatmulTarget* t = targets.begin();
+  while (t != targets.end()) {
+    const kernels::MatmulTarget* run_end = t + 1;
+    while (run_end != targets.end() && run_end->w->dtype == t->w->dtype) ++run_end;
+    kernels::matmul_fused(k, pool, std::span<const kernels::MatmulTarget>(t, run_end), x, n_tokens, scratch);
+    t = run_end;
+  }
+}
+
 Workspace make_workspace(const HParams& hp, const std::vector<LayerSpec>& specs, const ModelWeights& w,
                          const ModelLimits& limits) {
   Workspace ws;
@@ -70,8 +70,18 @@ Workspace make_workspace(const HParams& hp, const std::vector<LayerSpec>& specs,
   ws.k.resize(T * hp.n_kv_dim());
   ws.v.resize(T * hp.n_kv_dim());
   ws.attn.resize(T * hp.n_q_dim());
-  ws.gate.resize(T * hp.n_ff);
-  ws.up.resize(T * hp.n_ff);
+  const size_t n_ff = hp.is_moe() ? std::max(hp.n_ff_exp, hp.n_ff_shexp) : hp.n_ff;
+  ws.gate.resize(T * n_ff);
+  ws.up.resize(T * n_ff);
+  if (hp.is_moe()) {
+    ws.router.resize(T * hp.n_expert);
+    ws.expert_ids.resize(T * hp.n_expert_used);
+    ws.expert_w.resize(T * hp.n_expert_used);
+    ws.expert_begin.resize(hp.n_expert + 1);
+    ws.expert_rows.resize(T * hp.n_expert_used);
+    ws.xe.resize(T * hp.n_embd);
+    ws.ye.resize(T * hp.n_embd);
+  }
   ws.sel.resize(R * hp.n_embd);
   ws.pos.resize(T);
   ws.logits.resize(R * hp.n_vocab);
@@ -146,7 +156,10 @@ void attention_block(Pass& p, int32_t il, const float* xn, float* out) {
   if (own_kv && l.bk) kernels::add_bias(ws.k.data(), l.bk, T, KV);
   if (own_kv && l.bv) kernels::add_bias(ws.v.data(), l.bv, T, KV);
   // Per-head q/k norms (Qwen3, Gemma 3: RMSNorm; StableLM: LayerNorm without bias).
-  if (s.qk_norm) {
+  if (s.qk_norm && s.qk_norm_whole) {  // OLMoE: one norm over the whole q (k) of a token
+    norm(p, s.norm, ws.q.data(), l.q_norm, nullptr, T, ws.q.data(), Q);
+    if (own_kv) norm(p, s.norm, ws.k.data(), l.k_norm, nullptr, T, ws.k.data(), KV);
+  } else if (s.qk_norm) {
     head_norm(p, s.norm, ws.q.data(), l.q_norm, l.qk_norm_per_head, hp.n_head);
     if (own_kv) head_norm(p, s.norm, ws.k.data(), l.k_norm, l.qk_norm_per_head, hp.n_kv_head);
   }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -36,6 +37,15 @@ struct Workspace {
   std::vector<float> sel;      // [R][n_embd] rows selected for logits
   std::vector<float> logits;   // [R][n_vocab]
   std::vector<std::byte> scratch;  // max(matmul scratch, attention scratch)
+  // Mixture of experts (empty for a dense model); gate / up are then [T][max(n_ff_exp,
+  // n_ff_shexp)]. K = n_expert_used.
+  std::vector<float> router;         // [T][n_expert] router logits, then probabilities
+  std::vector<int32_t> expert_ids;   // [T][K] the experts each token is routed to
+  std::vector<float> expert_w;       // [T][K] their weights
+  std::vector<int32_t> expert_begin; // [n_expert + 1] expert e's entries in expert_rows
+  std::vector<int32_t> expert_rows;  // [T * K] token * K + slot, grouped by expert
+  std::vector<float> xe;             // [T][n_embd] the rows routed to one expert, gathered
+  std::vector<float> ye;             // [T][n_embd] that expert's outputs
   std::vector<int32_t> pos;        // [T] position of each token
 
   // RoPE: the distinct RopeSpecs of the layers ("sets"), the set of each layer (-1: NoPE),
@@ -89,12 +99,24 @@ void attention_block(Pass& p, int32_t il, const float* xn, float* out);
 // with biases).
 void mlp_block(Pass& p, int32_t il, const float* xn, float* out);
 
+// out [T][n_embd] = mixture-of-experts MLP of layer il over xn [T][n_embd] (moe_block.cc):
+// router, top-k, one pass per selected expert over the tokens routed to it, the shared
+// expert.
+void moe_mlp(Pass& p, int32_t il, const float* xn, float* out);
+
+// Weights that share one input x [n_tokens][n_in], multiplied in as few matmul_fused calls
+// as their dtypes allow.
+void matmul_group(const kernels::KernelTable& k, ThreadPool& pool,
+                  std::initializer_list<kernels::MatmulTarget> targets, const float* x, int64_t n_tokens,
+                  std::byte* scratch);
+
 // Logits of the batch's logit rows: the output norm, the output matrix (+ bias), final
 // soft-capping. [R][n_vocab], in the workspace.
 std::span<const float> output_logits(Pass& p);
 
 // The forward passes, one per architecture family (model/arch/*.cc).
-std::span<const float> forward_llama(Pass& p);     // llama, mistral, qwen2, qwen3, smollm3, phi3
+std::span<const float> forward_llama(Pass& p);     // llama, mistral, qwen2, qwen3, smollm3, phi3,
+                                                   // and with experts: mixtral, qwen2moe, qwen3moe, olmoe
 std::span<const float> forward_gemma(Pass& p);     // gemma, gemma2, gemma3
 std::span<const float> forward_stablelm(Pass& p);  // stablelm, starcoder2
 

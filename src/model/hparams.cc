@@ -1,5 +1,6 @@
 #include "model/hparams.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -17,6 +18,9 @@ std::string_view arch_name(Arch arch) {
     case Arch::kPhi3: return "phi3";
     case Arch::kStarcoder2: return "starcoder2";
     case Arch::kStablelm: return "stablelm";
+    case Arch::kQwen2Moe: return "qwen2moe";
+    case Arch::kQwen3Moe: return "qwen3moe";
+    case Arch::kOlmoe: return "olmoe";
   }
   return "?";
 }
@@ -41,6 +45,7 @@ constexpr ArchName kArchNames[] = {
     {"qwen3", Arch::kQwen3},     {"smollm3", Arch::kSmollm3},     {"gemma", Arch::kGemma},
     {"gemma2", Arch::kGemma2},   {"gemma3", Arch::kGemma3},       {"phi3", Arch::kPhi3},
     {"starcoder2", Arch::kStarcoder2}, {"stablelm", Arch::kStablelm},
+    {"qwen2moe", Arch::kQwen2Moe},     {"qwen3moe", Arch::kQwen3Moe},     {"olmoe", Arch::kOlmoe},
 };
 
 Result<float> get_positive(const gguf::ModelFile& f, const std::string& key, float fallback, float max_value) {
@@ -50,6 +55,37 @@ Result<float> get_positive(const gguf::ModelFile& f, const std::string& key, flo
     return error("model metadata: '" + key + "' = " + std::to_string(*v) + " is out of range (0, " +
                  std::to_string(max_value) + "]");
   return static_cast<float>(*v);
+}
+
+// The experts of a mixture-of-experts file: `<arch>.expert_count` (required for the MoE
+// families, optional for llama: Mixtral), `expert_used_count`, and the inner sizes of an
+// expert and of the shared expert. Whether the top-k router weights are renormalised is the
+// architecture's (as llama.cpp builds it): Mixtral and Qwen3-MoE yes, Qwen2-MoE and OLMoE no.
+Status read_experts(const gguf::ModelFile& f, const std::string& a, HParams& hp) {
+  const bool moe_arch = hp.arch == Arch::kQwen2Moe || hp.arch == Arch::kQwen3Moe || hp.arch == Arch::kOlmoe;
+  const std::string count_key = a + ".expert_count";
+  const std::optional<int64_t> count = f.get_int(count_key);
+  if (!count && f.find(count_key)) return error("model metadata: '" + count_key + "' must be an integer");
+  if (!moe_arch && (!count || *count == 0)) return Status();  // a dense model
+  if (!moe_arch && hp.arch != Arch::kLlama)
+    return error("model metadata: '" + count_key + "': architecture '" + a + "' has no mixture-of-experts form");
+  LUMEN_ASSIGN_OR_RETURN(hp.n_expert, get_count(f, count_key, 4096));
+  LUMEN_ASSIGN_OR_RETURN(hp.n_expert_used, get_count(f, a + ".expert_used_count", hp.n_expert));
+  // llama.cpp's defaults when the key is absent: n_ff / n_expert_used for the Qwen MoEs
+  // (whose feed_forward_length is a dense size), n_ff for the others.
+  const bool qwen = hp.arch == Arch::kQwen2Moe || hp.arch == Arch::kQwen3Moe;
+  hp.n_ff_exp = qwen ? std::max(1, hp.n_ff / hp.n_expert_used) : hp.n_ff;
+  if (f.find(a + ".expert_feed_forward_length")) {
+    LUMEN_ASSIGN_OR_RETURN(hp.n_ff_exp, get_count(f, a + ".expert_feed_forward_length", 1 << 20));
+  }
+  if (hp.arch == Arch::kQwen2Moe) {  // llama.cpp: the shared expert's size defaults to n_ff
+    hp.n_ff_shexp = hp.n_ff;
+    if (f.find(a + ".expert_shared_feed_forward_length")) {
+      LUMEN_ASSIGN_OR_RETURN(hp.n_ff_shexp, get_count(f, a + ".expert_shared_feed_forward_length", 1 << 20));
+    }
+  }
+  hp.expert_weights_norm = hp.arch == Arch::kLlama || hp.arch == Arch::kQwen3Moe;
+  return Status();
 }
 
 }  // namespace
@@ -69,7 +105,7 @@ Result<HParams> read_hparams(const gguf::ModelFile& f) {
                  supported + ")");
   hp.arch = found->arch;
   hp.arch_key = std::string(*arch);
-  hp.has_qkv_bias = hp.arch == Arch::kQwen2;
+  hp.has_qkv_bias = hp.arch == Arch::kQwen2 || hp.arch == Arch::kQwen2Moe;
   const std::string a(*arch);
   constexpr int64_t kMaxDim = 1 << 20;
   LUMEN_ASSIGN_OR_RETURN(hp.n_embd, get_count(f, a + ".embedding_length", kMaxDim));
@@ -100,6 +136,7 @@ Result<HParams> read_hparams(const gguf::ModelFile& f) {
                    " must be even and in [2, head dim " + std::to_string(hp.head_dim) + "]");
     hp.rope_dims = static_cast<int32_t>(*rope_dims);
   }
+  LUMEN_TRY(read_experts(f, a, hp));
   hp.n_ctx_train = 2048;
   if (f.find(a + ".context_length")) {
     LUMEN_ASSIGN_OR_RETURN(hp.n_ctx_train, get_count(f, a + ".context_length", 1 << 24));

@@ -28,6 +28,12 @@ enum class Arch : uint8_t {
   kPhi3,        // fused qkv and gate_up, optional sliding window, long-context RoPE factors
   kStarcoder2,  // LayerNorm with bias, biases everywhere, plain GELU MLP
   kStablelm,    // LayerNorm with bias, partial rotary, optional parallel MLP and q/k norms
+  // Mixture-of-experts families (the MLP is moe_mlp, blocks.h); Mixtral is kLlama with experts.
+  kQwen2Moe,    // as qwen2 (q/k/v biases) + experts (softmax top-k, not renormalised) + a
+                // shared expert with a sigmoid gate
+  kQwen3Moe,    // as qwen3 (per-head q/k norms) + experts (softmax top-k, renormalised)
+  kOlmoe,       // as llama + q/k RMSNorm over the whole projection, NeoX RoPE, experts
+                // (softmax top-k, not renormalised)
 };
 std::string_view arch_name(Arch arch);
 
@@ -42,6 +48,12 @@ struct HParams {
   int32_t head_dim = 0;     // per-head size (key_length)
   int32_t n_ff = 0;         // MLP inner size
   int32_t n_ctx_train = 0;  // context length the model was trained with
+  // Mixture of experts (0 experts: a dense MLP of n_ff).
+  int32_t n_expert = 0;         // expert_count: experts per MoE layer
+  int32_t n_expert_used = 0;    // expert_used_count: experts each token is routed to (top-k)
+  int32_t n_ff_exp = 0;         // one expert's MLP inner size (expert_feed_forward_length, else n_ff)
+  int32_t n_ff_shexp = 0;       // the shared expert's inner size (qwen2moe; else 0)
+  bool expert_weights_norm = false;  // top-k router weights divided by their sum
   float rms_eps = 1e-5f;    // RMSNorm epsilon
   float norm_eps = 1e-5f;   // LayerNorm epsilon (attention.layer_norm_epsilon)
   bool has_qkv_bias = false;  // q/k/v biases required (qwen2)
@@ -61,6 +73,7 @@ struct HParams {
   float rope_high_freq_factor = 4.0f;   // llama3
   int32_t rope_original_ctx = 8192;     // llama3; Phi-3: rope.scaling.original_context_length
 
+  bool is_moe() const { return n_expert > 0; }
   int32_t n_q_dim() const { return n_head * head_dim; }
   int32_t n_kv_dim() const { return n_kv_head * head_dim; }
 };

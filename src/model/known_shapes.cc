@@ -41,6 +41,11 @@ std::span<const KnownShape> known_shapes() {
       {"gemma3-1b",     "gemma3",  1152, 26,  4,  1, 256,  6912, 262144,  32768, 1e6f,  1e-6f, true,  false, 512, 6, 0, 0, "google/gemma-3-1b-pt config.json"},
       {"phi3-mini",     "phi3",    3072, 32, 32, 32,  96,  8192,  32064,   4096, 1e4f,  1e-5f, false, false, 2047, 1, 0, 0, "microsoft/Phi-3-mini-4k-instruct config.json"},
       {"mistral-7b",    "llama",   4096, 32, 32,  8, 128, 14336,  32000,  32768, 1e4f,  1e-5f, false, false, 4096, 1, 0, 0, "mistralai/Mistral-7B-v0.1 config.json"},
+      // mixtures of experts (their experts: kMoe below)
+      {"olmoe-1b-7b",   "olmoe",   2048, 16, 16, 16, 128,  1024,  50304,   4096, 1e4f,  1e-5f, false, false, 0, 1, 0, 0, "allenai/OLMoE-1B-7B-0924 config.json"},
+      {"qwen3-30b-a3b", "qwen3moe", 2048, 48, 32, 4, 128,  6144, 151936,  40960, 1e6f,  1e-6f, false, false, 0, 1, 0, 0, "Qwen/Qwen3-30B-A3B config.json"},
+      {"qwen1.5-moe-a2.7b", "qwen2moe", 2048, 24, 16, 16, 128, 5632, 151936, 8192, 1e6f, 1e-6f, false, true, 0, 1, 0, 0, "Qwen/Qwen1.5-MoE-A2.7B config.json"},
+      {"mixtral-8x7b",  "llama",   4096, 32, 32,  8, 128, 14336,  32000,  32768, 1e6f,  1e-5f, false, false, 0, 1, 0, 0, "mistralai/Mixtral-8x7B-v0.1 config.json"},
   };
   return kShapes;
 }
@@ -48,6 +53,19 @@ std::span<const KnownShape> known_shapes() {
 const KnownShape* find_known_shape(std::string_view name) {
   for (const KnownShape& s : known_shapes())
     if (name == s.name) return &s;
+  return nullptr;
+}
+
+const KnownMoe* find_known_moe(std::string_view name) {
+  // name, experts, used per token, expert ffn, shared expert ffn (the same config.json files)
+  static constexpr KnownMoe kMoe[] = {
+      {"olmoe-1b-7b", 64, 8, 1024, 0},
+      {"qwen3-30b-a3b", 128, 8, 768, 0},
+      {"qwen1.5-moe-a2.7b", 60, 4, 1408, 5632},
+      {"mixtral-8x7b", 8, 2, 14336, 0},
+  };
+  for (const KnownMoe& m : kMoe)
+    if (name == m.name) return &m;
   return nullptr;
 }
 

@@ -34,4 +34,17 @@ struct KnownShape {
 std::span<const KnownShape> known_shapes();
 const KnownShape* find_known_shape(std::string_view name);  // nullptr when unknown
 
+// The experts of the mixture-of-experts shapes (num_experts / num_local_experts,
+// num_experts_per_tok, moe_intermediate_size, shared_expert_intermediate_size). The
+// KnownShape's n_ff is intermediate_size: the expert size for OLMoE and Mixtral, a dense
+// size for Qwen3-MoE (unused), the shared expert's for Qwen2-MoE.
+struct KnownMoe {
+  const char* name;          // a KnownShape's name
+  int32_t n_expert;
+  int32_t n_expert_used;
+  int32_t n_ff_exp;          // one expert's inner size
+  int32_t n_ff_shexp;        // the shared expert's (0: none)
+};
+const KnownMoe* find_known_moe(std::string_view name);  // nullptr for a dense shape
+
 }  // namespace lumen::model

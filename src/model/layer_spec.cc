@@ -140,12 +140,20 @@ Result<std::vector<LayerSpec>> read_layer_specs(const gguf::ModelFile& f, const 
       s.attn = AttnKind::kSliding;
       s.window = window;
     }
+    s.moe = hp.is_moe();
     switch (hp.arch) {
       case Arch::kLlama:
       case Arch::kQwen2:
         break;
       case Arch::kQwen3:
+      case Arch::kQwen3Moe:
         s.qk_norm = true;
+        break;
+      case Arch::kQwen2Moe:
+        s.shared_expert = true;
+        break;
+      case Arch::kOlmoe:
+        s.qk_norm = s.qk_norm_whole = true;
         break;
       case Arch::kSmollm3:
         if ((il + 1) % 4 == 0) s.rope.n_rot = 0;  // NoPE: llama.cpp's n_no_rope_layer_step = 4

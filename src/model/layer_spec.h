@@ -59,11 +59,15 @@ struct LayerSpec {
   RopeSpec rope;
   NormKind norm = NormKind::kRms;  // every norm of the layer (and the model's output norm)
   bool qk_norm = false;            // per-head norm of q and k before RoPE (Qwen3, Gemma 3)
+  bool qk_norm_whole = false;      // with qk_norm: one norm over all heads' q (k) of a token,
+                                   // weights [n_head * head_dim] (OLMoE)
   bool post_attn_norm = false;     // norm of the attention output before the residual (Gemma 2/3)
   bool post_ffn_norm = false;      // norm of the MLP output before the residual (Gemma 2/3)
   bool parallel_mlp = false;       // the MLP reads the attention's normed input and both add
                                    // to x (StableLM files without ffn_norm)
   MlpKind mlp = MlpKind::kSiluGated;
+  bool moe = false;                // the MLP is a mixture of experts (moe_mlp, blocks.h)
+  bool shared_expert = false;      // moe: + a shared expert with a sigmoid gate (Qwen2-MoE)
   float attn_scale = 0.0f;         // multiplies q.k: 1/sqrt(head_dim) or the file's override
   bool scale_q = false;            // apply attn_scale to q (f32) before the product, as the
                                    // ggml graphs of Gemma and Phi-3 do, rather than to the

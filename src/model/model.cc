@@ -181,7 +181,10 @@ std::span<const float> Model::forward(const kernels::KernelTable& k, ThreadPool&
     case Arch::kQwen2:
     case Arch::kQwen3:
     case Arch::kSmollm3:
-    case Arch::kPhi3: return forward_llama(p);
+    case Arch::kPhi3:
+    case Arch::kQwen2Moe:
+    case Arch::kQwen3Moe:
+    case Arch::kOlmoe: return forward_llama(p);
     case Arch::kGemma:
     case Arch::kGemma2:
     case Arch::kGemma3: return forward_gemma(p);

@@ -68,6 +68,28 @@ class Binder {
     return static_cast<const float*>(out.data());
   }
 
+  // The n_expert matrices [n_in] -> [n_out] of a 3-D expert tensor [n_in, n_out, n_expert]:
+  // one 2-D view per expert, into the tensor.
+  Result<std::vector<TensorView>> experts(const std::string& name, int64_t n_in, int64_t n_out, int64_t n_expert) {
+    const gguf::TensorInfo* t = f_.find_tensor(name);
+    if (!t) return error("model: tensor '" + name + "' is missing");
+    const TensorView& v = t->view;
+    if (v.n_dims != 3 || v.ne[0] != n_in || v.ne[1] != n_out || v.ne[2] != n_expert)
+      return error("model: tensor '" + name + "' has shape " + v.shape_string() + ", expected " +
+                   shape_str({n_in, n_out, n_expert}));
+    if (!kernels::matmul_supports(v.dtype))
+      return error("model: tensor '" + name + "' has type " + std::string(dtype_name(v.dtype)) +
+                   ", which lumen cannot multiply with (supported: " + kernels::matmul_type_names() + ")");
+    std::vector<TensorView> out;
+    for (int64_t e = 0; e < n_expert; ++e) {
+      TensorView m = rows(v, e * n_out, n_out);
+      m.n_dims = 2;
+      m.ne[2] = 1;
+      out.push_back(m);
+    }
+    return out;
+  }
+
   // Rows [row0, row0 + n_rows) of a matrix: a view into it (fused tensors).
   static TensorView rows(const TensorView& m, int64_t row0, int64_t n_rows) {
     TensorView v = m;
@@ -110,7 +132,12 @@ Status bind_attention(Binder& b, const gguf::ModelFile& f, const HParams& hp, co
     LUMEN_ASSIGN_OR_RETURN(l.bk, b.vector(p + "attn_k.bias", kv, bias_optional));
     LUMEN_ASSIGN_OR_RETURN(l.bv, b.vector(p + "attn_v.bias", kv, bias_optional));
   }
-  if (spec.qk_norm) {
+  if (spec.qk_norm && spec.qk_norm_whole) {
+    LUMEN_ASSIGN_OR_RETURN(l.q_norm, b.vector(p + "attn_q_norm.weight", q));
+    if (own_kv) {
+      LUMEN_ASSIGN_OR_RETURN(l.k_norm, b.vector(p + "attn_k_norm.weight", kv));
+    }
+  } else if (spec.qk_norm) {
     LUMEN_ASSIGN_OR_RETURN(l.q_norm, b.vector(p + "attn_q_norm.weight", hp.head_dim, false, q));
     l.qk_norm_per_head = f.find_tensor(p + "attn_q_norm.weight")->view.n_elements() == q && hp.n_head > 1;
     if (own_kv) {
@@ -142,6 +169,23 @@ Status bind_mlp(Binder& b, const gguf::ModelFile& f, const HParams& hp, const La
   const bool biases = hp.arch == Arch::kStarcoder2;  // required there, optional elsewhere
   LUMEN_ASSIGN_OR_RETURN(l.b_up, b.vector(p + "ffn_up.bias", ff, !biases));
   LUMEN_ASSIGN_OR_RETURN(l.b_down, b.vector(p + "ffn_down.bias", e, !biases));
+  return Status();
+}
+
+// The MoE weights: router, experts (views into the 3-D tensors), shared expert.
+Status bind_moe(Binder& b, const HParams& hp, const LayerSpec& spec, const std::string& p, LayerWeights& l) {
+  const int64_t e = hp.n_embd, ff = hp.n_ff_exp, n = hp.n_expert;
+  LUMEN_ASSIGN_OR_RETURN(l.ffn_gate_inp, b.matrix(p + "ffn_gate_inp.weight", e, n));
+  LUMEN_ASSIGN_OR_RETURN(l.w_gate_exp, b.experts(p + "ffn_gate_exps.weight", e, ff, n));
+  LUMEN_ASSIGN_OR_RETURN(l.w_up_exp, b.experts(p + "ffn_up_exps.weight", e, ff, n));
+  LUMEN_ASSIGN_OR_RETURN(l.w_down_exp, b.experts(p + "ffn_down_exps.weight", ff, e, n));
+  if (spec.shared_expert) {
+    const int64_t fs = hp.n_ff_shexp;
+    LUMEN_ASSIGN_OR_RETURN(l.gate_inp_shexp, b.vector(p + "ffn_gate_inp_shexp.weight", e));
+    LUMEN_ASSIGN_OR_RETURN(l.w_gate_shexp, b.matrix(p + "ffn_gate_shexp.weight", e, fs));
+    LUMEN_ASSIGN_OR_RETURN(l.w_up_shexp, b.matrix(p + "ffn_up_shexp.weight", e, fs));
+    LUMEN_ASSIGN_OR_RETURN(l.w_down_shexp, b.matrix(p + "ffn_down_shexp.weight", fs, e));
+  }
   return Status();
 }
 
@@ -203,7 +247,11 @@ Result<ModelWeights> bind_weights(const gguf::ModelFile& f, const HParams& hp, c
       LUMEN_ASSIGN_OR_RETURN(l.ffn_norm, b.vector(p + "ffn_norm.weight", e));
       LUMEN_ASSIGN_OR_RETURN(l.ffn_norm_b, b.vector(p + "ffn_norm.bias", e, !layer_norm));
     }
-    LUMEN_TRY(bind_mlp(b, f, hp, spec, p, l));
+    if (spec.moe) {
+      LUMEN_TRY(bind_moe(b, hp, spec, p, l));
+    } else {
+      LUMEN_TRY(bind_mlp(b, f, hp, spec, p, l));
+    }
     if (spec.post_ffn_norm) {
       LUMEN_ASSIGN_OR_RETURN(l.ffn_post_norm, b.vector(p + "post_ffw_norm.weight", e));
     }
@@ -232,9 +280,14 @@ namespace {
 template <typename View, typename Weights>
 std::vector<View*> matrices_of(Weights& w) {
   std::vector<View*> out;
-  for (auto& l : w.layers)
-    for (View* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+  for (auto& l : w.layers) {
+    for (View* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.ffn_gate_inp})
       if (t->data != nullptr) out.push_back(t);
+    for (size_t e = 0; e < l.w_gate_exp.size(); ++e)
+      for (View* t : {&l.w_gate_exp[e], &l.w_up_exp[e], &l.w_down_exp[e]}) out.push_back(t);
+    for (View* t : {&l.w_gate_shexp, &l.w_up_shexp, &l.w_down_shexp})
+      if (t->data != nullptr) out.push_back(t);
+  }
   out.push_back(&w.output);
   return out;
 }
@@ -304,6 +357,11 @@ void bind_interleaved(const InterleavePlan& plan, const std::byte* base) {
 uint64_t weight_bytes_per_token(const ModelWeights& w, const HParams& hp) {
   uint64_t n = w.tok_embd.row_stride_bytes();
   for (const TensorView* t : matrices(w)) n += read_bytes(*t);
+  // A token reads n_expert_used of each MoE layer's experts (experts of a layer have equal
+  // sizes): take the others out again.
+  for (const LayerWeights& l : w.layers)
+    for (size_t e = static_cast<size_t>(hp.n_expert_used); e < l.w_gate_exp.size(); ++e)
+      n -= read_bytes(l.w_gate_exp[e]) + read_bytes(l.w_up_exp[e]) + read_bytes(l.w_down_exp[e]);
   return n;
 }
 

@@ -42,6 +42,21 @@ struct LayerWeights {
   const float* b_up = nullptr;         // [n_ff]
   const float* b_down = nullptr;       // [n_embd]
   const float* ffn_post_norm = nullptr;  // [n_embd] (Gemma 2/3)
+
+  // Mixture of experts (LayerSpec::moe; w_gate / w_up / w_down are then empty). The file
+  // stores each kind of expert matrix as one 3-D tensor, ffn_gate_exps [n_embd, n_ff_exp,
+  // n_expert] etc.; expert e's matrix is a 2-D view of its rows (no copy), so the matmul
+  // kernels and the interleaved copies (per expert) see ordinary matrices.
+  TensorView ffn_gate_inp;             // [n_embd] -> [n_expert] router logits
+  std::vector<TensorView> w_gate_exp;  // [n_expert] each [n_embd] -> [n_ff_exp]
+  std::vector<TensorView> w_up_exp;    // [n_expert] each [n_embd] -> [n_ff_exp]
+  std::vector<TensorView> w_down_exp;  // [n_expert] each [n_ff_exp] -> [n_embd]
+  // The shared expert (LayerSpec::shared_expert), run for every token and scaled by
+  // sigmoid(xn . gate_inp_shexp).
+  TensorView w_gate_shexp;             // [n_embd] -> [n_ff_shexp]
+  TensorView w_up_shexp;               // [n_embd] -> [n_ff_shexp]
+  TensorView w_down_shexp;             // [n_ff_shexp] -> [n_embd]
+  const float* gate_inp_shexp = nullptr;  // [n_embd]
 };
 
 struct ModelWeights {
@@ -64,7 +79,8 @@ Result<ModelWeights> bind_weights(const gguf::ModelFile& file, const HParams& hp
                                   int64_t n_ctx);
 
 // Every matrix the forward pass multiplies with, in forward order: each layer's q, k, v, o,
-// gate, up, down (those it has), then the output.
+// gate, up, down (those it has; an MoE layer: the router, every expert's gate, up, down,
+// the shared expert's), then the output.
 std::vector<TensorView*> matrices(ModelWeights& w);
 std::vector<const TensorView*> matrices(const ModelWeights& w);
 
@@ -100,7 +116,8 @@ void release_pages(const std::byte* p, size_t n);
 void bind_interleaved(const InterleavePlan& plan, const std::byte* base);
 
 // Bytes of weights read per generated token (every matrix once, in the layout the kernels
-// read it, + one embedding row).
+// read it, + one embedding row). MoE layers count n_expert_used experts (a token reads only
+// the experts it is routed to), not all of them.
 uint64_t weight_bytes_per_token(const ModelWeights& w, const HParams& hp);
 
 }  // namespace lumen::model

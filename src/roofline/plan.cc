@@ -95,6 +95,10 @@ nlohmann::json plan_to_json(const Plan& plan) {
                 {"tied", plan.shape.tied_output},
                 {"qkv_bias", plan.shape.has_qkv_bias},
                 {"gated_mlp", plan.shape.gated_mlp},
+                {"experts", plan.shape.n_expert},
+                {"experts_used", plan.shape.n_expert_used},
+                {"expert_ffn", plan.shape.n_ff_exp},
+                {"shared_expert_ffn", plan.shape.n_ff_shexp},
                 {"params_from", plan.params_source}};
   j["params"] = {{"decoder", plan.params.decoder},
                  {"lm_head", plan.params.lm_head},
@@ -102,6 +106,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
                  {"total", plan.params.total},
                  {"attention", plan.params.attention},
                  {"mlp", plan.params.mlp},
+                 {"mlp_inactive", plan.params.mlp_inactive},
                  {"norms", plan.params.norms}};
   j["kv_elems_per_token"] = kv_elems_per_token(plan.shape);
   if (plan.shape.n_local_layers > 0)

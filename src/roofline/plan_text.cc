@@ -56,6 +56,11 @@ void append_header(std::string& out, const Plan& plan) {
          static_cast<long long>(s.n_kv_head), attn, static_cast<long long>(s.head_dim),
          static_cast<long long>(s.n_ff), s.gated_mlp ? " (gated)" : "", static_cast<long long>(s.n_vocab),
          s.tied_output ? "tied to the embeddings" : "untied", s.has_qkv_bias ? " | q/k/v bias" : "");
+  if (s.is_moe())
+    append(out, "           mixture of experts: %lld experts of ffn %lld per layer, %lld per token%s\n",
+           static_cast<long long>(s.n_expert), static_cast<long long>(s.n_ff_exp),
+           static_cast<long long>(s.n_expert_used),
+           s.n_ff_shexp > 0 ? (" + a shared expert of ffn " + std::to_string(s.n_ff_shexp)).c_str() : "");
 }
 
 void append_params(std::string& out, const Plan& plan) {
@@ -85,6 +90,11 @@ void append_params(std::string& out, const Plan& plan) {
          plan.shape.tied_output ? ", tied" : "", format_count_at(static_cast<double>(c.embedding), u, 3, 2).c_str(),
          format_count(static_cast<double>(c.norms), u).c_str(), format_count_at(static_cast<double>(c.total), u, 3, 2).c_str(),
          format_grouped(c.total).c_str());
+  if (c.mlp_inactive > 0)
+    append(out, "           active per token: decoder %s of %s (the experts a token does not go through are not "
+                "read); a step of many tokens reads more of them\n",
+           format_count_at(static_cast<double>(c.decoder - c.mlp_inactive), u, 3, 2).c_str(),
+           format_count_at(static_cast<double>(c.decoder), u, 3, 2).c_str());
   const int64_t kv = kv_elems_per_token(plan.shape);
   append(out, "kv cache   %s elements per token (%s) = %lld layers x 2 x %lld KV heads x %lld\n",
          format_grouped(kv).c_str(), format_count_at(static_cast<double>(kv), u, 2).c_str(),
@@ -118,7 +128,8 @@ void append_precisions(std::string& out, const Plan& plan) {
            format_ms(p.prefill.memory_s * 1e3).c_str(), format_ms(p.prefill.compute_s * 1e3).c_str(),
            format_ms(p.prefill.time_s * 1e3).c_str(), std::string(roof_name(p.prefill.binding)).c_str());
   }
-  append(out, "(* = chosen; weights = decoder + lm_head at the weight bits; decode latency(n) = B + (n - 1) / W)\n\n");
+  append(out, "(* = chosen; weights = decoder + lm_head %sat the weight bits; decode latency(n) = B + (n - 1) / W)\n\n",
+         plan.shape.is_moe() ? "one token reads (its experts; memory holds all of them) " : "");
 }
 
 void append_batches(std::string& out, const Plan& plan) {

@@ -39,7 +39,14 @@ Workload make_workload(const ModelShape& shape, const ParamCounts& params, const
                        ? precision.weight_bytes
                        : static_cast<double>(params.read_per_step()) * precision.weight_bits / 8.0;
   w.kv_bytes_per_token = static_cast<double>(kv_elems_per_token(shape)) * precision.kv_bits / 8.0;
-  w.decoder_macs = static_cast<double>(params.decoder);
+  w.decoder_macs = static_cast<double>(params.decoder - params.mlp_inactive);  // a token's experts only
+  if (shape.is_moe()) {
+    w.n_expert = shape.n_expert;
+    w.n_expert_used = shape.n_expert_used;
+    w.expert_bytes = precision.weight_bytes > 0 ? precision.expert_bytes
+                                                : static_cast<double>(shape.n_layer * shape.n_expert * 3 * shape.n_embd *
+                                                                      shape.n_ff_exp) * precision.weight_bits / 8.0;
+  }
   w.lm_head_macs = static_cast<double>(params.lm_head);
   w.attn_macs_per_pair = static_cast<double>(attn_macs_per_pair(shape));
   w.read_bytes_per_s = hw.read_bytes_per_s;
@@ -61,6 +68,17 @@ double local_share(const Workload& w) {
 
 }  // namespace
 
+double Workload::step_weight_bytes(double n_tokens) const {
+  if (n_expert <= 0) return weight_bytes;
+  const double one = static_cast<double>(n_expert_used) / static_cast<double>(n_expert);
+  return weight_bytes + expert_bytes * (expert_share_touched(n_expert, n_expert_used, n_tokens) - one);
+}
+
+double Workload::resident_weight_bytes() const {
+  if (n_expert <= 0) return weight_bytes;
+  return weight_bytes + expert_bytes * (1.0 - static_cast<double>(n_expert_used) / static_cast<double>(n_expert));
+}
+
 double Workload::kv_bytes_at(double n_ctx) const {
   const double f = local_share(*this);
   return kv_bytes_per_token * ((1 - f) * n_ctx + f * std::min(n_ctx, window));
@@ -81,7 +99,7 @@ double Workload::attn_macs_prefill(double d, double n) const {
 }
 
 std::optional<int64_t> kv_tokens_that_fit(const Workload& w) {
-  const double left = w.memory_bytes - w.weight_bytes;
+  const double left = w.memory_bytes - w.resident_weight_bytes();
   if (left < 0) return std::nullopt;
   if (w.kv_bytes_per_token <= 0) return std::nullopt;
   const double f = local_share(w);
@@ -111,7 +129,7 @@ StepEstimate finish(const Workload& w, double bytes, double matmul_flops, double
 StepEstimate estimate_prefill(const Workload& w, int64_t n_prompt) {
   LUMEN_DCHECK(n_prompt >= 1);
   const double n = static_cast<double>(n_prompt);
-  const double bytes = w.weight_bytes + w.kv_bytes_at(n) + n * w.kv_bytes_per_token;
+  const double bytes = w.step_weight_bytes(n) + w.kv_bytes_at(n) + n * w.kv_bytes_per_token;
   const double matmul_flops = 2.0 * (w.decoder_macs * n + w.lm_head_macs);
   // Causal: query i scores i + 1 keys (a local layer at most its window); QK^T and PV.
   const double attn_flops = 2.0 * 2.0 * w.attn_macs_prefill(0, n);
@@ -144,7 +162,7 @@ StepEstimate estimate_decode_step(const Workload& w, int64_t n_seqs, int64_t n_p
   const double b = static_cast<double>(n_seqs);
   const double p = static_cast<double>(n_past);
   const double q = static_cast<double>(n_new);
-  const double bytes = w.weight_bytes + b * w.kv_bytes_at(p);
+  const double bytes = w.step_weight_bytes(b * q) + b * w.kv_bytes_at(p);
   const double matmul_flops = 2.0 * b * q * (w.decoder_macs + w.lm_head_macs);
   const double attn_flops = 2.0 * b * 2.0 * w.attn_macs_prefill(p, q);
   return finish(w, bytes, matmul_flops, attn_flops);
@@ -168,7 +186,7 @@ BatchEstimate estimate_batch(const Workload& w, int64_t n_batch, int64_t n_past)
   e.step = estimate_decode_step(w, n_batch, n_past, 1);
   e.tok_s = static_cast<double>(n_batch) / e.step.time_s;
   e.kv_bytes = static_cast<double>(n_batch) * w.kv_bytes_at(static_cast<double>(n_past + 1));
-  e.fits = w.weight_bytes + e.kv_bytes <= w.memory_bytes;
+  e.fits = w.resident_weight_bytes() + e.kv_bytes <= w.memory_bytes;
   return e;
 }
 

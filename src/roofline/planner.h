@@ -55,9 +55,10 @@ struct Precision {
   std::string name;
   double weight_bits = 16;
   double kv_bits = 16;
-  // When > 0: the exact bytes a step reads (a file's stored tensor types) instead of
-  // (decoder + lm_head) x weight_bits / 8.
+  // When > 0: the exact bytes a one-token step reads (a file's stored tensor types) instead
+  // of (decoder + lm_head) x weight_bits / 8, and (MoE) the bytes of all its experts.
   double weight_bytes = 0;
+  double expert_bytes = 0;
 };
 // "w16a16", "w4.5a16" (bits with at most 2 decimals, trailing zeros dropped).
 std::string precision_name(double weight_bits, double kv_bits);
@@ -67,7 +68,13 @@ std::vector<Precision> standard_precisions();
 
 // The roofline inputs for one model at one precision on one machine.
 struct Workload {
-  double weight_bytes = 0;        // read per forward step: decoder + lm_head
+  double weight_bytes = 0;        // read per one-token forward step: decoder + lm_head (MoE:
+                                  // the experts one token goes through)
+  // Mixture of experts: the bytes of every expert, and the share a one-token step reads
+  // (used / n_expert); a step of n tokens reads step_weight_bytes(n).
+  double expert_bytes = 0;
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
   double kv_bytes_per_token = 0;  // K and V of one position over all layers
   double decoder_macs = 0;        // multiply-adds per token in the decoder matrices
   double lm_head_macs = 0;        // multiply-adds per token of lm_head
@@ -82,6 +89,11 @@ struct Workload {
   int64_t n_local_layers = 0;
   double window = 0;
 
+  // Weights a step of n_tokens reads: weight_bytes + the experts the other tokens touch
+  // (shape.h, expert_share_touched); weight_bytes for a dense model.
+  double step_weight_bytes(double n_tokens) const;
+  // Weights held in memory: every expert.
+  double resident_weight_bytes() const;
   // KV bytes one sequence holds at n_ctx tokens.
   double kv_bytes_at(double n_ctx) const;
   // QK^T multiply-adds of one query at context n_ctx (PV the same again).

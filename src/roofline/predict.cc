@@ -1,6 +1,7 @@
 #include "roofline/predict.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "base/check.h"
 #include "roofline/peak_flops.h"
@@ -92,7 +93,12 @@ Prediction predict_lumen(const ModelShape& shape, const FileWeights& w, const Ma
   p.binding_roof = comp_bound_s > mem_bound_s ? "compute" : "memory";
 
   // pp: the whole prompt in one pass over the weights, after n_depth cached tokens.
-  const StepTimes pp = prefill_times(shape, w, r, p.weight_bytes_per_token, o.kv_bytes_per_elem, o.n_prompt, o.n_depth);
+  // A prompt's tokens together touch more experts than one token (shape.h).
+  const double pp_weight_bytes =
+      p.weight_bytes_per_token +
+      static_cast<double>(w.expert_bytes) *
+          (1.0 - std::pow(1.0 - w.expert_share, static_cast<double>(o.n_prompt)) - w.expert_share);
+  const StepTimes pp = prefill_times(shape, w, r, pp_weight_bytes, o.kv_bytes_per_elem, o.n_prompt, o.n_depth);
   p.pp_ms = std::max(pp.memory_s, pp.compute_s) * 1e3;
   p.pp_tok_s = static_cast<double>(o.n_prompt) / std::max(pp.memory_s, pp.compute_s);
   p.pp_binding_roof = pp.compute_s > pp.memory_s ? "compute" : "memory";

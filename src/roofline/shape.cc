@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <optional>
 
 #include "model/hparams.h"
@@ -28,6 +29,12 @@ Status validate_shape(const ModelShape& s) {
   if (s.n_head % s.n_kv_head != 0)
     return error("model shape: heads = " + std::to_string(s.n_head) +
                  " is not a multiple of kv_heads = " + std::to_string(s.n_kv_head));
+  if (s.n_expert < 0 || s.n_expert > 4096 ||
+      (s.n_expert > 0 && (s.n_expert_used < 1 || s.n_expert_used > s.n_expert || s.n_ff_exp < 1 ||
+                          s.n_ff_exp > kMaxDim || s.n_ff_shexp < 0 || s.n_ff_shexp > kMaxDim)))
+    return error("model shape: experts = " + std::to_string(s.n_expert) + ", used = " +
+                 std::to_string(s.n_expert_used) + ", expert ffn = " + std::to_string(s.n_ff_exp) +
+                 ": need 1 <= used <= experts <= 4096 and a positive expert ffn");
   if (s.n_local_layers < 0 || s.n_local_layers > s.n_layer)
     return error("model shape: local (sliding-window) layers = " + std::to_string(s.n_local_layers) +
                  " is out of range [0, layers]");
@@ -76,10 +83,24 @@ LayerParams layer_params(const ModelShape& s) {
   p.attn_v = s.n_embd * s.n_kv_dim();
   p.attn_qkv_bias = s.has_qkv_bias ? s.n_q_dim() + 2 * s.n_kv_dim() : 0;
   p.attn_o = s.n_q_dim() * s.n_embd;
+  if (s.is_moe()) {
+    const int64_t expert = s.n_embd * s.n_ff_exp;  // one of an expert's three matrices
+    p.mlp_gate = s.n_expert * expert + s.n_embd * s.n_ff_shexp;
+    p.mlp_up = p.mlp_gate;
+    p.mlp_down = p.mlp_gate;
+    p.mlp_router = s.n_embd * s.n_expert + (s.n_ff_shexp > 0 ? s.n_embd : 0);
+    p.mlp_inactive = (s.n_expert - s.n_expert_used) * 3 * expert;
+    return p;
+  }
   p.mlp_gate = s.gated_mlp ? s.n_embd * s.n_ff : 0;
   p.mlp_up = s.n_embd * s.n_ff;
   p.mlp_down = s.n_ff * s.n_embd;
   return p;
+}
+
+double expert_share_touched(int64_t n_expert, int64_t n_expert_used, double n_tokens) {
+  if (n_expert <= 0) return 1.0;
+  return 1.0 - std::pow(1.0 - static_cast<double>(n_expert_used) / static_cast<double>(n_expert), n_tokens);
 }
 
 ParamCounts count_params(const ModelShape& s) {
@@ -87,6 +108,7 @@ ParamCounts count_params(const ModelShape& s) {
   ParamCounts c;
   c.attention = s.n_layer * layer.attention();
   c.mlp = s.n_layer * layer.mlp();
+  c.mlp_inactive = s.n_layer * layer.mlp_inactive;
   c.decoder = c.attention + c.mlp;
   c.lm_head = s.n_vocab * s.n_embd;
   c.embedding = s.n_vocab * s.n_embd;
@@ -123,6 +145,12 @@ Result<ModelShape> model_preset(std::string_view name, std::string_view flag) {
     s.tied_output = p.tied_output;
     s.has_qkv_bias = p.has_qkv_bias;
     s.gated_mlp = true;
+    if (const model::KnownMoe* m = model::find_known_moe(p.name)) {
+      s.n_expert = m->n_expert;
+      s.n_expert_used = m->n_expert_used;
+      s.n_ff_exp = m->n_ff_exp;
+      s.n_ff_shexp = m->n_ff_shexp;
+    }
     if (p.sliding_window > 0) {  // layer il slides iff il % period < period - 1 (or every layer)
       for (int32_t il = 0; il < p.n_layer; ++il)
         s.n_local_layers += p.window_period == 1 || il % p.window_period < p.window_period - 1;
@@ -168,6 +196,12 @@ Result<ModelShape> shape_from_generic_keys(const gguf::ModelFile& file) {
   s.tied_output = file.find_tensor("output.weight") == nullptr;
   s.has_qkv_bias = file.find_tensor("blk.0.attn_q.bias") != nullptr;
   s.gated_mlp = file.find_tensor("blk.0.ffn_gate.weight") != nullptr;
+  if (const gguf::TensorInfo* exps = file.find_tensor("blk.0.ffn_up_exps.weight"); exps && exps->view.n_dims == 3) {
+    s.n_expert = exps->view.ne[2];
+    s.n_ff_exp = exps->view.ne[1];
+    s.n_expert_used = file.get_int(a + ".expert_used_count").value_or(0);
+    s.gated_mlp = true;
+  }
   LUMEN_TRY(validate_shape(s));
   return s;
 }
@@ -215,6 +249,10 @@ Result<ModelShape> shape_from_model_file(const gguf::ModelFile& file) {
   s.n_vocab = hp->n_vocab;
   s.tied_output = hp->tied_output;
   s.has_qkv_bias = hp->has_qkv_bias;
+  s.n_expert = hp->n_expert;
+  s.n_expert_used = hp->n_expert_used;
+  s.n_ff_exp = hp->n_ff_exp;
+  s.n_ff_shexp = hp->n_ff_shexp;
   // Local layers from the layer specs (every sliding layer of the known architectures has
   // the same window).
   LUMEN_ASSIGN_OR_RETURN(const std::vector<model::LayerSpec> specs, model::read_layer_specs(file, *hp));
@@ -240,6 +278,12 @@ Result<FileWeights> count_file_weights(const gguf::ModelFile& file) {
   if (!embd) return error("model: tensor 'token_embd.weight' is missing");
   const gguf::TensorInfo* output = file.find_tensor("output.weight");
   const gguf::TensorInfo* lm_head = output ? output : embd;
+  // A mixture of experts: a token reads n_expert_used / n_expert of the ffn_*_exps tensors.
+  if (std::optional<std::string_view> arch = file.get_string("general.architecture")) {
+    const std::optional<int64_t> n = file.get_int(std::string(*arch) + ".expert_count");
+    const std::optional<int64_t> used = file.get_int(std::string(*arch) + ".expert_used_count");
+    if (n && used && *n > 0 && *used > 0 && *used <= *n) w.expert_share = static_cast<double>(*used) / static_cast<double>(*n);
+  }
   for (const gguf::TensorInfo& t : file.tensors()) {
     const int64_t n = t.view.n_elements();
     c.total += n;
@@ -254,7 +298,13 @@ Result<FileWeights> count_file_weights(const gguf::ModelFile& file) {
       else if (is_mlp(*suffix)) c.mlp += n;
       else c.decoder_other += n;
       w.decoder_bytes += t.view.n_bytes;
-      if (t.view.n_dims >= 2) (quantized ? w.decoder_macs_int8 : w.decoder_macs_float) += n;
+      const bool expert = suffix->ends_with("_exps.weight");
+      if (expert) {
+        w.expert_bytes += t.view.n_bytes;
+        c.mlp_inactive += static_cast<int64_t>(static_cast<double>(n) * (1.0 - w.expert_share));
+      }
+      const int64_t macs = expert ? static_cast<int64_t>(static_cast<double>(n) * w.expert_share) : n;
+      if (t.view.n_dims >= 2) (quantized ? w.decoder_macs_int8 : w.decoder_macs_float) += macs;
     } else if (t.name.ends_with("norm.weight") || t.name.ends_with("norm.bias")) {
       c.norms += n;
       w.norm_bytes += t.view.n_bytes;

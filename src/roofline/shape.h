@@ -13,14 +13,22 @@
 //   MLP        gated (SwiGLU): gate d x ffn, up d x ffn, down ffn x d; plain: up + down
 //   norms      two RMSNorm vectors of d: counted apart (`norms`), not in `decoder`
 //
+//   MoE MLP    router d x n_expert; n_expert experts of ffn_exp (gate, up, down each d x
+//              ffn_exp); a shared expert of ffn_shexp (+ its gate vector d) if the model has
+//              one. A token goes through n_expert_used experts: the other experts' parameters
+//              are `mlp_inactive`, stored but not read (nor multiplied) for that token. A
+//              step of b tokens routed independently and uniformly touches a share
+//              1 - (1 - used / n_expert)^b of each layer's experts (expert_share_touched).
+//
 //   decoder    = n_layer x (attention + MLP)
 //   lm_head    = vocab x d, counted even when tied to the embeddings, because it is read
 //                (and multiplied) every step
 //   embedding  = vocab x d, reported apart: a step reads one row of it
 //   total      = distinct parameters stored: decoder + norms + embedding + (tied ? 0 : lm_head)
 //
-// The weights a forward step reads are decoder + lm_head; that is what the planner's
-// memory-time and capacity formulas use (Qwen1.5-0.5B: 0.29 B + 0.14 B in binary units).
+// The weights a one-token forward step reads are decoder - mlp_inactive + lm_head; that is
+// what the planner's memory-time formulas use (Qwen1.5-0.5B: 0.29 B + 0.14 B in binary
+// units); capacity holds all of them (decoder + lm_head).
 #pragma once
 
 #include <cstdint>
@@ -50,7 +58,13 @@ struct ModelShape {
   // and attend over only the last `window` positions; the others over the whole context.
   int64_t n_local_layers = 0;
   int64_t window = 0;        // tokens; > 0 when n_local_layers > 0
+  // Mixture of experts (n_expert 0: a dense MLP of n_ff).
+  int64_t n_expert = 0;        // experts per layer
+  int64_t n_expert_used = 0;   // experts a token goes through
+  int64_t n_ff_exp = 0;        // one expert's inner size
+  int64_t n_ff_shexp = 0;      // the shared expert's inner size (0: none)
 
+  bool is_moe() const { return n_expert > 0; }
   int64_t n_q_dim() const { return n_head * head_dim; }
   int64_t n_kv_dim() const { return n_kv_head * head_dim; }
 };
@@ -68,9 +82,11 @@ struct LayerParams {
   int64_t mlp_gate = 0;  // 0 for a plain MLP
   int64_t mlp_up = 0;
   int64_t mlp_down = 0;
+  int64_t mlp_router = 0;    // MoE: the router (and the shared expert's gate vector)
+  int64_t mlp_inactive = 0;  // MoE: parameters of the experts a token does not go through
 
   int64_t attention() const { return attn_q + attn_k + attn_v + attn_qkv_bias + attn_o; }
-  int64_t mlp() const { return mlp_gate + mlp_up + mlp_down; }
+  int64_t mlp() const { return mlp_gate + mlp_up + mlp_down + mlp_router; }
   int64_t total() const { return attention() + mlp(); }
 };
 LayerParams layer_params(const ModelShape& shape);
@@ -78,7 +94,8 @@ LayerParams layer_params(const ModelShape& shape);
 // Whole-model counts (see the accounting at the top of this file).
 struct ParamCounts {
   int64_t attention = 0;      // all layers: q, k, v (+ bias), o
-  int64_t mlp = 0;            // all layers: gate, up, down
+  int64_t mlp = 0;            // all layers: gate, up, down (MoE: router, every expert)
+  int64_t mlp_inactive = 0;   // MoE, all layers: the experts one token does not go through
   int64_t decoder_other = 0;  // other per-layer tensors a file holds (not norms); 0 for shapes
   int64_t decoder = 0;        // attention + mlp + decoder_other
   int64_t lm_head = 0;        // counted even when tied
@@ -86,9 +103,14 @@ struct ParamCounts {
   int64_t norms = 0;
   int64_t total = 0;          // distinct parameters stored
 
-  int64_t read_per_step() const { return decoder + lm_head; }
+  int64_t read_per_step() const { return decoder - mlp_inactive + lm_head; }  // one token
+  int64_t stored_per_step() const { return decoder + lm_head; }                // all experts
 };
 ParamCounts count_params(const ModelShape& shape);
+
+// The share of a layer's experts a step of n_tokens touches: 1 - (1 - used / n_expert)^n
+// (independent, uniform routing); 1 for a dense model.
+double expert_share_touched(int64_t n_expert, int64_t n_expert_used, double n_tokens);
 
 // K and V of one token over all layers: n_layer x 2 x n_kv_head x head_dim (the rate at
 // which a sequence's KV grows while it is shorter than every window).
@@ -144,8 +166,16 @@ struct FileWeights {
   int64_t decoder_macs_int8 = 0;     // per token: decoder matrices in quantized types
   int64_t decoder_macs_float = 0;    // per token: decoder matrices in f32/f16/bf16
   bool lm_head_int8 = false;         // lm_head is in a quantized type
+  uint64_t expert_bytes = 0;         // MoE: the blk.*.ffn_*_exps tensors (in decoder_bytes)
+  double expert_share = 1.0;         // MoE: n_expert_used / n_expert, the share one token reads
 
-  uint64_t read_per_step_bytes() const { return decoder_bytes + lm_head_bytes; }
+  // What one token's forward step reads: the decoder with expert_share of the experts
+  // (decoder_macs_* count the same share), + lm_head.
+  uint64_t read_per_step_bytes() const {
+    return decoder_bytes - static_cast<uint64_t>(static_cast<double>(expert_bytes) * (1.0 - expert_share)) +
+           lm_head_bytes;
+  }
+  uint64_t stored_per_step_bytes() const { return decoder_bytes + lm_head_bytes; }
   // Average bits per weight over what a step reads (decoder + lm_head).
   double bits_per_weight() const;
 };

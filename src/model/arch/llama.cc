@@ -1,4 +1,6 @@
-// The Llama family: Llama 2/3, TinyLlama, SmolLM, Mistral, Qwen2, Qwen3, SmolLM3, Phi-3.
+// The Llama family: Llama 2/3, TinyLlama, SmolLM, Mistral, Qwen2, Qwen3, SmolLM3, Phi-3, and
+// the mixtures of experts built the same way: Mixtral (llama with experts), Qwen2-MoE,
+// Qwen3-MoE, OLMoE.
 //
 // Per layer, for all T tokens of the batch at once (each weight matrix read once per
 // layer for the whole batch):
@@ -17,6 +19,11 @@
 //   xn   = rmsnorm(x) * ffn_norm
 //   x   += (silu(xn Wgate^T) * (xn Wup^T)) Wdown^T       SwiGLU MLP, residual
 //                            Phi-3: Wgate, Wup are the two halves of one ffn_up matrix
+//                            MoE: x += moe(xn) instead (moe_block.cc): router softmax,
+//                            top-k SwiGLU experts summed by their router weights
+//                            (Mixtral, Qwen3-MoE: the k weights renormalised to sum 1),
+//                            Qwen2-MoE + a shared expert scaled by sigmoid(xn . w)
+//                            OLMoE's q/k norm: over each token's whole q (k), not per head
 //
 // then logits = rmsnorm(x[rows]) * output_norm  Wout^T (+ b), only for the requested rows.
 // The differences between the members are all in their LayerSpecs and weights, read at
@@ -37,7 +44,8 @@ std::span<const float> forward_llama(Pass& p) {
     kernels::add_in_place(p.k, ws.x.data(), ws.y.data(), T * E);  // residual
 
     norm(p, NormKind::kRms, ws.x.data(), l.ffn_norm, l.ffn_norm_b, T, ws.xn.data());
-    mlp_block(p, il, ws.xn.data(), ws.y.data());
+    if (p.specs[il].moe) moe_mlp(p, il, ws.xn.data(), ws.y.data());
+    else mlp_block(p, il, ws.xn.data(), ws.y.data());
     kernels::add_in_place(p.k, ws.x.data(), ws.y.data(), T * E);  // residual
     p.tap("layer_out", il, ws.x.data(), T * E);
   }

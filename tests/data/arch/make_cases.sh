@@ -44,6 +44,10 @@ CASES=(
   "smollm3-nope|tiny-smollm3|11||nlc|c392e5094 has no smollm3"
   "mistral-swa|tiny-mistral|12||numpy|no llama.cpp honours a llama (Mistral) file's sliding window"
   "llama-cla|tiny-llama-cla|13||numpy|no llama.cpp has cross-layer KV sharing"
+  "qwen3moe|tiny-qwen3moe|14||nlc|c392e5094 has no qwen3moe"
+  "olmoe|tiny-olmoe|15||old|"
+  "mixtral|tiny-mixtral|16||old|"
+  "qwen2moe-shared-expert|tiny-qwen2moe|17||old|"
 )
 
 want=("$@")
@@ -60,7 +64,7 @@ for row in "${CASES[@]}"; do
   rm -rf "$dir/hf"
   # shellcheck disable=SC2086
   "$lumen" synth --preset "$preset" --type f32 --seed "$seed" $extra -t 1 --format hf -o "$dir/hf" >/dev/null 2>&1 ||
-    rm -rf "$dir/hf"  # cross-layer KV sharing has no Hugging Face form
+    rm -rf "$dir/hf"  # cross-layer KV sharing and mixtures of experts have no Hugging Face form here
   tol=""
   golden_cmd="tools/llamacpp_golden.cc --prompts prompts.json (defaults: 24 greedy steps, top-8, full rows every 24 positions, f16 KV, flash attention off)"
   if [ "$ref" = numpy ]; then

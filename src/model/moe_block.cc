@@ -1,0 +1,133 @@
+// The mixture-of-experts MLP (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE):
+//
+//   r      = xn Wrouter^T                       [T][n_expert] router logits
+//   p      = softmax(r)                         per token
+//   S(t)   = the K experts of largest p         K = n_expert_used (ties: lower index)
+//   g(t,e) = p[e]            e in S(t)          (Mixtral, Qwen3-MoE: / sum of p over S(t))
+//   out[t] = sum over e in S(t) of g(t,e) * down_e(silu(gate_e(xn[t])) * up_e(xn[t]))
+//   Qwen2-MoE: out[t] += sigmoid(xn[t] . w_shexp_gate) * down_s(silu(gate_s(xn[t])) * up_s(xn[t]))
+//
+// Batched by expert, not by token: the (token, slot) pairs of the step are grouped by the
+// expert they chose (a counting sort), then each expert with at least one token runs once
+// over its tokens' rows, gathered into one block, and its outputs are added back, scaled,
+// to their tokens' rows:
+//
+//   tokens t0 t1 t2, K = 2       t0 -> {3, 5}   t1 -> {5, 0}   t2 -> {3, 5}
+//   grouped by expert            e0: [t1]   e3: [t0, t2]   e5: [t0, t1, t2]
+//   expert 5's weights are read once for the three tokens; experts 1, 2, 4, 6, 7 not at all
+//
+// so a step with many tokens (prefill, many sequences decoding) reads each selected expert
+// once, and decode reads only the K selected ones. Nothing allocates: every buffer is in
+// the Workspace, sized at load for max_batch_tokens.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/check.h"
+#include "model/blocks.h"
+
+namespace lumen::model {
+namespace {
+
+// probs [n] = softmax(logits [n]) (in place; ggml's order: max, exp(x - max), sum in double,
+// scale); ids [k] = the k largest (ties: the lower index first), w [k] = their probabilities,
+// divided by their sum when `normalise`.
+void route_token(float* probs, int32_t n, int32_t k, bool normalise, int32_t* ids, float* w) {
+  float max_logit = probs[0];
+  for (int32_t e = 1; e < n; ++e) max_logit = std::max(max_logit, probs[e]);
+  double sum = 0.0;
+  for (int32_t e = 0; e < n; ++e) {
+    probs[e] = std::exp(probs[e] - max_logit);
+    sum += probs[e];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int32_t e = 0; e < n; ++e) probs[e] *= inv;
+  for (int32_t j = 0; j < k; ++j) {  // k selection passes: k and n are small (8 of 128)
+    int32_t best = -1;
+    for (int32_t e = 0; e < n; ++e) {
+      if (std::find(ids, ids + j, e) != ids + j) continue;
+      if (best < 0 || probs[e] > probs[best]) best = e;
+    }
+    ids[j] = best;
+    w[j] = probs[best];
+  }
+  if (normalise) {
+    float w_sum = 0.0f;
+    for (int32_t j = 0; j < k; ++j) w_sum += w[j];
+    for (int32_t j = 0; j < k; ++j) w[j] /= w_sum;
+  }
+}
+
+// out [n] += w * y [n]
+void add_scaled(float* out, const float* y, float w, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] += w * y[i];
+}
+
+// down(silu(x Wgate^T) * (x Wup^T)) of n rows x [n][n_embd] -> y [n][n_embd], through the
+// workspace's gate / up buffers.
+void swiglu(Pass& p, const TensorView& w_gate, const TensorView& w_up, const TensorView& w_down, const float* x,
+            int64_t n, float* y) {
+  Workspace& ws = p.ws;
+  std::byte* scratch = ws.scratch.data();
+  const int64_t f = w_gate.ne[1];
+  matmul_group(p.k, p.pool, {{&w_gate, ws.gate.data()}, {&w_up, ws.up.data()}}, x, n, scratch);
+  kernels::silu_mul(p.k, ws.gate.data(), ws.up.data(), n * f);
+  kernels::matmul(p.k, p.pool, w_down, ws.gate.data(), n, y, scratch);
+}
+
+}  // namespace
+
+void moe_mlp(Pass& p, int32_t il, const float* xn, float* out) {
+  const HParams& hp = p.hp;
+  const LayerSpec& s = p.specs[il];
+  const LayerWeights& l = p.w.layers[il];
+  Workspace& ws = p.ws;
+  const int64_t T = p.n_tokens, E = hp.n_embd;
+  const int32_t n_expert = hp.n_expert, K = hp.n_expert_used;
+  LUMEN_DCHECK(s.moe && static_cast<int32_t>(l.w_gate_exp.size()) == n_expert);
+  p.tap("ffn_norm", il, xn, T * E);
+
+  // Router: logits, probabilities, each token's K experts and their weights.
+  kernels::matmul(p.k, p.pool, l.ffn_gate_inp, xn, T, ws.router.data(), ws.scratch.data());
+  p.tap("ffn_moe_logits", il, ws.router.data(), T * n_expert);
+  for (int64_t t = 0; t < T; ++t)
+    route_token(ws.router.data() + t * n_expert, n_expert, K, hp.expert_weights_norm, ws.expert_ids.data() + t * K,
+                ws.expert_w.data() + t * K);
+
+  // Group the T * K (token, slot) pairs by expert: a counting sort into expert_rows.
+  int32_t* begin = ws.expert_begin.data();
+  std::fill(begin, begin + n_expert + 1, 0);
+  for (int64_t i = 0; i < T * K; ++i) ++begin[ws.expert_ids[i] + 1];
+  for (int32_t e = 0; e < n_expert; ++e) begin[e + 1] += begin[e];
+  // Filling moves each expert's cursor (begin[e]) to its end; begin[e] - count restores it.
+  for (int64_t i = 0; i < T * K; ++i) ws.expert_rows[begin[ws.expert_ids[i]]++] = static_cast<int32_t>(i);
+  for (int32_t e = n_expert; e > 0; --e) begin[e] = begin[e - 1];
+  begin[0] = 0;
+
+  // Each expert with tokens: gather their rows, run the expert once, add back scaled.
+  std::fill(out, out + T * E, 0.0f);
+  for (int32_t e = 0; e < n_expert; ++e) {
+    const int32_t r0 = begin[e], n = begin[e + 1] - r0;
+    if (n == 0) continue;
+    for (int32_t i = 0; i < n; ++i)
+      std::memcpy(ws.xe.data() + int64_t{i} * E, xn + (ws.expert_rows[r0 + i] / K) * E, E * sizeof(float));
+    swiglu(p, l.w_gate_exp[e], l.w_up_exp[e], l.w_down_exp[e], ws.xe.data(), n, ws.ye.data());
+    for (int32_t i = 0; i < n; ++i) {
+      const int32_t pair = ws.expert_rows[r0 + i];
+      add_scaled(out + (pair / K) * E, ws.ye.data() + int64_t{i} * E, ws.expert_w[pair], E);
+    }
+  }
+
+  // Qwen2-MoE's shared expert: every token, scaled by a sigmoid gate of its own.
+  if (s.shared_expert) {
+    swiglu(p, l.w_gate_shexp, l.w_up_shexp, l.w_down_shexp, xn, T, ws.ye.data());
+    for (int64_t t = 0; t < T; ++t) {
+      float g = 0.0f;
+      for (int64_t i = 0; i < E; ++i) g += xn[t * E + i] * l.gate_inp_shexp[i];
+      add_scaled(out + t * E, ws.ye.data() + t * E, 1.0f / (1.0f + std::exp(-g)), E);
+    }
+  }
+  p.tap("ffn_moe_out", il, out, T * E);
+}
+
+}  // namespace lumen::model
