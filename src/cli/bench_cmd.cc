@@ -20,6 +20,8 @@
 #include "cli/bench_cmd.h"
 
 #include <algorithm>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cinttypes>
 #include <cstdint>
@@ -35,6 +37,7 @@
 #include "base/timer.h"
 #include "cli/bench_spec.h"
 #include "cli/common.h"
+#include "cli/progress_bar.h"
 #include "roofline/membw.h"
 #include "roofline/peak_flops.h"
 #include "roofline/predict.h"
@@ -189,6 +192,22 @@ struct BenchPlan {
   int64_t reps = 3;
   bool want_membw = false;
   bool vs_roofline = false;
+  // A bar over all the runs on a terminal (stderr); null elsewhere.
+  convert::Progress* progress = nullptr;
+  mutable uint64_t n_runs_done = 0;
+  void run_done(const std::string& what) const {
+    if (progress) progress->update(++n_runs_done, what);
+  }
+  uint64_t n_runs() const {
+    uint64_t n_tests = 0;
+    for (int64_t p : n_prompts) n_tests += p > 0;
+    for (int64_t n : n_gens)
+      if (n > 0) {
+        n_tests += 1;
+        for (int64_t d : depths) n_tests += d > 0;
+      }
+    return models.size() * threads.size() * n_tests * static_cast<uint64_t>(reps);
+  }
 };
 
 // "-p 64,512 -p 1024" -> {64, 512, 1024}; the fallback when the flag is absent.
@@ -289,6 +308,7 @@ bool run_model(const ArgParser& args, const BenchPlan& plan, const std::string& 
       const double t0 = now_ms();
       RunOutcome o = run_request(*eng, random_tokens(n_prompt, hp.n_vocab, 42 + r), 1);
       const double ms = o.timings.first_token_ms - t0;
+      plan.run_done(label + " t" + std::to_string(n_threads) + " " + t.name);
       if (!o.ok) error = o.error;
       t.tok_s.push_back(n_prompt / (ms / 1000.0));
       logits_hash = o.logits_hash;
@@ -309,6 +329,7 @@ bool run_model(const ArgParser& args, const BenchPlan& plan, const std::string& 
       RunOutcome o = run_request(*eng, random_tokens(std::max<int64_t>(d, 1), hp.n_vocab, 7 + r), static_cast<int32_t>(n_gen + 1));
       if (!o.ok) error = o.error;
       const double ms = o.timings.finish_ms - o.timings.first_token_ms;  // n_gen decode steps
+      plan.run_done(label + " t" + std::to_string(n_threads) + " " + t.name);
       t.tok_s.push_back(n_gen / (ms / 1000.0));
       if (!any_pp) logits_hash = o.logits_hash;
       if (bracket && o.ok) {
@@ -615,14 +636,24 @@ int cmd_bench(int argc, char** argv, int first) {
 
   std::vector<nlohmann::json> rows;
   std::vector<std::string> notes;
+  std::optional<ProgressBar> bar;
+  if (::isatty(::fileno(stderr))) {
+    bar.emplace(stderr, true);
+    plan.progress = &*bar;
+    bar->start("bench", plan.n_runs(), "runs");
+  }
   for (const std::string& model : plan.models) {
     for (const int64_t n_threads : plan.threads) {
       ModelRun run;
-      if (!run_model(args, plan, model, static_cast<int>(n_threads), &run)) return 1;
+      if (!run_model(args, plan, model, static_cast<int>(n_threads), &run)) {
+        if (bar) bar->finish();
+        return 1;
+      }
       rows.insert(rows.end(), run.rows.begin(), run.rows.end());
       notes.insert(notes.end(), run.notes.begin(), run.notes.end());
     }
   }
+  if (bar) bar->finish();
   print_rows(rows, format);
   if (format == "md") {
     std::puts("");

@@ -9,6 +9,7 @@
 
 #include "base/log.h"
 #include "cli/cache_cmd.h"
+#include "cli/progress_bar.h"
 
 namespace lumen::cli {
 
@@ -180,7 +181,10 @@ std::unique_ptr<engine::Engine> load_engine_or_report(const ArgParser& args,
 }
 
 std::unique_ptr<engine::Engine> load_engine_or_report(const std::string& model_path,
-                                                      const engine::EngineConfig& config) {
+                                                      const engine::EngineConfig& config_in) {
+  LoadProgress progress(stderr);
+  engine::EngineConfig config = config_in;
+  if (!config.load_progress) config.load_progress = &progress;
   auto e = engine::Engine::create(model_path, config);
   if (!e.ok()) {
     std::fprintf(stderr, "error: %s\n", e.message().c_str());

@@ -10,7 +10,10 @@
 //                                           scored position to F (run it on the base model)
 //   --kl-divergence-base F --kl-divergence  scores another model on F's tokens and compares:
 //                                           mean / percentile KLD, Δppl, same top token, Δp
+#include <unistd.h>
+
 #include <cmath>
+#include <optional>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -20,6 +23,7 @@
 #include "calib/kld.h"
 #include "cli/calib_cmds.h"
 #include "cli/common.h"
+#include "cli/progress_bar.h"
 
 namespace lumen::cli {
 namespace {
@@ -152,9 +156,17 @@ int cmd_perplexity(int argc, char** argv, int first) {
       if (row_status.ok()) row_status = writer.write_row(logits, next);
     };
   }
+  // A bar on stderr when it is a terminal that stdout does not stream to (--json, or stdout
+  // redirected); otherwise the per-chunk lines on stdout show the progress.
+  std::optional<ProgressBar> bar;
+  if (::isatty(::fileno(stderr)) && (json || !::isatty(::fileno(stdout)))) {
+    bar.emplace(stderr, true);
+    bar->start("perplexity", static_cast<uint64_t>(n_chunks), "chunks");
+  }
   obs.on_chunk_done = [&](int64_t chunk, double chunk_nll, int64_t n_scored) {
     nll_sum += chunk_nll;
     count += n_scored;
+    if (bar) bar->update(static_cast<uint64_t>(chunk + 1), "chunk " + std::to_string(chunk + 1));
     if (json) return;
     if (kld_mode) {
       const calib::KldSummary s = kld.summary();
@@ -169,6 +181,7 @@ int cmd_perplexity(int argc, char** argv, int first) {
   if (kld_mode && !json)
     std::printf("chunk             PPL               ln(PPL(Q)/PPL(base))          KL Divergence              Δp RMS            Same top p\n");
   Status st = calib::run_chunks(*eng, tokens, n_ctx, n_chunks, obs);
+  if (bar) bar->finish();
   if (!st.ok()) return fail(st.message(), 1);
   if (!row_status.ok()) return fail("--kl-divergence-base: " + row_status.message(), 1);
   if (!base_path.empty() && !kld_mode) {

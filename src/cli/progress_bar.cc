@@ -75,4 +75,26 @@ void ProgressBar::finish() {
   std::fflush(out_);
 }
 
+LoadProgress::LoadProgress(std::FILE* out) : LoadProgress(out, ::isatty(::fileno(out)) != 0) {}
+
+LoadProgress::LoadProgress(std::FILE* out, bool interactive) : out_(out), interactive_(interactive), bar_(out, interactive) {}
+
+void LoadProgress::start(std::string_view what, uint64_t total, std::string_view unit) {
+  if (!what.empty()) {
+    std::fprintf(out_, "lumen: first load of this model file: writing %.1f MiB of weights in the kernels' interleaved "
+                       "layout to %.*s (once; later loads map it)\n",
+                 static_cast<double>(total) / 1048576.0, static_cast<int>(what.size()), what.data());
+    std::fflush(out_);
+  }
+  if (interactive_) bar_.start("interleave", total, unit);
+}
+
+void LoadProgress::update(uint64_t done, std::string_view item) {
+  if (interactive_) bar_.update(done, item);
+}
+
+void LoadProgress::finish() {
+  if (interactive_) bar_.finish();
+}
+
 }  // namespace lumen::cli

@@ -44,4 +44,22 @@ class ProgressBar : public convert::Progress {
   std::chrono::steady_clock::time_point last_draw_;
 };
 
+// The progress of a load that packs the interleaved weights (Engine's load_progress): when
+// it writes a cache file, one line saying what, where and how big, then on a terminal a
+// bar ("interleave [####....]"); elsewhere just the line (a load is over in seconds).
+class LoadProgress : public convert::Progress {
+ public:
+  explicit LoadProgress(std::FILE* out = stderr);
+  LoadProgress(std::FILE* out, bool interactive);
+
+  void start(std::string_view what, uint64_t total, std::string_view unit) override;
+  void update(uint64_t done, std::string_view item) override;
+  void finish() override;
+
+ private:
+  std::FILE* out_;
+  bool interactive_;
+  ProgressBar bar_;
+};
+
 }  // namespace lumen::cli

@@ -76,9 +76,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path, co
   if (config.interleave_weights) {
     const double t_il = now_ms();
     const model::Model::InterleaveReport r =
-        e->model_.interleave_weights(*e->kernels_, *e->pool_threads_, config.interleave_cache_dir);
+        e->model_.interleave_weights(*e->kernels_, *e->pool_threads_, config.interleave_cache_dir, config.load_progress);
     if (!r.cache_error.empty()) LUMEN_LOG_WARN("engine: interleaved weights: %s", r.cache_error.c_str());
     e->interleave_report_ = r;
+    e->config_.load_progress = nullptr;  // only for create(); the caller's object may go
     if (r.n_bytes > 0)
       LUMEN_LOG_INFO("engine: %.1f MiB of weights interleaved for the %s kernels in %.0f ms (%s%s)", r.n_bytes / 1048576.0,
                      std::string(kernels::kernel_table_name(*e->kernels_)).c_str(), now_ms() - t_il,

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/progress.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "engine/model_runner.h"
@@ -53,6 +54,9 @@ struct EngineConfig {
   // Where the interleaved copies are cached as a file (mmapped on later loads; see
   // model/interleaved_cache.h). Empty: they are packed into memory at every load.
   std::string interleave_cache_dir = "";
+  // Told while the interleaved copies are packed (a first load writing the cache file);
+  // null: nobody is watching. Must outlive create().
+  Progress* load_progress = nullptr;
   // There is no "deterministic" switch: a request's logits are the same bits whatever runs
   // beside it, on any number of threads, with or without the prefix cache (the kernels are
   // batch invariant; tests/batch_invariance_test.cc).

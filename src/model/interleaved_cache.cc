@@ -67,7 +67,7 @@ Result<MappedFile> open_valid(const std::string& path, const std::string& key, u
 }
 
 Status build(const InterleavePlan& plan, const std::string& key, const std::string& path, ThreadPool& pool,
-             bool release_source) {
+             bool release_source, Progress* progress) {
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   const std::string header = header_bytes(key, plan.n_bytes);
   if (header.size() > kDataOffset) return error("interleaved cache: header too large");
@@ -89,7 +89,9 @@ Status build(const InterleavePlan& plan, const std::string& key, const std::stri
   if (p == MAP_FAILED) return fail("cannot map");
   auto* base = static_cast<std::byte*>(p);
   std::memcpy(base, header.data(), header.size());
-  pack_interleaved(plan, base + kDataOffset, pool, PackRelease{release_source, true});
+  if (progress) progress->start(path, plan.n_bytes, "bytes");
+  pack_interleaved(plan, base + kDataOffset, pool, PackRelease{release_source, true}, progress);
+  if (progress) progress->finish();
   munmap(p, size);
   if (::fdatasync(fd) != 0) return fail("cannot write");
   // Drop the freshly written (small) pages from the page cache: the first reader, through a
@@ -188,7 +190,7 @@ std::vector<CacheFileInfo> evict_interleaved_caches(const std::string& dir, uint
 
 Result<InterleavedCache> open_or_build_interleaved_cache(const InterleavePlan& plan, const std::string& model_path,
                                                          const std::string& cache_dir, ThreadPool& pool,
-                                                         bool release_source) {
+                                                         bool release_source, Progress* progress) {
   LUMEN_ASSIGN_OR_RETURN(const std::string key, cache_key(plan, model_path));
   const std::string path = path_for_key(key, model_path, cache_dir);
   InterleavedCache c;
@@ -200,7 +202,7 @@ Result<InterleavedCache> open_or_build_interleaved_cache(const InterleavePlan& p
     std::error_code ec;
     std::filesystem::create_directories(cache_dir, ec);
     if (ec) return error("interleaved cache: cannot create directory '" + cache_dir + "': " + ec.message());
-    LUMEN_TRY(build(plan, key, path, pool, release_source));
+    LUMEN_TRY(build(plan, key, path, pool, release_source, progress));
     LUMEN_ASSIGN_OR_RETURN(c.file, open_valid(path, key, plan.n_bytes));
     c.built = true;
     remove_stale(cache_dir, path, key_prefix(std::filesystem::canonical(model_path, ec)));

@@ -40,9 +40,10 @@ struct InterleavedCache {
 // Maps the valid cache file for (model, plan) under cache_dir, building it first (packing
 // on the pool from the model's views) when it is missing or stale. Errors name the file.
 // release_source: the views are a read-only file mapping whose pages packing may unmap.
+// progress (may be null): told of a build, with the file's path as `what`, in bytes.
 Result<InterleavedCache> open_or_build_interleaved_cache(const InterleavePlan& plan, const std::string& model_path,
                                                          const std::string& cache_dir, ThreadPool& pool,
-                                                         bool release_source);
+                                                         bool release_source, Progress* progress = nullptr);
 
 // A cache file found under a cache directory (`lumen cache ls`).
 struct CacheFileInfo {

@@ -89,14 +89,14 @@ void advise_weight_pages(const gguf::ModelFile& file, bool refresh) {
 }  // namespace
 
 Model::InterleaveReport Model::interleave_weights(const kernels::KernelTable& k, ThreadPool& pool,
-                                                  const std::string& cache_dir) {
+                                                  const std::string& cache_dir, Progress* progress) {
   InterleaveReport report;
   const InterleavePlan plan = plan_interleave(weights_, k);
   if (plan.entries.empty()) return report;
   const bool views_are_file_mapping = file_->container() == "gguf";  // else owned buffers
   const std::byte* copies = nullptr;
   if (!cache_dir.empty()) {
-    Result<InterleavedCache> c = open_or_build_interleaved_cache(plan, file_->path(), cache_dir, pool, views_are_file_mapping);
+    Result<InterleavedCache> c = open_or_build_interleaved_cache(plan, file_->path(), cache_dir, pool, views_are_file_mapping, progress);
     if (c.ok()) {
       report.cache_path = c.value().file.path();
       report.cache_built = c.value().built;
@@ -113,7 +113,9 @@ Model::InterleaveReport Model::interleave_weights(const kernels::KernelTable& k,
       return report;  // the kernels keep reading the file's layout
     }
     interleaved_memory_ = std::move(mem).value();
-    pack_interleaved(plan, interleaved_memory_.data(), pool, PackRelease{views_are_file_mapping, false});
+    if (progress) progress->start("", plan.n_bytes, "bytes");
+    pack_interleaved(plan, interleaved_memory_.data(), pool, PackRelease{views_are_file_mapping, false}, progress);
+    if (progress) progress->finish();
     copies = interleaved_memory_.data();
   }
   bind_interleaved(plan, copies);

@@ -16,6 +16,7 @@
 
 #include "base/huge_buffer.h"
 #include "base/mapped_file.h"
+#include "base/progress.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "gguf/model_file.h"
@@ -100,8 +101,10 @@ class Model {
     bool cache_built = false;      // the cache file was written by this call
     std::string cache_error;       // why the cache was not used, if it was asked for
   };
+  // progress (may be null): told when copies are packed (`what`: the cache file being
+  // written, or "" for memory), in bytes.
   InterleaveReport interleave_weights(const kernels::KernelTable& k, ThreadPool& pool,
-                                      const std::string& cache_dir);
+                                      const std::string& cache_dir, Progress* progress = nullptr);
 
   // Runs the batch through all layers, writing each token's K/V into the cache, and
   // returns logits [batch.logit_rows.size()][n_vocab], valid until the next forward().

@@ -325,7 +325,8 @@ void release_pages(const std::byte* p, size_t n) {
   if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
-void pack_interleaved(const InterleavePlan& plan, std::byte* dst, ThreadPool& pool, PackRelease release) {
+void pack_interleaved(const InterleavePlan& plan, std::byte* dst, ThreadPool& pool, PackRelease release,
+                      Progress* progress) {
   // Chunks of up to kGroupsPerChunk groups of one matrix, claimed by the pool's threads.
   constexpr int64_t kGroupsPerChunk = 64;
   std::vector<std::pair<size_t, int64_t>> chunks;  // (entry, first group)
@@ -334,7 +335,13 @@ void pack_interleaved(const InterleavePlan& plan, std::byte* dst, ThreadPool& po
     const int64_t n_groups = (plan.entries[e].t->n_rows() + rows - 1) / rows;
     for (int64_t g = 0; g < n_groups; g += kGroupsPerChunk) chunks.emplace_back(e, g);
   }
-  pool.for_chunks(pool.n_threads(), static_cast<int64_t>(chunks.size()), [&](int64_t c, int) {
+  // Bytes of chunk c's output.
+  auto chunk_bytes = [&](int64_t c) -> uint64_t {
+    const InterleavePlan::Entry& e = plan.entries[chunks[c].first];
+    const int64_t n_groups = (e.t->n_rows() + e.ik->rows - 1) / e.ik->rows;
+    return static_cast<uint64_t>(std::min(kGroupsPerChunk, n_groups - chunks[c].second)) * e.ik->group_bytes(e.t->ne[0]);
+  };
+  auto pack_chunk = [&](int64_t c, int) {
     const InterleavePlan::Entry& e = plan.entries[chunks[c].first];
     const TensorView& t = *e.t;
     const int64_t rows = e.ik->rows, g0 = chunks[c].second;
@@ -343,7 +350,21 @@ void pack_interleaved(const InterleavePlan& plan, std::byte* dst, ThreadPool& po
     e.ik->pack(t.ne[0], t.row(r0), t.row_stride_bytes(), r1 - r0, out);
     if (release.source) release_pages(t.row(r0), (r1 - r0) * t.row_stride_bytes());
     if (release.dest) release_pages(out, ((r1 - r0 + rows - 1) / rows) * e.ik->group_bytes(t.ne[0]));
-  });
+  };
+  const int64_t n_chunks = static_cast<int64_t>(chunks.size());
+  if (!progress) {
+    pool.for_chunks(pool.n_threads(), n_chunks, pack_chunk);
+    return;
+  }
+  // About 100 batches, the progress reported between them from this thread.
+  const int64_t batch = std::max<int64_t>(1, n_chunks / 100);
+  uint64_t done = 0;
+  for (int64_t c0 = 0; c0 < n_chunks; c0 += batch) {
+    const int64_t c1 = std::min(n_chunks, c0 + batch);
+    pool.for_chunks(pool.n_threads(), c1 - c0, [&](int64_t c, int thread) { pack_chunk(c0 + c, thread); });
+    for (int64_t c = c0; c < c1; ++c) done += chunk_bytes(c);
+    progress->update(done, "");
+  }
 }
 
 void bind_interleaved(const InterleavePlan& plan, const std::byte* base) {

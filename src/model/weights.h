@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/progress.h"
 #include "base/thread_pool.h"
 #include "gguf/model_file.h"
 #include "kernels/kernel_table.h"
@@ -108,7 +109,9 @@ struct PackRelease {
   bool source = false;
   bool dest = false;
 };
-void pack_interleaved(const InterleavePlan& plan, std::byte* dst, ThreadPool& pool, PackRelease release = {});
+// progress (may be null): bytes packed, reported between batches of chunks.
+void pack_interleaved(const InterleavePlan& plan, std::byte* dst, ThreadPool& pool, PackRelease release = {},
+                      Progress* progress = nullptr);
 // Unmaps the whole pages inside [p, p + n) from this process (MADV_DONTNEED). Only for
 // file-backed mappings, whose pages stay in the page cache.
 void release_pages(const std::byte* p, size_t n);
