@@ -154,10 +154,10 @@ Collected drain(Engine& e) {
   return c;
 }
 
-std::unique_ptr<Engine> make_engine_cfg(EngineConfig c) {
+std::unique_ptr<Engine> make_engine_cfg(EngineConfig c, const std::string& path = model_path()) {
   c.n_threads = 2;
   if (c.n_ctx == 0) c.n_ctx = 256;
-  auto e = Engine::create(model_path(), c);
+  auto e = Engine::create(path, c);
   EXPECT_TRUE(e.ok()) << e.message();
   return e.ok() ? std::move(e).value() : nullptr;
 }
@@ -231,8 +231,8 @@ TEST(EngineServing, PrefixCacheHitGivesSameOutput) {
 
 // With a KV cache too small for every request at once, the engine preempts and
 // recomputes instead of failing; every request still gets exactly its solo output.
-TEST(EngineServing, PreemptionKeepsOutputsExact) {
-  auto solo = make_engine_cfg({.max_batch_tokens = 64, .max_seqs = 1});
+void expect_preemption_keeps_outputs_exact(const std::string& path) {
+  auto solo = make_engine_cfg({.max_batch_tokens = 64, .max_seqs = 1}, path);
   ASSERT_TRUE(solo);
   const char* prompts[] = {"Once upon a time", "Tom had a red car.", "The sun was hot and",
                            "Lily and her mom went", "A big fish swam"};
@@ -244,7 +244,8 @@ TEST(EngineServing, PreemptionKeepsOutputsExact) {
   const size_t bytes_per_token = 2ull * solo->hparams().n_layer * solo->hparams().n_kv_dim() * 2;
   // 10 blocks of 16 tokens: room for 3 sequences of ~45 tokens, not 5.
   auto e = make_engine_cfg({.n_ctx = 64, .max_batch_tokens = 64, .max_seqs = 5,
-                            .kv_memory_bytes = static_cast<int64_t>(bytes_per_token * 16 * 10)});
+                            .kv_memory_bytes = static_cast<int64_t>(bytes_per_token * 16 * 10)},
+                           path);
   ASSERT_TRUE(e);
   std::vector<RequestId> ids;
   for (const char* p : prompts) ids.push_back(*e->add_request(greedy_request(*e, p, 40)));
@@ -259,6 +260,14 @@ TEST(EngineServing, PreemptionKeepsOutputsExact) {
   EXPECT_GT(e->metrics().preemptions, 0u);
   for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(got[ids[i]], want[i]) << prompts[i];
   EXPECT_EQ(e->kv_blocks_in_use(), 0);
+}
+
+TEST(EngineServing, PreemptionKeepsOutputsExact) { expect_preemption_keeps_outputs_exact(model_path()); }
+
+// The same with a mixture of experts (tests/data/arch: Qwen2-MoE with a shared expert):
+// five sequences batched, grouped by expert per step, preempted and recomputed.
+TEST(EngineServing, MixtureOfExpertsPreemptionKeepsOutputsExact) {
+  expect_preemption_keeps_outputs_exact(std::string(LUMEN_TEST_DATA_DIR) + "/arch/qwen2moe-shared-expert/model.gguf");
 }
 
 TEST(EngineServing, LogprobsAreConsistent) {
