@@ -5,7 +5,10 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
+#include <optional>
 #include <sstream>
 
 #include "cli/args.h"
@@ -33,6 +36,8 @@ std::vector<OptionSpec> bench_serve_specs() {
       {{"--time-limit"}, "S", "seconds per level after which no request starts (default 600)"},
       {{"--timeout"}, "S", "per-request timeout in seconds (default 600)"},
       {{"--seed"}, "N", "prompt seed (default 1)"},
+      {{"--spec-ab"}, "R", "lumen serve with speculation: at each level R rounds of speculative on and off "
+                           "(\"speculative\": false), alternating, then the median throughput of each"},
       {{"--json"}, "", "print one JSON object per level (in --concurrency order) instead of the table"},
   };
 }
@@ -58,7 +63,13 @@ struct BenchServeOptions {
   std::vector<int32_t> levels;
   bool json = false;
   std::string url;
+  int32_t spec_rounds = 0;  // --spec-ab: rounds of (spec on, spec off) per level
 };
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
 
 Result<BenchServeOptions> options_from_args(const ArgParser& args) {
   BenchServeOptions o;
@@ -92,6 +103,8 @@ Result<BenchServeOptions> options_from_args(const ArgParser& args) {
   LUMEN_ASSIGN_OR_RETURN(c.request_timeout_s, args.get_float("--timeout", 600, 1, 86400));
   LUMEN_ASSIGN_OR_RETURN(int64_t seed, args.get_int("--seed", 1, 0, INT64_MAX));
   c.seed = static_cast<uint64_t>(seed);
+  LUMEN_ASSIGN_OR_RETURN(int64_t ab, args.get_int("--spec-ab", 0, 1, 100));
+  o.spec_rounds = static_cast<int32_t>(ab);
   o.json = args.has("--json");
   return o;
 }
@@ -120,9 +133,26 @@ int cmd_bench_serve(int argc, char** argv, int first) {
   const BenchServeOptions& o = *opts;
   int n_failed_total = 0;
   bool header_printed = false;
+  // Runs: each level once, or with --spec-ab 2R times, speculation on and off in turn
+  // (on first in even rounds, off first in odd ones: both see the same drift in load).
+  struct Run {
+    int32_t level;
+    std::optional<bool> spec;
+  };
+  std::vector<Run> runs;
   for (const int32_t level : o.levels) {
+    if (o.spec_rounds == 0) runs.push_back({level, std::nullopt});
+    for (int32_t r = 0; r < o.spec_rounds; ++r) {
+      runs.push_back({level, r % 2 == 0});
+      runs.push_back({level, r % 2 != 0});
+    }
+  }
+  std::map<std::pair<int32_t, bool>, std::vector<double>> ab_tok_s;  // (level, spec) -> out tok/s per run
+  for (const Run& run : runs) {
+    const int32_t level = run.level;
     server::LoadConfig c = o.load;
     c.concurrency = level;
+    c.speculative = run.spec;
     auto result = server::run_load(c);
     if (!result.ok()) {
       std::fprintf(stderr, "error: %s\n", result.message().c_str());
@@ -130,8 +160,11 @@ int cmd_bench_serve(int argc, char** argv, int first) {
     }
     const server::LoadSummary s = server::summarize(*result, o.sla);
     n_failed_total += s.n_failed;
+    if (run.spec) ab_tok_s[{level, *run.spec}].push_back(s.output_tok_s);
     if (o.json) {
-      std::printf("%s\n", server::summary_json(s).c_str());
+      std::string line = server::summary_json(s);
+      if (run.spec) line.insert(1, std::string("\"speculative\":") + (*run.spec ? "true" : "false") + ",");
+      std::printf("%s\n", line.c_str());
       std::fflush(stdout);
       continue;
     }
@@ -142,14 +175,15 @@ int cmd_bench_serve(int argc, char** argv, int first) {
                   c.shared_prefix_tokens > 0 ? (" + " + std::to_string(c.shared_prefix_tokens) + " shared").c_str() : "",
                   result->prompts_as_ids ? "token ids" : "text, ~1 tok/word", c.max_tokens,
                   c.ignore_eos ? " (ignore_eos)" : "", o.sla.ttft_ms, o.sla.tpot_ms);
-      std::printf("%5s %9s %7s %9s %8s %22s %19s %19s %22s %7s\n", "conc", "ok/fail", "req/s", "out tok/s", "goodput",
+      std::printf("%5s %5s %9s %7s %9s %8s %22s %19s %19s %22s %7s\n", "conc", "spec", "ok/fail", "req/s", "out tok/s", "goodput",
                   "TTFT p50/90/99 ms", "TPOT p50/90/99", "ITL p50/90/99", "E2E p50/90/99 ms", "cached");
     }
     char okfail[32];
     std::snprintf(okfail, sizeof okfail, "%d/%d", s.n_ok, s.n_failed);
     char cached[16] = "-";
     if (s.cached_token_ratio >= 0) std::snprintf(cached, sizeof cached, "%.1f%%", 100 * s.cached_token_ratio);
-    std::printf("%5d %9s %7.2f %9.1f %8.2f %22s %19s %19s %22s %7s\n", level, okfail, s.req_s, s.output_tok_s,
+    std::printf("%5d %5s %9s %7.2f %9.1f %8.2f %22s %19s %19s %22s %7s\n", level,
+                !run.spec ? "-" : *run.spec ? "on" : "off", okfail, s.req_s, s.output_tok_s,
                 s.goodput_req_s, triple(s.ttft_ms).c_str(), triple(s.tpot_ms).c_str(), triple(s.itl_ms).c_str(),
                 triple(s.e2e_ms).c_str(), cached);
     std::fflush(stdout);
@@ -160,6 +194,16 @@ int cmd_bench_serve(int argc, char** argv, int first) {
           break;
         }
     }
+  }
+  for (const int32_t level : o.levels) {
+    if (o.spec_rounds == 0 || o.json) break;
+    const std::vector<double>& on = ab_tok_s[{level, true}];
+    const std::vector<double>& off = ab_tok_s[{level, false}];
+    const double m_on = median_of(on), m_off = median_of(off);
+    std::printf("conc %d: out tok/s spec on %.1f [%.1f, %.1f] | off %.1f [%.1f, %.1f] | x%.2f\n", level, m_on,
+                *std::min_element(on.begin(), on.end()), *std::max_element(on.begin(), on.end()), m_off,
+                *std::min_element(off.begin(), off.end()), *std::max_element(off.begin(), off.end()),
+                m_off > 0 ? m_on / m_off : 0);
   }
   return n_failed_total > 0 ? 1 : 0;
 }

@@ -476,7 +476,7 @@ void Engine::propose_drafts() {
   // (step_costs.h): 0 when the step is already compute-bound.
   const auto n_cand = static_cast<int32_t>(drafted_.size());
   const int32_t k_step = spec::best_k(step_costs_, static_cast<int32_t>(std::max<int64_t>(1, step_tokens)), n_cand,
-                                      acceptance_sum / n_cand, config_.spec.draft_max);
+                                      acceptance_sum / n_cand, config_.spec.draft_max, propose_ms_per_pos_);
   size_t n_kept = 0;
   for (size_t i = 0; i < drafted_.size(); ++i) {
     if (room < config_.spec.draft_min) break;
@@ -496,8 +496,19 @@ void Engine::propose_drafts() {
     room -= k;
   }
   drafted_.resize(n_kept);
-  if (propose_seqs_.empty()) return;
+  if (propose_seqs_.empty()) {
+    // The proposal cost is only measured when proposing: let a high reading (a draft
+    // model catching up on a prompt) fade, so that speculation is tried again.
+    propose_ms_per_pos_ *= 0.9;
+    return;
+  }
+  // What one proposed position costs (a draft model runs one forward step per position).
+  int32_t n_pos = 0;
+  for (const spec::ProposeSeq& p : propose_seqs_) n_pos = std::max(n_pos, p.max_n);
+  const double t_propose = now_ms();
   proposer_->propose(propose_seqs_);
+  const double ms_per_pos = (now_ms() - t_propose) / n_pos;
+  propose_ms_per_pos_ = propose_ms_per_pos_ == 0 ? ms_per_pos : 0.8 * propose_ms_per_pos_ + 0.2 * ms_per_pos;
   for (size_t i = 0; i < propose_seqs_.size(); ++i) {
     const spec::ProposeSeq& p = propose_seqs_[i];
     Sequence& seq = *drafted_[i];

@@ -201,6 +201,7 @@ class Engine {
   std::vector<Sequence*> drafted_;       // [<= max_seqs] sequences holding proposals this step
   std::vector<int32_t> draft_k_;         // [<= max_seqs] k each candidate would propose
   spec::StepCosts step_costs_;           // measured at start (spec.measure_cost)
+  double propose_ms_per_pos_ = 0;        // proposer time per proposed position (decayed mean)
   size_t n_events_ = 0;                  // events_ written this step
 };
 

@@ -258,6 +258,7 @@ RequestSample run_one_unguarded(httplib::Client& cli, const LoadConfig& c, const
                {"stream", true},
                {"stream_options", {{"include_usage", true}}}};
   if (c.ignore_eos) body["ignore_eos"] = true;
+  if (c.speculative) body["speculative"] = *c.speculative;
   if (!model.empty()) body["model"] = model;
 
   RequestSample sample;

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,8 @@ struct LoadConfig {
   int32_t prefix_groups = 1;         // distinct shared prefixes; request i has prefix i % groups
   int32_t max_tokens = 64;
   bool ignore_eos = true;            // fixed-length outputs (lumen, vLLM, llama-server honour it)
+  // lumen's per-request "speculative" field: unset leaves it out (the server's default).
+  std::optional<bool> speculative;
   PromptFormat format = PromptFormat::kAuto;
   uint64_t seed = 1;
   double time_limit_s = 600;         // no new request starts after this

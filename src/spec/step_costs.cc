@@ -30,14 +30,14 @@ double expected_tokens(double a, int32_t k) {
   return e;
 }
 
-int32_t best_k(const StepCosts& costs, int32_t n_base, int32_t n_seqs, double a, int32_t k_max) {
+int32_t best_k(const StepCosts& costs, int32_t n_base, int32_t n_seqs, double a, int32_t k_max, double propose_ms) {
   if (k_max <= 0 || n_seqs <= 0) return 0;
   if (costs.empty()) return k_max;
   LUMEN_DCHECK(n_base >= 1);
   int32_t best = 0;
   double best_rate = n_base / costs.ms(n_base);
   for (int32_t k = 1; k <= k_max; ++k) {
-    const double rate = (n_base + n_seqs * (expected_tokens(a, k) - 1)) / costs.ms(n_base + n_seqs * k);
+    const double rate = (n_base + n_seqs * (expected_tokens(a, k) - 1)) / (costs.ms(n_base + n_seqs * k) + k * propose_ms);
     if (rate > best_rate) {
       best_rate = rate;
       best = k;

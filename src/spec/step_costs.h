@@ -13,7 +13,10 @@
 // (the 1: the token the step samples anyway). A step whose committed tokens are n_base
 // (decodes and prefill chunks) and in which n_seqs sequences propose k each does
 //
-//   rate(k) = (n_base + n_seqs * (E(a, k) - 1)) / ms(n_base + n_seqs * k)
+//   rate(k) = (n_base + n_seqs * (E(a, k) - 1)) / (ms(n_base + n_seqs * k) + k * propose_ms)
+//
+// where propose_ms is what proposing one more position costs (a draft model's forward
+// step over the speculating sequences, measured as the engine goes; ~0 for n-gram lookup).
 //
 // tokens of work per ms. best_k() is the k in [0, k_max] with the highest rate: on a
 // memory-bound decode (n_base = 1) extra verify tokens are cheap and k is several tokens;
@@ -52,6 +55,7 @@ double expected_tokens(double a, int32_t k);
 
 // The k in [0, k_max] that maximises rate(k) above (ties: the smaller k). k_max when
 // `costs` is empty.
-int32_t best_k(const StepCosts& costs, int32_t n_base, int32_t n_seqs, double a, int32_t k_max);
+int32_t best_k(const StepCosts& costs, int32_t n_base, int32_t n_seqs, double a, int32_t k_max,
+               double propose_ms = 0);
 
 }  // namespace lumen::spec

@@ -42,6 +42,15 @@ TEST(StepCosts, BestKFollowsAcceptanceAndCost) {
   EXPECT_EQ(best_k(StepCosts{}, 1, 1, 0.0, 5), 5);
 }
 
+TEST(StepCosts, ProposalCostCountsAgainstK) {
+  const StepCosts c = knee_at_4();
+  // A draft that costs as much as a target decode step per position never pays, even when
+  // every proposal is accepted (TinyStories-656K with its own F32 copy as draft).
+  EXPECT_EQ(best_k(c, 1, 1, 1.0, 8, 30), 0);
+  // A draft at a tenth of the target's cost still pays.
+  EXPECT_GT(best_k(c, 1, 1, 0.9, 8, 3), 2);
+}
+
 TEST(StepCosts, BacksOffInALargeBatch) {
   // 16 decodes: past the knee already, a verify token costs 7 ms and brings a < 1 tokens,
   // against 115 / 16 = 7.2 ms per committed token: speculation at 0.8 acceptance must stop.
