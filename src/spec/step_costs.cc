@@ -1,12 +1,16 @@
 #include "spec/step_costs.h"
 
+#include <algorithm>
+
 #include "base/check.h"
 
 namespace lumen::spec {
 
 void StepCosts::add(int32_t n_tokens, double ms) {
   LUMEN_CHECK(n_tokens >= 1 && ms > 0 && (points_.empty() || n_tokens > points_.back().n_tokens));
-  points_.push_back({n_tokens, ms});
+  // More tokens never cost less: a dip is noise (a busy machine slowed the smaller one), and
+  // a dip would make a bogus knee.
+  points_.push_back({n_tokens, points_.empty() ? ms : std::max(ms, points_.back().ms)});
 }
 
 double StepCosts::ms(int32_t n) const {

@@ -39,7 +39,8 @@ class StepCosts {
   };
   // Empty: nothing measured (best_k then leaves k to the caller's cap).
   StepCosts() = default;
-  // Adds a measurement. Precondition: n_tokens > every earlier point's, ms > 0.
+  // Adds a measurement, raised to the previous point's time if below it (costs never fall
+  // with more tokens; a dip is noise). Precondition: n_tokens > every earlier point's, ms > 0.
   void add(int32_t n_tokens, double ms);
   bool empty() const { return points_.empty(); }
   std::span<const Point> points() const { return points_; }

@@ -24,6 +24,16 @@ TEST(StepCosts, InterpolatesAndExtrapolatesLinearly) {
   EXPECT_DOUBLE_EQ(c.ms(20), 143);  // last segment's slope, 7 ms per token
 }
 
+TEST(StepCosts, ADipIsNoise) {
+  StepCosts c;
+  c.add(1, 30);
+  c.add(3, 40);
+  c.add(4, 33);  // a busy machine slowed n = 3
+  c.add(8, 60);
+  EXPECT_DOUBLE_EQ(c.ms(4), 40);
+  EXPECT_DOUBLE_EQ(c.ms(6), 50);
+}
+
 TEST(StepCosts, ExpectedTokens) {
   EXPECT_DOUBLE_EQ(expected_tokens(1.0, 8), 9.0);
   EXPECT_DOUBLE_EQ(expected_tokens(0.5, 2), 1.75);
