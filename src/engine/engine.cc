@@ -499,7 +499,7 @@ void Engine::propose_drafts() {
   if (propose_seqs_.empty()) {
     // The proposal cost is only measured when proposing: let a high reading (a draft
     // model catching up on a prompt) fade, so that speculation is tried again.
-    propose_ms_per_pos_ *= 0.9;
+    propose_ms_per_pos_ *= 0.98;
     return;
   }
   // What one proposed position costs (a draft model runs one forward step per position).
