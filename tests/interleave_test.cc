@@ -12,6 +12,7 @@
 
 #include "base/shared_dir.h"
 #include "convert/synth.h"
+#include "convert/type_rules.h"
 #include "engine/engine.h"
 #include "gguf/model_file.h"
 #include "kernels/kernel_table.h"
@@ -108,6 +109,42 @@ TEST(Interleave, ExpertsGetCopiesAndTheSameOutputs) {
   const std::vector<int32_t> want = greedy(off, 24, path);
   ASSERT_EQ(want.size(), 24u);
   EXPECT_EQ(greedy(engine::EngineConfig{}, 24, path), want);
+  fs::remove_all(dir);
+}
+
+// The same for llama-quantize's Q4_K_M mix: q4_K + q6_K at rows of 256 (tiny-llama widened),
+// q5_0 + q8_0 where rows are not a multiple of 256 (tiny-qwen2, as qwen2.5-0.5b).
+TEST(Interleave, Q4_K_MMixOutputsEqualTheFileLayout) {
+  const fs::path dir = temp_dir("q4_k_m");
+  struct Case {
+    const char* preset;
+    int64_t width;
+    std::vector<DType> want_types;
+  };
+  const Case cases[] = {{"tiny-llama", 256, {DType::kQ4_K, DType::kQ6_K}}, {"tiny-qwen2", 64, {DType::kQ5_0, DType::kQ8_0}}};
+  for (const Case& cs : cases) {
+    SCOPED_TRACE(cs.preset);
+    auto c = convert::synth_preset(cs.preset, shared_dir());
+    ASSERT_TRUE(c.ok()) << c.message();
+    c->n_embd = c->n_ff = cs.width;
+    c->rules = *convert::make_type_rules("q4_k_m", "", "");
+    const std::string path = (dir / (std::string(cs.preset) + "-q4_k_m.gguf")).string();
+    ASSERT_TRUE(convert::synth_model(*c, path, nullptr).ok());
+    auto file = gguf::open_model(path);
+    ASSERT_TRUE(file.ok()) << file.message();
+    for (DType want : cs.want_types) {
+      bool found = false;
+      for (const auto& t : file->tensors()) found = found || t.view.dtype == want;
+      EXPECT_TRUE(found) << "no " << dtype_name(want) << " tensor: the case does not test its layout";
+    }
+    engine::EngineConfig off;
+    off.interleave_weights = false;
+    const std::vector<int32_t> want = greedy(off, 24, path);
+    ASSERT_EQ(want.size(), 24u);
+    engine::EngineConfig on;
+    on.interleave_cache_dir = "";
+    EXPECT_EQ(greedy(on, 24, path), want);
+  }
   fs::remove_all(dir);
 }
 
