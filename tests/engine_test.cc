@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include "base/shared_dir.h"
+#include "grammar/compiled_grammar.h"
+#include "grammar/matcher.h"
 
 namespace lumen::engine {
 namespace {
@@ -285,6 +287,94 @@ TEST(EngineServing, LogprobsAreConsistent) {
     EXPECT_FLOAT_EQ(lp.top[0].second, lp.logprob);
     for (size_t i = 1; i < lp.top.size(); ++i) EXPECT_LE(lp.top[i].second, lp.top[i - 1].second);
   }
+}
+
+}  // namespace
+}  // namespace lumen::engine
+
+// Constrained decoding through the engine: every completion's text stays in the grammar.
+namespace lumen::engine {
+namespace {
+
+std::shared_ptr<const grammar::CompiledGrammar> compile_for(Engine& e, const std::string& gbnf) {
+  auto vocab = grammar::TokenTable::build(e.tokenizer(), e.hparams().n_vocab);
+  auto g = grammar::CompiledGrammar::from_gbnf(gbnf, vocab);
+  EXPECT_TRUE(g.ok()) << g.message();
+  return g.ok() ? *g : nullptr;
+}
+
+bool in_language(const std::shared_ptr<const grammar::CompiledGrammar>& g, const std::string& text) {
+  grammar::GrammarMatcher m(g);
+  return m.accept_bytes(text) && m.can_end();
+}
+
+TEST(EngineGrammar, EveryCompletionMatchesTheGrammar) {
+  auto e = make_engine_cfg({.max_batch_tokens = 64, .max_seqs = 4});
+  ASSERT_TRUE(e);
+  // TinyStories-656K has no byte tokens and cannot spell '{': a record without braces.
+  const std::string gbnf =
+      "root ::= \"name: \" [a-z]{1,12} \", age: \" [0-9]{1,2} \", pet: \" ( \"dog\" | \"cat\" ) \".\"\n";
+  auto g = compile_for(*e, gbnf);
+  ASSERT_NE(g, nullptr);
+  for (float temp : {0.0f, 1.0f}) {
+    Request r = greedy_request(*e, "Once upon a time, there was a", 64);
+    r.params.grammar = g;
+    r.params.n = temp > 0 ? 4 : 1;
+    r.params.sampling.temperature = temp;
+    r.params.sampling.top_k = 0;
+    r.params.sampling.top_p = 1.0f;
+    r.params.sampling.min_p = 0.0f;
+    r.params.sampling.seed = 5;
+    ASSERT_TRUE(e->add_request(r).ok());
+    Collected c = drain(*e);
+    ASSERT_EQ(c.text.size(), static_cast<size_t>(r.params.n));
+    for (const auto& [i, text] : c.text) {
+      EXPECT_TRUE(in_language(g, text)) << "completion " << i << " at temperature " << temp << ": " << text;
+    }
+    ASSERT_EQ(c.finals.size(), 1u);
+    EXPECT_EQ(e->kv_blocks_in_use(), 0);
+  }
+}
+
+TEST(EngineGrammar, LogprobsAreTheModelsAndEndsAreStops) {
+  auto e = make_engine_cfg({.max_batch_tokens = 64, .max_seqs = 1});
+  ASSERT_TRUE(e);
+  Request free_run = greedy_request(*e, "Once upon a time", 1);
+  free_run.params.logprobs = 5;
+  ASSERT_TRUE(e->add_request(free_run).ok());
+  const Collected want = drain(*e);
+  Request r = free_run;
+  r.params.max_tokens = 32;
+  r.params.grammar = compile_for(*e, "root ::= \" yes\" | \" no\"\n");
+  ASSERT_NE(r.params.grammar, nullptr);
+  ASSERT_TRUE(e->add_request(r).ok());
+  const Collected got = drain(*e);
+  ASSERT_FALSE(got.logprobs.empty());
+  ASSERT_FALSE(want.logprobs.empty());
+  EXPECT_EQ(got.logprobs[0].top, want.logprobs[0].top);  // the distribution before the mask
+  EXPECT_TRUE(got.text.at(0) == " yes" || got.text.at(0) == " no") << got.text.at(0);
+  ASSERT_EQ(got.finals.size(), 1u);
+  EXPECT_EQ(got.finals[0].finish_reason, FinishReason::kStop);  // complete: no need to wait for EOS
+}
+
+TEST(EngineGrammar, ImpossibleGrammarsAndOtherVocabulariesAreErrors) {
+  auto e = make_engine_cfg({.max_batch_tokens = 64, .max_seqs = 1});
+  ASSERT_TRUE(e);
+  Request r = greedy_request(*e, "Once upon a time", 8);
+  r.params.grammar = compile_for(*e, "root ::= \"\\x01\\x02\"\n");  // no token spells it
+  ASSERT_NE(r.params.grammar, nullptr);
+  ASSERT_TRUE(e->add_request(r).ok());
+  const Collected c = drain(*e);
+  ASSERT_EQ(c.finals.size(), 1u);
+  EXPECT_EQ(c.finals[0].finish_reason, FinishReason::kError);
+  EXPECT_NE(c.finals[0].error.find("grammar"), std::string::npos) << c.finals[0].error;
+  auto other = grammar::TokenTable::from_pieces({"a", "b"}, {});
+  auto g = grammar::CompiledGrammar::from_gbnf("root ::= \"a\"\n", other);
+  ASSERT_TRUE(g.ok());
+  r.params.grammar = *g;
+  auto id = e->add_request(r);
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.message().find("grammar: compiled for a vocabulary of 2 tokens"), std::string::npos) << id.message();
 }
 
 }  // namespace

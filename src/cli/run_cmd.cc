@@ -7,6 +7,7 @@
 #include "base/mapped_file.h"
 #include "base/timer.h"
 #include "cli/common.h"
+#include "grammar/json_schema.h"
 
 namespace lumen::cli {
 namespace {
@@ -20,7 +21,31 @@ std::vector<OptionSpec> run_specs() {
       {{"--no-parse-special"}, "", "treat special-token texts in the prompt as plain text"},
       {{"--json"}, "", "print one JSON object instead of streaming text"},
       {{"--top-logits"}, "K", "with --json: the K largest logits of every step"},
+      {{"--json-schema"}, "PATH", "constrain the output to JSON valid under this JSON Schema"},
+      {{"--grammar-file"}, "PATH", "constrain the output to this GBNF grammar (llama.cpp's syntax)"},
   });
+}
+
+// The grammar --json-schema or --grammar-file asks for (null: neither), compiled for the model.
+Result<std::shared_ptr<const grammar::CompiledGrammar>> grammar_from_args(const ArgParser& args,
+                                                                          const engine::Engine& eng) {
+  const auto schema = args.get("--json-schema");
+  const auto gfile = args.get("--grammar-file");
+  if (schema && gfile) return error("--json-schema and --grammar-file: give one of them");
+  if (!schema && !gfile) return std::shared_ptr<const grammar::CompiledGrammar>();
+  const std::string flag = schema ? "--json-schema" : "--grammar-file";
+  const std::string path = schema ? *schema : *gfile;
+  auto text = read_text_file(path);
+  if (!text.ok()) return error(flag + ": " + text.message());
+  std::string gbnf = std::move(text).value();
+  if (schema) {
+    auto converted = grammar::json_schema_to_gbnf(gbnf);
+    if (!converted.ok()) return error(flag + " " + path + ": " + converted.message());
+    gbnf = std::move(converted).value();
+  }
+  auto g = grammar::CompiledGrammar::from_gbnf(gbnf, grammar::TokenTable::build(eng.tokenizer(), eng.hparams().n_vocab));
+  if (!g.ok()) return error(flag + " " + path + ": " + g.message());
+  return std::move(g).value();
 }
 
 void print_timings(const engine::RequestTimings& t, double load_ms, bool to_json, nlohmann::json* j) {
@@ -76,10 +101,16 @@ int cmd_run(int argc, char** argv, int first) {
 
   std::unique_ptr<engine::Engine> eng = load_engine_or_report(args, *config);
   if (!eng) return 1;
+  auto constraint = grammar_from_args(args, *eng);
+  if (!constraint.ok()) {
+    std::fprintf(stderr, "error: %s\n", constraint.message().c_str());
+    return 2;
+  }
   const tok::Tokenizer& tk = eng->tokenizer();
   engine::Request req;
   req.prompt_ids = tk.encode(prompt, !args.has("--no-bos"), !args.has("--no-parse-special"));
   req.params = *gen;
+  req.params.grammar = std::move(constraint).value();
   nlohmann::json out;
   out["prompt_ids"] = req.prompt_ids;
   auto id = eng->add_request(std::move(req));

@@ -222,6 +222,9 @@ Status Engine::validate(const Request& request) const {
                  std::to_string(p.n));
   if (p.logprobs < -1 || p.logprobs > 20) return error("logprobs: must be in [0, 20]");
   if (p.cache_salt.size() > 256) return error("cache_salt: longer than 256 bytes");
+  if (p.grammar && p.grammar->vocab().n_vocab() != n_vocab)
+    return error("grammar: compiled for a vocabulary of " + std::to_string(p.grammar->vocab().n_vocab()) +
+                 " tokens, the model has " + std::to_string(n_vocab));
   return Status();
 }
 
@@ -267,7 +270,8 @@ Result<RequestId> Engine::add_request(Request request, RequestId id_in) {
   req->timings.arrival_ms = now_ms();
   req->timings.n_prompt = req->n_prompt;
 
-  auto seq = std::make_unique<Sequence>(req.get(), 0, req->params.sampling, tokenizer_, n_vocab, req->params.stop);
+  auto seq = std::make_unique<Sequence>(req.get(), 0, req->params.sampling, tokenizer_, n_vocab, req->params.stop,
+                                        req->params.grammar);
   init_spec(*seq);
   seq->tokens = std::move(request.prompt_ids);
   seq->tokens.reserve(config_.n_ctx + 1);
@@ -373,7 +377,7 @@ void Engine::fork_completions(Sequence& parent) {
   for (int32_t i = 1; i < req.params.n; ++i) {
     sample::SamplingParams sp = req.params.sampling;
     sp.seed = sp.seed + static_cast<uint64_t>(i);  // distinct, reproducible streams
-    auto child = std::make_unique<Sequence>(&req, i, sp, tokenizer_, n_vocab, req.params.stop);
+    auto child = std::make_unique<Sequence>(&req, i, sp, tokenizer_, n_vocab, req.params.stop, req.params.grammar);
     init_spec(*child);
     child->tokens.reserve(config_.n_ctx + 1);
     child->tokens = parent.tokens;

@@ -105,13 +105,35 @@ void OutputProcessor::process_chunk(Sequence& seq, const ScheduledChunk& c, cons
   }
   LUMEN_CHECK(cl.n_rows > 0);
   const std::span<const float> last = logits.last_row(i);
-  process_new_token(seq, seq.sampler.sample(last), last, ev);
+  sample_and_process(seq, last, ev);
 }
 
 void OutputProcessor::sample_first(Sequence& child, std::span<const float> row, RequestEvent& ev) {
   ev.request_id = child.req->id;
   ev.seq_index = child.seq_index;
-  process_new_token(child, child.sampler.sample(row), row, ev);
+  sample_and_process(child, row, ev);
+}
+
+void OutputProcessor::sample_and_process(Sequence& seq, std::span<const float> logits, RequestEvent& ev) {
+  if (!seq.matcher) {
+    process_new_token(seq, seq.sampler.sample(logits), logits, ev);
+    return;
+  }
+  grammar::GrammarMatcher& m = *seq.matcher;
+  bool any = m.fill_mask(seq.mask);
+  if (any) {
+    uint64_t bits = 0;
+    for (const uint64_t w : seq.mask) bits |= w;
+    any = bits != 0;
+  }
+  if (!any) {
+    ev.error = m.failed() ? m.error() : "grammar: no token of the vocabulary can continue the text";
+    finish(seq, FinishReason::kError, ev);
+    return;
+  }
+  const int32_t id = seq.sampler.sample(logits, seq.mask);
+  LUMEN_CHECK_MSG(m.accept_token(id), "a token the grammar's mask allowed was refused");
+  process_new_token(seq, id, logits, ev);
 }
 
 void OutputProcessor::process_new_token(Sequence& seq, int32_t token_id, std::span<const float> logits,
@@ -137,12 +159,14 @@ void OutputProcessor::process_new_token(Sequence& seq, int32_t token_id, std::sp
     }
     ev.logprobs.push_back(std::move(lp));
   }
-  if (tokenizer_.is_eog(token_id) && !req.params.ignore_eos) {
+  if (tokenizer_.is_eog(token_id) && (!req.params.ignore_eos || seq.matcher)) {  // a grammar's end is the end
     finish(seq, FinishReason::kEos, ev);
     return;
   }
   ev.text_delta += seq.stop.push(seq.detok.push(token_id));
-  if (seq.stop.stopped()) {
+  if (seq.matcher && seq.matcher->must_end()) {
+    finish(seq, FinishReason::kStop, ev);  // the grammar is complete and allows nothing more
+  } else if (seq.stop.stopped()) {
     finish(seq, FinishReason::kStop, ev);
   } else if (seq.n_generated >= req.params.max_tokens) {
     finish(seq, FinishReason::kLength, ev);

@@ -79,6 +79,8 @@ class OutputProcessor {
   void set_prompt_logits_observer(PromptLogitsFn fn) { prompt_logits_observer_ = std::move(fn); }
 
  private:
+  // Samples the sequence's next token (under its grammar, if any) and processes it.
+  void sample_and_process(Sequence& seq, std::span<const float> logits, RequestEvent& ev);
   void process_new_token(Sequence& seq, int32_t token_id, std::span<const float> logits, RequestEvent& ev);
 
   const tok::Tokenizer& tokenizer_;

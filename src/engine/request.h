@@ -2,12 +2,17 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "sample/sampler.h"
 #include "spec/adaptive.h"
+
+namespace lumen::grammar {
+class CompiledGrammar;
+}
 
 namespace lumen::engine {
 
@@ -26,6 +31,12 @@ struct GenerationParams {
   int32_t priority = 0;               // lower runs first (FCFS among equals)
   std::string cache_salt;             // prefix-cache namespace: only equal salts share blocks
   bool speculative = true;            // false: never speculate for this request (engine-wide setting)
+  // Constrained decoding (null: none): every generated token keeps the text a prefix of the
+  // grammar's language; each of the n completions has its own matcher. Compiled against this
+  // engine's vocabulary (grammar::TokenTable::build(tokenizer, n_vocab)). The completion ends
+  // (finish reason stop) as soon as the grammar allows nothing more, whatever ignore_eos says.
+  // Logprobs stay the model's own distribution, before the grammar's mask.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 };
 
 struct TokenLogprob {

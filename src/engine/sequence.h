@@ -5,12 +5,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/stop_matcher.h"
+#include "grammar/matcher.h"
 #include "sample/sampler.h"
 #include "spec/adaptive.h"
 #include "tokenizer/tokenizer.h"
@@ -20,11 +23,17 @@ namespace lumen::engine {
 struct RequestState;
 
 // One completion: the tokens it has, where it stands in the KV cache (its SchedSeq), and
-// its own sampler, detokenizer and stop-string state.
+// its own sampler, detokenizer, stop-string and grammar state.
 struct Sequence {
   Sequence(RequestState* req_, int32_t seq_index_, const sample::SamplingParams& sp,
-           const tok::Tokenizer& tokenizer, int32_t n_vocab, const std::vector<std::string>& stops)
-      : req(req_), seq_index(seq_index_), sampler(sp, n_vocab), detok(tokenizer), stop(stops) {}
+           const tok::Tokenizer& tokenizer, int32_t n_vocab, const std::vector<std::string>& stops,
+           const std::shared_ptr<const grammar::CompiledGrammar>& g)
+      : req(req_), seq_index(seq_index_), sampler(sp, n_vocab), detok(tokenizer), stop(stops) {
+    if (g) {
+      matcher.emplace(g);
+      mask.assign((static_cast<size_t>(n_vocab) + 63) / 64, 0);
+    }
+  }
 
   RequestState* req;
   int32_t seq_index;
@@ -34,6 +43,8 @@ struct Sequence {
   sample::Sampler sampler;
   tok::StreamingDetokenizer detok;
   StopMatcher stop;
+  std::optional<grammar::GrammarMatcher> matcher;  // with a grammar: where the text stands in it
+  std::vector<uint64_t> mask;                      // [ceil(n_vocab / 64)] allowed ids, per step
   std::vector<double> prompt_logprobs;  // accumulated over prompt chunks, if asked
   std::vector<int32_t> prompt_argmax;
   bool finished = false;

@@ -20,8 +20,10 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 // The rules every converted schema may use. Names are [a-z0-9-] (GBNF's name characters).
+// Whitespace between tokens is at most one space: a weak model given newlines and tabs
+// spends its whole token budget on them and never closes the value.
 constexpr const char* kBaseRules =
-    "ws ::= [ \\t\\n]{0,20}\n"
+    "ws ::= \" \"?\n"
     "json-esc ::= [\"\\\\/bfnrt] | \"u\" ( [0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} )\n"
     "json-int ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n"
     "json-frac ::= \".\" [0-9]{1,16}\n"

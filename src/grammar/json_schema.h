@@ -19,7 +19,7 @@
 // silently dropped.
 //
 // Output shape: numbers have at most 16 integer and 16 fraction digits and a 2-digit
-// exponent; whitespace between tokens is at most 20 spaces, tabs or newlines.
+// exponent; whitespace between tokens is at most one space (compact JSON).
 #pragma once
 
 #include <string>

@@ -317,6 +317,9 @@ void handle_generation(const ServingState& state, const HandlerEnv& env, Endpoin
                "invalid_request_error", "model", "model_not_found"};
     return send_error(res, e);
   }
+  auto grammar = compile_constraint(*state.grammars, pr.constraint);
+  if (!grammar.ok()) return send_error(res, api_error_from_status(grammar.status()));
+  pr.params.grammar = std::move(grammar).value();
   auto ids = prompt_ids(state, pr);
   if (!ids.ok()) return send_error(res, api_error_from_status(ids.status()));
   const int32_t n_prompt = static_cast<int32_t>(ids->size());

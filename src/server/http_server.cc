@@ -441,6 +441,7 @@ void HttpServer::attach_engine(std::unique_ptr<engine::AsyncEngine> engine) {
   l.max_stop = impl_->config.max_stop;
   l.max_logprobs = impl_->config.max_logprobs;
   st->model_name = impl_->config.model_alias.empty() ? engine->model_id() : impl_->config.model_alias;
+  st->grammars = std::make_unique<GrammarCache>(grammar::TokenTable::build(tk, engine->hparams().n_vocab), 64);
   st->created_s = std::chrono::duration_cast<std::chrono::seconds>(
                       std::chrono::system_clock::now().time_since_epoch()).count();
   st->engine = std::move(engine);

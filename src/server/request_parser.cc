@@ -147,14 +147,81 @@ Status check_unsupported(const ObjectReader& r, Endpoint endpoint) {
   for (const char* key : {"tool_choice", "function_call"})
     if (const Json* v = r.get(key); v && !(v->is_string() && v->get_ref<const std::string&>() == "none"))
       return field_error(key, "tool and function calling are not supported");
-  if (const Json* v = r.get("response_format")) {
-    const bool text = v->is_object() && v->contains("type") && (*v)["type"].is_string() &&
-                      (*v)["type"].get_ref<const std::string&>() == "text";
-    if (!text) return field_error("response_format", "only {\"type\": \"text\"} is supported");
+  // llama.cpp / vLLM sampling extensions that are not implemented: only their defaults.
+  struct Default {
+    const char* key;
+    double value;
+    const char* hint;
+  };
+  static constexpr Default kDefaults[] = {
+      {"mirostat", 0, ""},         {"typical_p", 1, ""},       {"tfs_z", 1, ""},
+      {"n_probs", 0, "; use logprobs / top_logprobs"},          {"dynatemp_range", 0, ""},
+      {"xtc_probability", 0, ""},  {"dry_multiplier", 0, ""},  {"top_n_sigma", -1, ""},
+  };
+  for (const Default& d : kDefaults) {
+    const Json* v = r.get(d.key);
+    if (!v) continue;
+    if (!v->is_number()) return r.type_error(d.key, "a number", *v);
+    const double x = v->get<double>();
+    if (x != d.value && !(std::string_view(d.key) == "top_n_sigma" && x <= 0))
+      return field_error(d.key, "not supported (only " + fmt_num(d.value) + ")" + d.hint);
   }
   if (endpoint == Endpoint::kChatCompletions) {
     if (const Json* v = r.get("modalities"); v && !(v->is_array() && v->size() == 1 && (*v)[0] == "text"))
       return field_error("modalities", "only [\"text\"] is supported");
+  }
+  return Status();
+}
+
+// response_format, grammar, json_schema: at most one constraint.
+Status parse_constraint(const ObjectReader& r, OutputConstraint* out) {
+  using Kind = OutputConstraint::Kind;
+  auto set = [&](Kind kind, std::string text, std::string field) -> Status {
+    if (out->kind != Kind::kNone)
+      return field_error(field.substr(0, field.find('.')), "give only one of response_format, grammar, json_schema (" +
+                                                               out->field.substr(0, out->field.find('.')) +
+                                                               " is given too)");
+    *out = OutputConstraint{kind, std::move(text), std::move(field)};
+    return Status();
+  };
+  if (const Json* v = r.get("response_format")) {
+    if (!v->is_object()) return r.type_error("response_format", "an object", *v);
+    const ObjectReader rf(*v, "response_format");
+    std::string type;
+    bool has_type = false;
+    LUMEN_TRY(rf.read_string("type", 64, &type, &has_type));
+    if (!has_type) return field_error("response_format.type", "required");
+    if (type == "json_object") {
+      if (const Json* schema = rf.get("schema")) {  // llama.cpp's extension
+        LUMEN_TRY(set(Kind::kJsonSchema, schema->dump(), "response_format.schema"));
+      } else {
+        LUMEN_TRY(set(Kind::kJsonObject, "", "response_format"));
+      }
+    } else if (type == "json_schema") {
+      const Json* js = rf.get("json_schema");
+      if (!js) return field_error("response_format.json_schema", "required with type json_schema");
+      if (!js->is_object()) return rf.type_error("json_schema", "an object", *js);
+      const ObjectReader jr(*js, "response_format.json_schema");
+      std::string name, description;
+      bool strict = false;
+      LUMEN_TRY(jr.read_string("name", 256, &name));
+      LUMEN_TRY(jr.read_string("description", 1 << 16, &description));
+      LUMEN_TRY(jr.read_bool("strict", &strict));
+      const Json* schema = jr.get("schema");
+      if (!schema) return field_error("response_format.json_schema.schema", "required");
+      LUMEN_TRY(set(Kind::kJsonSchema, schema->dump(), "response_format.json_schema.schema"));
+    } else if (type != "text") {
+      return field_error("response_format.type", "must be text, json_object or json_schema; got \"" +
+                                                     type.substr(0, 64) + "\"");
+    }
+  }
+  if (const Json* v = r.get("grammar")) {
+    if (!v->is_string()) return r.type_error("grammar", "a string (GBNF)", *v);
+    LUMEN_TRY(set(Kind::kGbnf, v->get<std::string>(), "grammar"));
+  }
+  if (const Json* v = r.get("json_schema")) {
+    if (!v->is_object() && !v->is_boolean()) return r.type_error("json_schema", "an object", *v);
+    LUMEN_TRY(set(Kind::kJsonSchema, v->dump(), "json_schema"));
   }
   return Status();
 }
@@ -292,6 +359,18 @@ Status parse_sampling(const ObjectReader& r, const ParserLimits& limits, sample:
   LUMEN_TRY(r.read_float("presence_penalty", -2.0, 2.0, false, &s->presence_penalty));
   LUMEN_TRY(r.read_float("frequency_penalty", -2.0, 2.0, false, &s->frequency_penalty));
   LUMEN_TRY(r.read_float("repetition_penalty", 0.0, 10.0, true, &s->repeat_penalty));
+  if (r.get("repeat_penalty")) {  // llama.cpp's name for it
+    float rp = 1.0f;
+    LUMEN_TRY(r.read_float("repeat_penalty", 0.0, 10.0, true, &rp));
+    if (r.get("repetition_penalty") && rp != s->repeat_penalty)
+      return field_error("repeat_penalty", "differs from repetition_penalty (give one of them)");
+    s->repeat_penalty = rp;
+  }
+  for (const char* key : {"repeat_last_n", "penalty_last_n"}) {  // llama.cpp's window; -1: all
+    int64_t window = s->penalty_last_n;
+    LUMEN_TRY(r.read_int(key, -1, limits.n_ctx, &window));
+    s->penalty_last_n = static_cast<int32_t>(window);
+  }
   if (const Json* v = r.get("seed")) {
     if (v->is_number_unsigned()) s->seed = v->get<uint64_t>();
     else if (v->is_number_integer()) s->seed = static_cast<uint64_t>(v->get<int64_t>());
@@ -352,6 +431,9 @@ Status parse_generation(const Json& j, Endpoint endpoint, const ParserLimits& li
   if (has_salt && p.cache_salt.empty()) return field_error("cache_salt", "empty (omit it instead)");
   LUMEN_TRY(r.read_bool("ignore_eos", &p.ignore_eos));
   LUMEN_TRY(r.read_bool("speculative", &p.speculative));  // false: opt out of the server's speculation
+  bool cache_prompt = true;  // llama.cpp's: the prefix cache is always on, and output is the same
+  LUMEN_TRY(r.read_bool("cache_prompt", &cache_prompt));
+  LUMEN_TRY(parse_constraint(r, &out->constraint));
   LUMEN_TRY(r.read_string("user", 256, &out->user));  // a routing key (routing_key.h)
 
   LUMEN_TRY(r.read_bool("stream", &out->stream));

@@ -8,10 +8,10 @@
 //   - Every known field is type-checked and range-checked; `null` means "absent". A known
 //     field of the wrong type is a 400, never coerced (an integer field accepts 3.0, not 3.5
 //     or "3").
-//   - Unknown fields are ignored (clients send vendor extensions), except OpenAI fields this
-//     server does not implement, which are rejected when set to anything but their default
-//     (echo, best_of, logit_bias, suffix, tools, functions, response_format, ...): silently
-//     ignoring them would change what the client gets.
+//   - Unknown fields are ignored (clients send vendor extensions), except OpenAI, llama.cpp
+//     and vLLM fields this server does not implement, which are rejected when set to anything
+//     but their default (echo, best_of, logit_bias, suffix, tools, functions, mirostat,
+//     typical_p, n_probs, ...): silently ignoring them would change what the client gets.
 //   - Defaults are OpenAI's: temperature 1, top_p 1, no top-k, no min-p, no penalties.
 #pragma once
 
@@ -43,6 +43,15 @@ struct ParserLimits {
   int32_t max_model_name_bytes = 256;
 };
 
+// What the output must look like, from response_format ({"type": "json_object" | "json_schema"}),
+// or llama.cpp's `grammar` (GBNF) and `json_schema` fields; at most one of them.
+struct OutputConstraint {
+  enum class Kind : uint8_t { kNone, kGbnf, kJsonSchema, kJsonObject };
+  Kind kind = Kind::kNone;
+  std::string text;   // kGbnf: the grammar; kJsonSchema: the schema as JSON text
+  std::string field;  // the request field it came from ("response_format.json_schema.schema")
+};
+
 struct ParsedRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;                          // "" when absent
@@ -53,6 +62,7 @@ struct ParsedRequest {
   // /v1/chat/completions: content of array-of-parts messages is joined text.
   std::vector<tok::ChatMessage> messages;
   engine::GenerationParams params;            // max_tokens is only meaningful if given
+  OutputConstraint constraint;                // compiled by the handler into params.grammar
   bool max_tokens_given = false;
   bool seed_given = false;                    // else the caller draws a random seed
   bool stream = false;

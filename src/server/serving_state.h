@@ -11,6 +11,7 @@
 
 #include "engine/async_engine.h"
 #include "server/api_error.h"
+#include "server/constraint.h"
 #include "server/http_message.h"
 #include "server/metrics.h"
 #include "server/request_parser.h"
@@ -26,6 +27,7 @@ struct ServingState {
   std::string bos_text, eos_text;    // template variables bos_token / eos_token
   ParserLimits limits;
   std::string model_name;            // what /v1/models lists and requests may name
+  std::unique_ptr<GrammarCache> grammars;  // response_format / grammar / json_schema (thread-safe)
   int64_t created_s = 0;             // unix time the model was attached
 };
 
