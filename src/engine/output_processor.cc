@@ -60,17 +60,27 @@ int32_t OutputProcessor::process_spec_chunk(Sequence& seq, const ScheduledChunk&
   for (int32_t j = 0; j <= c.n_spec; ++j) {
     const std::span<const float> row = logits.row(cl.row_begin + j);
     if (j == c.n_spec) {  // every proposal accepted: the bonus token, a plain sample
-      process_new_token(seq, seq.sampler.sample(row), row, ev);
+      sample_and_process(seq, row, ev);
       break;
     }
     const std::span<const float> q =
         seq.draft_probs_valid ? std::span<const float>(seq.draft_probs).subspan(j * n_vocab, n_vocab)
                               : std::span<const float>();
-    const spec::VerifyDraw v = spec::verify_position(seq.sampler, row, seq.draft[j], q, probs_);
+    // With a grammar, p is masked by the matcher's state after the tokens accepted so far
+    // (the proposer knows no grammar; a draft token outside the mask has p = 0 and is
+    // rejected), so the emitted tokens are those plain constrained decoding would draw.
+    std::span<const uint64_t> allowed;
+    if (seq.matcher) {
+      if (!fill_grammar_mask(seq, ev)) break;
+      allowed = seq.mask;
+    }
+    const spec::VerifyDraw v = spec::verify_position(seq.sampler, row, seq.draft[j], q, probs_, allowed);
     if (v.accepted) {
       ++n_accepted;
       ++seq.spec.accepted;
     }
+    if (seq.matcher)
+      LUMEN_CHECK_MSG(seq.matcher->accept_token(v.token), "a token the grammar's mask allowed was refused");
     process_new_token(seq, v.token, row, ev);
     if (!v.accepted || seq.finished) break;
   }
@@ -119,6 +129,13 @@ void OutputProcessor::sample_and_process(Sequence& seq, std::span<const float> l
     process_new_token(seq, seq.sampler.sample(logits), logits, ev);
     return;
   }
+  if (!fill_grammar_mask(seq, ev)) return;
+  const int32_t id = seq.sampler.sample(logits, seq.mask);
+  LUMEN_CHECK_MSG(seq.matcher->accept_token(id), "a token the grammar's mask allowed was refused");
+  process_new_token(seq, id, logits, ev);
+}
+
+bool OutputProcessor::fill_grammar_mask(Sequence& seq, RequestEvent& ev) {
   grammar::GrammarMatcher& m = *seq.matcher;
   bool any = m.fill_mask(seq.mask);
   if (any) {
@@ -129,11 +146,8 @@ void OutputProcessor::sample_and_process(Sequence& seq, std::span<const float> l
   if (!any) {
     ev.error = m.failed() ? m.error() : "grammar: no token of the vocabulary can continue the text";
     finish(seq, FinishReason::kError, ev);
-    return;
   }
-  const int32_t id = seq.sampler.sample(logits, seq.mask);
-  LUMEN_CHECK_MSG(m.accept_token(id), "a token the grammar's mask allowed was refused");
-  process_new_token(seq, id, logits, ev);
+  return any;
 }
 
 void OutputProcessor::process_new_token(Sequence& seq, int32_t token_id, std::span<const float> logits,

@@ -54,7 +54,9 @@ class OutputProcessor {
   //
   // Each emitted token goes through the per-token path (sampler history, logprobs, EOS,
   // stop strings, length), so penalties at position j see the tokens accepted before it,
-  // and the sequence can finish in the middle. Returns how many proposals were emitted
+  // and the sequence can finish in the middle. With a grammar, position j's distribution is
+  // masked by the matcher after the tokens emitted before it (a proposal outside the mask
+  // is rejected), so speculation stays exact for constrained requests too. Returns how many proposals were emitted
   // (accepted); the engine truncates the KV of the rest.
   int32_t process_spec_chunk(Sequence& seq, const ScheduledChunk& c, const StepLogits& logits, size_t i,
                              RequestEvent& ev);
@@ -81,6 +83,9 @@ class OutputProcessor {
  private:
   // Samples the sequence's next token (under its grammar, if any) and processes it.
   void sample_and_process(Sequence& seq, std::span<const float> logits, RequestEvent& ev);
+  // The grammar's mask for the sequence's next token into seq.mask; false (the sequence
+  // finished with an error) when no token can continue the text.
+  bool fill_grammar_mask(Sequence& seq, RequestEvent& ev);
   void process_new_token(Sequence& seq, int32_t token_id, std::span<const float> logits, RequestEvent& ev);
 
   const tok::Tokenizer& tokenizer_;

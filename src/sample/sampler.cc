@@ -377,25 +377,32 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const uint64_t>
   const size_t n_cand = filter(logits, allowed, &sorted, &max_logit);
   if (n_cand == 0) {
     rng_();  // keep the one-draw-per-call stream
-    if (!allowed.empty() && max_logit == kNegInf) return first_allowed_if_none_finite();
-    return argmax(work_logits_);
+    return pick_without_candidates(allowed, max_logit);
   }
   return draw(n_cand, sorted, max_logit);
 }
 
-void Sampler::distribution(std::span<const float> logits, std::span<float> probs) {
+int32_t Sampler::pick_without_candidates(std::span<const uint64_t> allowed, float max_logit) {
+  if (allowed.empty() || max_logit != kNegInf) return argmax(work_logits_);
+  // Every allowed id is -inf: the lowest allowed id.
+  LUMEN_CHECK_MSG(allowed_ids(allowed) > 0, "sampler: the mask allows no token");
+  return candidates_[0];
+}
+
+void Sampler::distribution(std::span<const float> logits, std::span<float> probs, std::span<const uint64_t> allowed) {
   LUMEN_CHECK(logits.size() == static_cast<size_t>(n_vocab_) && probs.size() == logits.size());
+  LUMEN_CHECK(allowed.empty() || allowed.size() * 64 >= logits.size());
   std::fill(probs.begin(), probs.end(), 0.0f);
   if (greedy()) {
     // The same token sample() returns; it reads work_logits_ only through sample().
-    probs[static_cast<size_t>(sample(logits))] = 1.0f;
+    probs[static_cast<size_t>(sample(logits, allowed))] = 1.0f;
     return;
   }
   bool sorted = false;
   float max_logit = 0;
-  const size_t n_cand = filter(logits, {}, &sorted, &max_logit);
+  const size_t n_cand = filter(logits, allowed, &sorted, &max_logit);
   if (n_cand == 0) {
-    probs[static_cast<size_t>(argmax(work_logits_))] = 1.0f;
+    probs[static_cast<size_t>(pick_without_candidates(allowed, max_logit))] = 1.0f;
     return;
   }
   // The weights draw() uses, in the same float arithmetic, summed in double.

@@ -73,8 +73,8 @@ class Sampler {
   // weights as sample() and normalised by their double sum. Greedy (temperature <= 0): 1 at
   // the argmax. Consumes no random numbers. probs.size() == n_vocab; allocates nothing.
   // Speculative verification applies the chain through this, so that a verified token has
-  // exactly the distribution sample() would have drawn it from.
-  void distribution(std::span<const float> logits, std::span<float> probs);
+  // exactly the distribution sample() would have drawn it from. `allowed`: as in sample().
+  void distribution(std::span<const float> logits, std::span<float> probs, std::span<const uint64_t> allowed = {});
   // One uniform number in [0, 1) from the request's stream: (rng() >> 11) * 2^-53.
   double uniform();
   // Whether sample() is an argmax (temperature <= 0, or so small that 1/T overflows).
@@ -100,6 +100,9 @@ class Sampler {
   size_t apply_top_p_unsorted(float max_logit);
   size_t apply_min_p(size_t n_cand, bool sorted, float max_logit);
   int32_t draw(size_t n_cand, bool sorted, float max_logit);
+  // The token when filter() leaves no candidate (a logit is infinite): the argmax, or with
+  // a mask whose ids are all -inf, the lowest allowed id.
+  int32_t pick_without_candidates(std::span<const uint64_t> allowed, float max_logit);
   // Penalties and filters into work_logits_ / candidates_ (see sample()). Returns the
   // candidate count; *sorted and *max_logit describe the list. Precondition: !greedy().
   // A return of 0 means a logit is infinite (nothing possible, or a certain token): the

@@ -541,9 +541,14 @@ TEST(SamplerMask, EqualsNegativeInfinityOutsideTheMask) {
   configs[3].temperature = 0.0f;                         // greedy
   configs[4].repeat_penalty = 1.3f, configs[4].top_k = 5;
   configs[5].temperature = 1.5f, configs[5].top_p = 0.5f, configs[5].top_k = 0;
+  std::vector<float> pa(logits.size()), pb(logits.size());
   for (const SamplingParams& p : configs) {
     Sampler a(p, n_vocab), b(p, n_vocab);
     for (int i = 0; i < 200; ++i) {
+      // distribution() under the mask (speculative verification's p) likewise.
+      a.distribution(logits, pa, mask);
+      b.distribution(cut, pb);
+      ASSERT_EQ(pa, pb) << "draw " << i;
       const int32_t x = a.sample(logits, mask), y = b.sample(cut);
       ASSERT_EQ(x, y) << "draw " << i;
       ASSERT_TRUE((mask[x / 64] >> (x % 64)) & 1);
@@ -572,6 +577,9 @@ TEST(SamplerMask, NoFiniteAllowedLogitGivesTheLowestAllowedId) {
     p.temperature = temp;
     Sampler s(p, 4);
     EXPECT_EQ(s.sample(logits, mask), 1);
+    std::vector<float> probs(4);
+    s.distribution(logits, probs, mask);
+    EXPECT_EQ(probs, (std::vector<float>{0.0f, 1.0f, 0.0f, 0.0f}));
   }
 }
 

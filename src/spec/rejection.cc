@@ -56,12 +56,13 @@ int32_t draw_from(std::span<const float> probs, double u) {
 }
 
 VerifyDraw verify_position(sample::Sampler& sampler, std::span<const float> target_logits, int32_t d,
-                           std::span<const float> q, std::span<float> p_work) {
+                           std::span<const float> q, std::span<float> p_work,
+                           std::span<const uint64_t> allowed) {
   if (sampler.greedy()) {
-    const int32_t t = sampler.sample(target_logits);
+    const int32_t t = sampler.sample(target_logits, allowed);
     return {t, t == d};
   }
-  sampler.distribution(target_logits, p_work);
+  sampler.distribution(target_logits, p_work, allowed);
   const double u_accept = sampler.uniform();
   const auto di = static_cast<size_t>(d);
   const double qd = q.empty() ? 1.0 : q[di];

@@ -49,8 +49,11 @@ int32_t draw_from(std::span<const float> probs, double u);
 // p_work, [n_vocab]), uniforms from the sampler's own stream (so a seed reproduces the run).
 // A greedy sampler needs no distribution: the token is sampler.sample(target_logits), the
 // same call plain decoding makes, and d is accepted iff it equals it.
+// `allowed` (optional): a constraint's token mask (a grammar's), applied to p exactly as
+// sampler.sample() applies it; d outside it has p(d) = 0 and is never accepted.
 // Does not call sampler.accept: the caller appends the emitted token.
 VerifyDraw verify_position(sample::Sampler& sampler, std::span<const float> target_logits, int32_t d,
-                           std::span<const float> q, std::span<float> p_work);
+                           std::span<const float> q, std::span<float> p_work,
+                           std::span<const uint64_t> allowed = {});
 
 }  // namespace lumen::spec
