@@ -286,7 +286,12 @@ TEST(ServerDrain, RunningStreamsFinishAndNewRequestsGet503) {
   std::vector<SseReply> replies(4);
   std::vector<std::thread> clients;
   for (int i = 0; i < 4; ++i) clients.emplace_back([&, i] { replies[i] = post_stream(*s, "/v1/completions", body); });
-  ASSERT_TRUE(wait_until([&] { return metric(*s, "lumen_num_requests_running") >= 1; }, 5));
+  // All four must be inside the engine (running or queued) before the drain starts: a
+  // client whose request has not reached the server yet would rightly get the drain's 503.
+  ASSERT_TRUE(wait_until([&] {
+    return metric(*s, "lumen_num_requests_running") >= 1 &&
+           metric(*s, "lumen_num_requests_running") + metric(*s, "lumen_num_requests_waiting") >= 4;
+  }, 10));
   // A keep-alive connection that is open when the drain starts.
   RawConnection kept(s->port);
   kept.send(head("GET", "/health"));
