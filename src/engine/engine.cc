@@ -88,12 +88,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path, co
   }
 
   // The KV cache by layer group, as the model lays it out (model/kv_layout.h).
-  const model::KvLayout& layout = e->model_.kv_layout();
-  kv::KvManagerConfig kc;
-  for (const model::KvLayout::Group& g : layout.groups)
-    kc.groups.push_back({static_cast<int32_t>(g.layers.size()), g.window});
-  kc.n_kv_head = layout.n_kv_head;
-  kc.head_dim = layout.head_dim;
+  kv::KvManagerConfig kc = kv::kv_config_for_layout(e->model_.kv_layout());
   kc.block_size = config.block_size;
   kc.dtype = config.kv_dtype;
   kc.n_ctx = config.n_ctx;
@@ -186,7 +181,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path, co
   e->plan_.chunks.reserve(config.max_seqs);
   e->plan_.admitted.reserve(config.max_seqs);
   e->plan_.preempted.reserve(config.max_seqs);
-  e->plan_.copies.reserve(static_cast<size_t>(config.max_seqs) * layout.n_groups() * 2);
+  e->plan_.copies.reserve(static_cast<size_t>(config.max_seqs) * e->kv_.n_groups() * 2);
   e->running_.reserve(config.max_seqs);
   e->load_ms_ = now_ms() - t0;
   LUMEN_LOG_INFO("engine: %s, %d layers, n_ctx %d, kv %s %.1f MiB in %d group(s), kernels %s, %d threads",

@@ -65,6 +65,19 @@ struct KvManagerConfig {
   bool enable_prefix_cache = true;
 };
 
+// The groups and row shape of a KvManagerConfig from a model's KV layout: any type that
+// lists `groups` (each with `window` and its `layers`) and `n_kv_head` / `head_dim` —
+// model::KvLayout is the one (a template, so that kv and model need not know each other).
+// The caller sets the rest (block size, dtype, context, memory, prefix cache).
+template <class Layout>
+KvManagerConfig kv_config_for_layout(const Layout& layout) {
+  KvManagerConfig c;
+  for (const auto& g : layout.groups) c.groups.push_back({static_cast<int32_t>(g.layers.size()), g.window});
+  c.n_kv_head = layout.n_kv_head;
+  c.head_dim = layout.head_dim;
+  return c;
+}
+
 // How the memory is split: blocks per group (plan_kv_memory).
 struct KvGroupPlan {
   int32_t n_blocks = 0;

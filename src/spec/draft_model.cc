@@ -47,12 +47,7 @@ Result<std::unique_ptr<DraftModelProposer>> DraftModelProposer::create(const Dra
   if (config.interleave_weights) m->interleave_weights(kernels, pool, config.interleave_cache_dir);
 
   std::unique_ptr<DraftModelProposer> d(new DraftModelProposer(std::move(*m), config, kernels, pool));
-  const model::KvLayout& layout = d->model_.kv_layout();
-  kv::KvManagerConfig kc;
-  for (const model::KvLayout::Group& g : layout.groups)
-    kc.groups.push_back({static_cast<int32_t>(g.layers.size()), g.window});
-  kc.n_kv_head = layout.n_kv_head;
-  kc.head_dim = layout.head_dim;
+  kv::KvManagerConfig kc = kv::kv_config_for_layout(d->model_.kv_layout());
   kc.block_size = config.block_size;
   kc.dtype = config.kv_dtype;
   kc.n_ctx = config.n_ctx + config.draft_max;
