@@ -43,6 +43,8 @@ ordered_json context_of(const ordered_json& templ, const ordered_json& conv) {
   ctx["add_generation_prompt"] = conv["add_generation_prompt"];
   ctx["bos_token"] = templ["bos_token"];
   ctx["eos_token"] = templ["eos_token"];
+  if (templ.contains("extra"))
+    for (const auto& [k, v] : templ["extra"].items()) ctx[k] = v;
   if (conv.contains("extra"))
     for (const auto& [k, v] : conv["extra"].items()) ctx[k] = v;
   return ctx;

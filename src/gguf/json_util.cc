@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <exception>
+#include <unordered_map>
+#include <vector>
 
 #include "gguf/gguf_util.h"
 
@@ -35,6 +37,81 @@ bool json_depth_within(std::string_view text, int max_depth) {
 
 namespace {
 
+// Builds an ordered_json from SAX events. Each open object keeps a hash index of its keys,
+// so a key costs O(1) instead of a scan of the keys before it. The pointers on the stack stay
+// valid: a container only grows while it is the innermost open one.
+class OrderedBuilder final : public nlohmann::json_sax<nlohmann::ordered_json> {
+ public:
+  using J = nlohmann::ordered_json;
+
+  bool null() override { return put(J(nullptr)); }
+  bool boolean(bool v) override { return put(J(v)); }
+  bool number_integer(number_integer_t v) override { return put(J(v)); }
+  bool number_unsigned(number_unsigned_t v) override { return put(J(v)); }
+  bool number_float(number_float_t v, const string_t&) override { return put(J(v)); }
+  bool string(string_t& v) override { return put(J(std::move(v))); }
+  bool binary(binary_t&) override { return false; }  // not in JSON text
+  bool start_object(std::size_t) override { return open(J::object()); }
+  bool key(string_t& k) override {
+    stack_.back().key = std::move(k);
+    return true;
+  }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(J::array()); }
+  bool end_array() override { return close(); }
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception&) override {
+    error_byte_ = position;
+    return false;
+  }
+
+  size_t error_byte() const { return error_byte_; }
+  J& root() { return root_; }
+
+ private:
+  struct Open {
+    J* value;
+    std::string key;                                // an object's pending key
+    std::unordered_map<std::string, size_t> index;  // an object's keys -> their place
+  };
+
+  // Places v in the innermost open container (or as the root); returns where it went.
+  J* place(J&& v) {
+    if (stack_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    Open& top = stack_.back();
+    if (top.value->is_array()) {
+      top.value->push_back(std::move(v));
+      return &top.value->back();
+    }
+    auto& items = static_cast<J::object_t::Container&>(top.value->get_ref<J::object_t&>());
+    const auto [it, fresh] = top.index.try_emplace(top.key, items.size());
+    if (!fresh) {
+      items[it->second].second = std::move(v);
+      return &items[it->second].second;
+    }
+    items.emplace_back(std::move(top.key), std::move(v));
+    return &items.back().second;
+  }
+  bool put(J&& v) {
+    place(std::move(v));
+    return true;
+  }
+  bool open(J&& container) {
+    stack_.push_back(Open{place(std::move(container)), {}, {}});
+    return true;
+  }
+  bool close() {
+    stack_.pop_back();
+    return true;
+  }
+
+  J root_;
+  std::vector<Open> stack_;
+  size_t error_byte_ = 0;
+};
+
 std::string type_of(const nlohmann::json& v) { return v.type_name(); }
 
 // A short printable rendering of a value for error messages (never throws: invalid UTF-8
@@ -54,6 +131,17 @@ Result<nlohmann::json> parse_json(std::string_view text, std::string_view what) 
     return error(std::string(what) + ": invalid JSON: " + quote(e.what()));
   } catch (const std::exception& e) {
     return error(std::string(what) + ": cannot parse JSON: " + quote(e.what()));
+  }
+}
+
+Result<nlohmann::ordered_json> parse_ordered_json(std::string_view text) {
+  try {
+    OrderedBuilder b;
+    if (!nlohmann::ordered_json::sax_parse(text.begin(), text.end(), &b))
+      return error("not valid JSON (error at byte " + std::to_string(b.error_byte()) + ")");
+    return std::move(b.root());
+  } catch (const std::exception& e) {
+    return error(std::string("cannot parse JSON: ") + e.what());
   }
 }
 

@@ -725,13 +725,9 @@ Result<std::string> json_schema_to_gbnf(std::string_view schema_json, const Json
   if (!gguf::json_depth_within(schema_json, 2 * limits.max_depth))
     return error("json_schema: nested deeper than " + std::to_string(2 * limits.max_depth) + " levels");
   try {
-    Json schema;
-    try {
-      schema = Json::parse(schema_json.begin(), schema_json.end(), nullptr, true, false);
-    } catch (const Json::parse_error& e) {
-      return error("json_schema: not valid JSON (error at byte " + std::to_string(e.byte) + ")");
-    }
-    Converter c(schema, limits);
+    auto schema = gguf::parse_ordered_json(schema_json);  // linear in the text, keeps the order
+    if (!schema.ok()) return error("json_schema: " + schema.message());
+    Converter c(*schema, limits);
     return c.run();
   } catch (const std::exception& e) {
     return error(std::string("json_schema: cannot be converted: ") + e.what());

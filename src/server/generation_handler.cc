@@ -158,14 +158,23 @@ void log_request(const HandlerEnv& env, Endpoint endpoint, bool stream, int stat
 
 // Everything a stream needs while it runs.
 struct StreamJob {
-  StreamJob(RequestRun r, ResponseHeader h, const ServingState* s, HandlerEnv e)
-      : run(std::move(r)), header(std::move(h)), state(s), env(e), text_offset(run.choices().size(), 0) {}
+  StreamJob(RequestRun r, ResponseHeader h, const ServingState* s, HandlerEnv e, ToolRequest t)
+      : run(std::move(r)), header(std::move(h)), state(s), env(e), text_offset(run.choices().size(), 0),
+        tools(std::move(t)) {}
   RequestRun run;
   ResponseHeader header;
   const ServingState* state;
   HandlerEnv env;
   std::vector<int64_t> text_offset;
+  ToolRequest tools;  // header.tools: each choice's text is held in run.choices() until it ends
 };
+
+// A finished choice's text -> its tool calls and the content around them.
+void parse_choice_tools(ChoiceResult& c, const ToolRequest& tools, ToolFormat format) {
+  ToolOutput out = parse_tool_output(c.text, tools, format);
+  c.tool_calls = std::move(out.calls);
+  if (!c.tool_calls.empty()) c.text = std::move(out.content);
+}
 
 // The SSE text for one event ("" if there is nothing to tell the client).
 std::string event_chunks(StreamJob& job, const RequestEvent& ev) {
@@ -185,6 +194,13 @@ std::string event_chunks(StreamJob& job, const RequestEvent& ev) {
     return sse_error_event(api_error_json(e));
   }
   if (ev.seq_index < 0 || ev.seq_index >= static_cast<int32_t>(job.text_offset.size())) return "";
+  if (job.header.tools) {
+    ChoiceResult& c = job.run.choices()[ev.seq_index];
+    c.text += ev.text_delta;
+    if (!ev.finished) return "";
+    parse_choice_tools(c, job.tools, job.state->template_tools.format);
+    return sse_tool_choice_end(job.header, ev.seq_index, c);
+  }
   if (ev.text_delta.empty() && ev.logprobs.empty() && !ev.finished) return "";
   return sse_token_chunk(job.header, ev.seq_index, ev.text_delta, ev.logprobs,
                          ev.finished ? ev.finish_reason : FinishReason::kNone, tk, &job.text_offset[ev.seq_index]);
@@ -226,7 +242,7 @@ void run_stream(StreamJob& job, StreamWriter& out) {
 
 // Non-streaming: waits for the whole request, then answers with one JSON body.
 void serve_whole(RequestRun& run, const ResponseHeader& header, const ServingState& state, const HandlerEnv& env,
-                 const HttpRequest& req, HttpResponse& res) {
+                 const ToolRequest& tools, const HttpRequest& req, HttpResponse& res) {
   const auto poll = std::chrono::milliseconds(env.config->idle_poll_ms);
   while (!run.done()) {
     RequestEvent ev;
@@ -256,6 +272,8 @@ void serve_whole(RequestRun& run, const ResponseHeader& header, const ServingSta
     send_error(res, ApiError{503, "the request was cancelled: the server is shutting down", "server_error", "", ""});
     return;
   }
+  if (header.tools)
+    for (ChoiceResult& c : run.choices()) parse_choice_tools(c, tools, state.template_tools.format);
   res.status = 200;
   res.set_content(completion_response_json(header, run.choices(), run.usage(), state.engine->tokenizer()),
                   "application/json");
@@ -264,10 +282,22 @@ void serve_whole(RequestRun& run, const ResponseHeader& header, const ServingSta
 // The prompt's token ids, or a 400 naming the field.
 Result<std::vector<int32_t>> prompt_ids(const ServingState& state, const ParsedRequest& pr) {
   const tok::Tokenizer& tk = state.engine->tokenizer();
-  if (pr.endpoint == Endpoint::kChatCompletions) return chat_prompt_ids(state, pr.messages);
+  if (pr.endpoint == Endpoint::kChatCompletions) return chat_prompt_ids(state, pr);
   if (pr.prompt_is_ids) return pr.prompt_ids;
   // Special-token texts in the prompt are recognised, as llama.cpp's and vLLM's servers do.
   return tk.encode(pr.prompt_text, /*add_special=*/true, /*parse_special=*/true);
+}
+
+// tool_choice "required" or a named function: the grammar of a call (cached like the others).
+Status tool_grammar(const ServingState& state, ParsedRequest& pr) {
+  using Choice = ToolRequest::Choice;
+  if (!pr.tools.active() || (pr.tools.choice != Choice::kRequired && pr.tools.choice != Choice::kNamed))
+    return Status();
+  LUMEN_ASSIGN_OR_RETURN(std::string gbnf, tool_call_gbnf(pr.tools, state.template_tools));
+  auto g = state.grammars->get(gbnf);
+  if (!g.ok()) return error("tools: " + g.message());
+  pr.params.grammar = std::move(g).value();
+  return Status();
 }
 
 // Context arithmetic: the prompt must leave room, and prompt + max_tokens must fit.
@@ -297,13 +327,27 @@ void send_error(HttpResponse& res, const ApiError& error) {
   res.set_content(api_error_json(error), "application/json");
 }
 
-Result<std::vector<int32_t>> chat_prompt_ids(const ServingState& state, std::span<const tok::ChatMessage> messages) {
+namespace {
+
+Result<std::vector<int32_t>> encode_chat(const ServingState& state, const Result<std::string>& text) {
   const tok::Tokenizer& tk = state.engine->tokenizer();
-  auto text = state.chat_template.render(messages, /*add_generation_prompt=*/true, state.bos_text, state.eos_text);
   if (!text.ok()) return error("messages: the chat template cannot render them: " + text.message());
   std::vector<int32_t> ids = tk.encode(*text, /*add_special=*/false, /*parse_special=*/true);
   if (tk.add_bos() && tk.bos_id() >= 0 && (ids.empty() || ids[0] != tk.bos_id())) ids.insert(ids.begin(), tk.bos_id());
   return ids;
+}
+
+}  // namespace
+
+Result<std::vector<int32_t>> chat_prompt_ids(const ServingState& state, std::span<const tok::ChatMessage> messages) {
+  return encode_chat(state, state.chat_template.render(messages, /*add_generation_prompt=*/true, state.bos_text,
+                                                       state.eos_text));
+}
+
+Result<std::vector<int32_t>> chat_prompt_ids(const ServingState& state, const ParsedRequest& pr) {
+  if (!needs_tool_rendering(pr)) return chat_prompt_ids(state, pr.messages);
+  const std::string ctx = tool_chat_context(pr, state.template_tools, state.bos_text, state.eos_text);
+  return encode_chat(state, state.chat_template.render_json(ctx));
 }
 
 void handle_generation(const ServingState& state, const HandlerEnv& env, Endpoint endpoint,
@@ -320,6 +364,7 @@ void handle_generation(const ServingState& state, const HandlerEnv& env, Endpoin
   auto grammar = compile_constraint(*state.grammars, pr.constraint);
   if (!grammar.ok()) return send_error(res, api_error_from_status(grammar.status()));
   pr.params.grammar = std::move(grammar).value();
+  if (Status st = tool_grammar(state, pr); !st.ok()) return send_error(res, api_error_from_status(st));
   auto ids = prompt_ids(state, pr);
   if (!ids.ok()) return send_error(res, api_error_from_status(ids.status()));
   const int32_t n_prompt = static_cast<int32_t>(ids->size());
@@ -345,15 +390,16 @@ void handle_generation(const ServingState& state, const HandlerEnv& env, Endpoin
   header.model = state.model_name;
   header.logprobs = pr.params.logprobs;
   header.include_usage = pr.include_usage;
+  header.tools = pr.tools.active();
   RequestRun run(std::move(stream).value(), n_choices, n_prompt, t_arrival);
 
   if (!pr.stream) {
-    serve_whole(run, header, state, env, req, res);
+    serve_whole(run, header, state, env, pr.tools, req, res);
     run.record(*env.metrics);
     log_request(env, endpoint, false, res.status, n_choices, run);
     return;
   }
-  auto job = std::make_shared<StreamJob>(std::move(run), std::move(header), &state, env);
+  auto job = std::make_shared<StreamJob>(std::move(run), std::move(header), &state, env, std::move(pr.tools));
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");

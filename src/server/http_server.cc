@@ -430,6 +430,7 @@ void HttpServer::attach_engine(std::unique_ptr<engine::AsyncEngine> engine) {
     LUMEN_CHECK_MSG(t.ok(), "the built-in ChatML template must parse");
     st->chat_template = std::move(t).value();
   }
+  st->template_tools = template_tools(source);  // "" (ChatML): no tool support of its own
   st->bos_text = tk.bos_id() >= 0 ? std::string(tk.token_text(tk.bos_id())) : "";
   st->eos_text = tk.eos_id() >= 0 ? std::string(tk.token_text(tk.eos_id())) : "";
   ParserLimits& l = st->limits;

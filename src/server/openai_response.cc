@@ -96,6 +96,26 @@ Json finish_json(engine::FinishReason reason) {
 
 std::string sse(const Json& j) { return "data: " + dump(j) + "\n\n"; }
 
+// "tool_calls" for a choice that called and stopped; else the engine's reason.
+Json choice_finish_json(const ChoiceResult& c) {
+  const bool stopped = c.finish_reason == engine::FinishReason::kStop || c.finish_reason == engine::FinishReason::kEos;
+  if (!c.tool_calls.empty() && stopped) return "tool_calls";
+  return finish_json(c.finish_reason);
+}
+
+std::string call_id(const ResponseHeader& h, size_t choice, size_t k) {
+  return "call_" + h.id.substr(h.id.find('-') + 1) + "_" + std::to_string(choice) + "_" + std::to_string(k);
+}
+
+Json tool_calls_json(const ResponseHeader& h, size_t choice, std::span<const ToolCall> calls) {
+  Json out = Json::array();
+  for (size_t k = 0; k < calls.size(); ++k)
+    out.push_back({{"id", call_id(h, choice, k)},
+                   {"type", "function"},
+                   {"function", {{"name", calls[k].name}, {"arguments", calls[k].arguments}}}});
+  return out;
+}
+
 }  // namespace
 
 const char* openai_finish_reason(engine::FinishReason reason) {
@@ -119,9 +139,16 @@ std::string completion_response_json(const ResponseHeader& h, std::span<const Ch
     const ChoiceResult& c = choices[i];
     int64_t text_offset = 0;
     Json choice = {{"index", i}, {"logprobs", logprobs_json(h, c.logprobs, tk, &text_offset)},
-                   {"finish_reason", finish_json(c.finish_reason)}};
-    if (chat) choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-    else choice["text"] = c.text;
+                   {"finish_reason", choice_finish_json(c)}};
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (!c.tool_calls.empty()) {
+        if (c.text.empty()) choice["message"]["content"] = nullptr;
+        choice["message"]["tool_calls"] = tool_calls_json(h, i, c.tool_calls);
+      }
+    } else {
+      choice["text"] = c.text;
+    }
     out_choices.push_back(std::move(choice));
   }
   Json j = {{"id", h.id},
@@ -155,6 +182,29 @@ std::string sse_token_chunk(const ResponseHeader& h, int32_t index, const std::s
   }
   j["choices"] = Json::array({std::move(choice)});
   return sse(j);
+}
+
+std::string sse_tool_choice_end(const ResponseHeader& h, int32_t index, const ChoiceResult& c) {
+  std::string out;
+  auto chunk = [&](Json delta, Json finish) {
+    Json j = chunk_base(h);
+    j["choices"] = Json::array(
+        {Json{{"index", index}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", std::move(finish)}}});
+    out += sse(j);
+  };
+  if (!c.text.empty()) chunk({{"content", c.text}}, nullptr);
+  for (size_t k = 0; k < c.tool_calls.size(); ++k) {
+    const ToolCall& call = c.tool_calls[k];
+    chunk({{"tool_calls", Json::array({Json{{"index", k},
+                                            {"id", call_id(h, static_cast<size_t>(index), k)},
+                                            {"type", "function"},
+                                            {"function", {{"name", call.name}, {"arguments", ""}}}}})}},
+          nullptr);
+    chunk({{"tool_calls", Json::array({Json{{"index", k}, {"function", {{"arguments", call.arguments}}}}})}},
+          nullptr);
+  }
+  chunk(Json::object(), choice_finish_json(c));
+  return out;
 }
 
 std::string sse_usage_chunk(const ResponseHeader& h, const engine::Usage& usage) {

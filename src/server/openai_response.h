@@ -16,6 +16,7 @@
 
 #include "engine/request.h"
 #include "server/request_parser.h"
+#include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lumen::server {
@@ -28,10 +29,12 @@ struct ResponseHeader {
   std::string model;
   int32_t logprobs = -1;     // the request's logprobs: -1 none, else top-K
   bool include_usage = false;
+  bool tools = false;        // tool calling is on: completions are parsed for calls
 };
 
 // OpenAI's finish_reason for an engine reason: "stop" (EOS or stop string), "length"
-// (max_tokens or the context), "cancelled", "error".
+// (max_tokens or the context), "cancelled", "error". A choice that made tool calls and
+// stopped says "tool_calls".
 const char* openai_finish_reason(engine::FinishReason reason);
 
 // One choice of a non-streaming response, accumulated from its events.
@@ -39,6 +42,7 @@ struct ChoiceResult {
   std::string text;
   engine::FinishReason finish_reason = engine::FinishReason::kNone;
   std::vector<engine::TokenLogprob> logprobs;
+  std::vector<ToolCall> tool_calls;  // with tools: the calls parsed from text (text: the rest)
 };
 
 std::string completion_response_json(const ResponseHeader& header, std::span<const ChoiceResult> choices,
@@ -50,6 +54,11 @@ std::string sse_role_chunk(const ResponseHeader& header, int32_t index);
 std::string sse_token_chunk(const ResponseHeader& header, int32_t index, const std::string& text,
                             std::span<const engine::TokenLogprob> logprobs, engine::FinishReason finish,
                             const tok::Tokenizer& tokenizer, int64_t* text_offset);
+// With tools, a choice's text is held back until it ends, then parsed: the calls go out as
+// OpenAI streams them (per call, a chunk with index, id, type and name and empty arguments,
+// then one with the arguments), any content before them as one content chunk, then the
+// finish chunk ("tool_calls" when there were calls and the choice stopped).
+std::string sse_tool_choice_end(const ResponseHeader& header, int32_t index, const ChoiceResult& choice);
 std::string sse_usage_chunk(const ResponseHeader& header, const engine::Usage& usage);
 std::string sse_error_event(const std::string& error_json);
 inline constexpr const char* kSseDone = "data: [DONE]\n\n";

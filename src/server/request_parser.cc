@@ -1,17 +1,23 @@
-// nlohmann::json is used with exceptions off where it allows (parse) and behind type checks
-// everywhere else; one try/catch per entry point keeps any exception it might still throw
-// inside this adapter (STYLE 4).
+// nlohmann::ordered_json (parsed in linear time by gguf::parse_ordered_json) keeps the key
+// order of the body, so a JSON Schema's properties and the tools reach the grammar and the
+// chat template in the order the client wrote them. It is used behind type checks; one
+// try/catch per entry point keeps any exception it might still throw inside this adapter
+// (STYLE 4).
 #include "server/request_parser.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 
 #include <nlohmann/json.hpp>
 
+#include "gguf/json_util.h"
+
 namespace lumen::server {
 namespace {
 
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;
 
 Status field_error(const std::string& path, const std::string& what) {
   return error(path + ": " + what);
@@ -120,12 +126,9 @@ Result<Json> parse_object(std::string_view body, const ParserLimits& limits) {
                  std::to_string(limits.max_body_bytes));
   if (!json_depth_within(body, limits.max_depth))
     return error("the request body nests JSON deeper than " + std::to_string(limits.max_depth) + " levels");
-  Json j;
-  try {
-    j = Json::parse(body.begin(), body.end());
-  } catch (const Json::parse_error& e) {
-    return error("the request body is not valid JSON (error at byte " + std::to_string(e.byte) + ")");
-  }
+  auto parsed = gguf::parse_ordered_json(body);
+  if (!parsed.ok()) return error("the request body is " + parsed.message());
+  Json j = std::move(parsed).value();
   if (!j.is_object())
     return error(std::string("the request body must be a JSON object, got ") + j.type_name());
   return j;
@@ -141,12 +144,19 @@ Status check_unsupported(const ObjectReader& r, Endpoint endpoint) {
     return field_error("logit_bias", "not supported");
   if (const Json* v = r.get("suffix"); v && !(v->is_string() && v->get_ref<const std::string&>().empty()))
     return field_error("suffix", "not supported");
-  for (const char* key : {"tools", "functions"})
+  // The legacy function-calling fields; `tools` on /v1/completions.
+  for (const char* key : {"functions", "tools"}) {
+    if (endpoint == Endpoint::kChatCompletions && std::string_view(key) == "tools") continue;
     if (const Json* v = r.get(key); v && !(v->is_array() && v->empty()))
-      return field_error(key, "tool and function calling are not supported");
-  for (const char* key : {"tool_choice", "function_call"})
+      return field_error(key, endpoint == Endpoint::kChatCompletions ? "not supported (use tools)"
+                                                                     : "tool calling is only on /v1/chat/completions");
+  }
+  for (const char* key : {"function_call", "tool_choice"}) {
+    if (endpoint == Endpoint::kChatCompletions && std::string_view(key) == "tool_choice") continue;
     if (const Json* v = r.get(key); v && !(v->is_string() && v->get_ref<const std::string&>() == "none"))
-      return field_error(key, "tool and function calling are not supported");
+      return field_error(key, endpoint == Endpoint::kChatCompletions ? "not supported (use tool_choice)"
+                                                                     : "tool calling is only on /v1/chat/completions");
+  }
   // llama.cpp / vLLM sampling extensions that are not implemented: only their defaults.
   struct Default {
     const char* key;
@@ -283,7 +293,108 @@ Status parse_content(const Json& v, const std::string& path, std::string* out) {
   return Status();
 }
 
-Status parse_messages(const Json* v, const ParserLimits& limits, std::vector<tok::ChatMessage>* out) {
+// An assistant message's tool_calls: [{"id", "type": "function", "function": {"name", "arguments": string}}].
+Status check_tool_calls(const Json& v, const std::string& path) {
+  if (!v.is_array()) return field_error(path, std::string("expected an array, got ") + v.type_name());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string p = path + "[" + std::to_string(i) + "]";
+    if (!v[i].is_object()) return field_error(p, std::string("expected an object, got ") + v[i].type_name());
+    ObjectReader cr(v[i], p);
+    std::string type = "function", id;
+    LUMEN_TRY(cr.read_string("type", 64, &type));
+    if (type != "function") return field_error(cr.path("type"), "must be \"function\"");
+    LUMEN_TRY(cr.read_string("id", 256, &id));
+    const Json* f = cr.get("function");
+    if (!f) return field_error(cr.path("function"), "required");
+    if (!f->is_object()) return cr.type_error("function", "an object", *f);
+    ObjectReader fr(*f, cr.path("function"));
+    std::string name, arguments;
+    bool has_name = false;
+    LUMEN_TRY(fr.read_string("name", 256, &name, &has_name));
+    if (!has_name || name.empty()) return field_error(fr.path("name"), "required");
+    LUMEN_TRY(fr.read_string("arguments", std::string::npos, &arguments));
+  }
+  return Status();
+}
+
+// tools: [{"type": "function", "function": {"name", "description", "parameters", "strict"}}],
+// tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name"}}.
+Status parse_tools(const ObjectReader& r, ToolRequest* out) {
+  const Json* tools = r.get("tools");
+  if (tools) {
+    if (!tools->is_array()) return r.type_error("tools", "an array", *tools);
+    if (tools->size() > 128) return field_error("tools", std::to_string(tools->size()) + " tools, over the limit of 128");
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const std::string p = "tools[" + std::to_string(i) + "]";
+      const Json& t = (*tools)[i];
+      if (!t.is_object()) return field_error(p, std::string("expected an object, got ") + t.type_name());
+      ObjectReader tr(t, p);
+      std::string type;
+      bool has_type = false;
+      LUMEN_TRY(tr.read_string("type", 64, &type, &has_type));
+      if (!has_type || type != "function") return field_error(tr.path("type"), "must be \"function\"");
+      const Json* f = tr.get("function");
+      if (!f) return field_error(tr.path("function"), "required");
+      if (!f->is_object()) return tr.type_error("function", "an object", *f);
+      ObjectReader fr(*f, tr.path("function"));
+      ToolFunction fn;
+      bool has_name = false;
+      LUMEN_TRY(fr.read_string("name", 64, &fn.name, &has_name));
+      if (!has_name) return field_error(fr.path("name"), "required");
+      const bool name_ok = !fn.name.empty() && std::all_of(fn.name.begin(), fn.name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+      });
+      if (!name_ok) return field_error(fr.path("name"), "must be 1 to 64 of a-z, A-Z, 0-9, _ and -");
+      for (const ToolFunction& other : out->functions)
+        if (other.name == fn.name) return field_error(fr.path("name"), "\"" + fn.name + "\" is given twice");
+      std::string description;
+      LUMEN_TRY(fr.read_string("description", 1 << 16, &description));
+      bool strict = false;
+      LUMEN_TRY(fr.read_bool("strict", &strict));
+      if (const Json* params = fr.get("parameters")) {
+        if (!params->is_object()) return fr.type_error("parameters", "an object (a JSON Schema)", *params);
+        fn.parameters = params->dump();
+      }
+      out->functions.push_back(std::move(fn));
+    }
+    out->tools_json = tools->dump();
+  }
+  out->choice = out->functions.empty() ? ToolRequest::Choice::kNone : ToolRequest::Choice::kAuto;
+  if (const Json* c = r.get("tool_choice")) {
+    if (c->is_string()) {
+      const std::string& s = c->get_ref<const std::string&>();
+      if (s == "none") out->choice = ToolRequest::Choice::kNone;
+      else if (s == "auto") out->choice = ToolRequest::Choice::kAuto;
+      else if (s == "required") out->choice = ToolRequest::Choice::kRequired;
+      else return field_error("tool_choice", "must be \"none\", \"auto\", \"required\" or a function; got \"" +
+                                               s.substr(0, 64) + "\"");
+    } else if (c->is_object()) {
+      ObjectReader cr(*c, "tool_choice");
+      std::string type;
+      LUMEN_TRY(cr.read_string("type", 64, &type));
+      if (type != "function") return field_error(cr.path("type"), "must be \"function\"");
+      const Json* f = cr.get("function");
+      if (!f || !f->is_object()) return field_error(cr.path("function"), "required: an object with a name");
+      bool has_name = false;
+      LUMEN_TRY(ObjectReader(*f, cr.path("function")).read_string("name", 64, &out->named, &has_name));
+      if (!has_name) return field_error("tool_choice.function.name", "required");
+      out->choice = ToolRequest::Choice::kNamed;
+    } else {
+      return r.type_error("tool_choice", "a string or an object", *c);
+    }
+    if (out->choice != ToolRequest::Choice::kNone && out->functions.empty())
+      return field_error("tool_choice", "needs tools");
+    if (out->choice == ToolRequest::Choice::kNamed &&
+        std::none_of(out->functions.begin(), out->functions.end(),
+                     [&](const ToolFunction& f) { return f.name == out->named; }))
+      return field_error("tool_choice.function.name", "\"" + out->named + "\" is not one of the tools");
+  }
+  LUMEN_TRY(r.read_bool("parallel_tool_calls", &out->parallel));
+  return Status();
+}
+
+Status parse_messages(const Json* v, const ParserLimits& limits, std::vector<tok::ChatMessage>* out,
+                      std::vector<ParsedRequest::ToolTurn>* turns = nullptr) {
   if (!v) return field_error("messages", "required");
   if (!v->is_array()) return field_error("messages", std::string("expected an array, got ") + v->type_name());
   if (v->empty()) return field_error("messages", "empty");
@@ -297,15 +408,24 @@ Status parse_messages(const Json* v, const ParserLimits& limits, std::vector<tok
     if (!m.is_object()) return field_error(path, std::string("expected an object, got ") + m.type_name());
     ObjectReader mr(m, path);
     tok::ChatMessage msg;
+    ParsedRequest::ToolTurn turn;
     bool has_role = false;
     LUMEN_TRY(mr.read_string("role", 64, &msg.role, &has_role));
     if (!has_role) return field_error(mr.path("role"), "required");
     if (msg.role == "developer") msg.role = "system";  // OpenAI's newer name for it
-    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant")
-      return field_error(mr.path("role"), "must be one of system, developer, user, assistant; got \"" +
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool")
+      return field_error(mr.path("role"), "must be one of system, developer, user, assistant, tool; got \"" +
                                               msg.role.substr(0, 64) + "\"");
-    if (const Json* tc = mr.get("tool_calls"); tc && !(tc->is_array() && tc->empty()))
-      return field_error(mr.path("tool_calls"), "tool calls are not supported");
+    if (const Json* tc = mr.get("tool_calls"); tc && !(tc->is_array() && tc->empty())) {
+      if (msg.role != "assistant") return field_error(mr.path("tool_calls"), "only on assistant messages");
+      LUMEN_TRY(check_tool_calls(*tc, mr.path("tool_calls")));
+      turn.tool_calls_json = tc->dump();
+    }
+    if (msg.role == "tool") {
+      bool has_id = false;
+      LUMEN_TRY(mr.read_string("tool_call_id", 256, &turn.tool_call_id, &has_id));
+      if (!has_id) return field_error(mr.path("tool_call_id"), "required on tool messages");
+    }
     if (const Json* c = mr.get("content")) {
       LUMEN_TRY(parse_content(*c, mr.path("content"), &msg.content));
     } else if (msg.role != "assistant") {
@@ -314,6 +434,7 @@ Status parse_messages(const Json* v, const ParserLimits& limits, std::vector<tok
     std::string name;
     LUMEN_TRY(mr.read_string("name", 256, &name));  // accepted, not used by the templates
     out->push_back(std::move(msg));
+    if (turns) turns->push_back(std::move(turn));
   }
   return Status();
 }
@@ -403,7 +524,7 @@ Status parse_generation(const Json& j, Endpoint endpoint, const ParserLimits& li
   LUMEN_TRY(check_unsupported(r, endpoint));
   LUMEN_TRY(r.read_string("model", limits.max_model_name_bytes, &out->model));
   if (endpoint == Endpoint::kCompletions) LUMEN_TRY(parse_prompt(r, limits, out));
-  else LUMEN_TRY(parse_messages(r.get("messages"), limits, &out->messages));
+  else LUMEN_TRY(parse_messages(r.get("messages"), limits, &out->messages, &out->tool_turns));
 
   engine::GenerationParams& p = out->params;
   int64_t max_tokens = 0, max_completion_tokens = 0;
@@ -434,6 +555,12 @@ Status parse_generation(const Json& j, Endpoint endpoint, const ParserLimits& li
   bool cache_prompt = true;  // llama.cpp's: the prefix cache is always on, and output is the same
   LUMEN_TRY(r.read_bool("cache_prompt", &cache_prompt));
   LUMEN_TRY(parse_constraint(r, &out->constraint));
+  if (endpoint == Endpoint::kChatCompletions) {
+    LUMEN_TRY(parse_tools(r, &out->tools));
+    if (out->tools.active() && out->constraint.kind != OutputConstraint::Kind::kNone)
+      return field_error(out->constraint.field.substr(0, out->constraint.field.find('.')),
+                         "cannot be combined with tools (use tool_choice \"none\")");
+  }
   LUMEN_TRY(r.read_string("user", 256, &out->user));  // a routing key (routing_key.h)
 
   LUMEN_TRY(r.read_bool("stream", &out->stream));

@@ -52,6 +52,21 @@ struct OutputConstraint {
   std::string field;  // the request field it came from ("response_format.json_schema.schema")
 };
 
+// OpenAI function tools (/v1/chat/completions `tools`, `tool_choice`, `parallel_tool_calls`).
+struct ToolFunction {
+  std::string name;
+  std::string parameters = "{}";  // its JSON Schema as JSON text ({}: any arguments object)
+};
+struct ToolRequest {
+  enum class Choice : uint8_t { kNone, kAuto, kRequired, kNamed };
+  std::vector<ToolFunction> functions;
+  std::string tools_json;         // the `tools` array as given, for the chat template
+  Choice choice = Choice::kNone;  // absent: auto when tools are given
+  std::string named;              // kNamed: the function that must be called
+  bool parallel = true;           // parallel_tool_calls: required may call several
+  bool active() const { return choice != Choice::kNone && !functions.empty(); }
+};
+
 struct ParsedRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;                          // "" when absent
@@ -61,8 +76,16 @@ struct ParsedRequest {
   bool prompt_is_ids = false;
   // /v1/chat/completions: content of array-of-parts messages is joined text.
   std::vector<tok::ChatMessage> messages;
+  // Per message (same index): an assistant turn's tool_calls as JSON array text ("" when
+  // none) and a tool turn's tool_call_id.
+  struct ToolTurn {
+    std::string tool_calls_json;
+    std::string tool_call_id;
+  };
+  std::vector<ToolTurn> tool_turns;
   engine::GenerationParams params;            // max_tokens is only meaningful if given
   OutputConstraint constraint;                // compiled by the handler into params.grammar
+  ToolRequest tools;                          // chat only
   bool max_tokens_given = false;
   bool seed_given = false;                    // else the caller draws a random seed
   bool stream = false;

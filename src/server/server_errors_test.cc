@@ -96,7 +96,7 @@ std::vector<BadCase> bad_cases() {
       {"/v1/chat/completions", "{" + user + R"(, "logprobs": true, "top_logprobs": 21})", "top_logprobs"},
       {"/v1/chat/completions", "{" + user + R"(, "max_tokens": 5, "max_completion_tokens": 6})",
        "max_completion_tokens"},
-      {"/v1/chat/completions", "{" + user + R"(, "tools": [{"type": "function"}]})", "tools"},
+      {"/v1/chat/completions", "{" + user + R"(, "tools": [{"type": "function"}]})", "tools[0].function"},
       {"/v1/chat/completions", "{" + user + R"(, "response_format": {"type": "json_object", "schema": 5}})",
        "response_format.schema"},
       {"/tokenize", R"({"content": 5})", "content"},

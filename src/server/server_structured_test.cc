@@ -71,6 +71,33 @@ TEST_F(ServerStructured, ResponseFormatJsonSchemaChatAndCompletions) {
   expect_person(sr.text());
 }
 
+// OpenAI and llama.cpp generate an object's properties in the schema's order (name, age,
+// pets here), not sorted. The body is written as text: the test's Json would sort it.
+TEST_F(ServerStructured, ObjectsFollowTheSchemaPropertyOrder) {
+  const std::string chat = std::string(R"({"messages": [{"role": "user", "content": "Describe a person."}],
+      "max_tokens": 200, "temperature": 1.0, "n": 3, "seed": 5,
+      "response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": )") +
+                           kPersonSchema + "}}}";
+  const std::string comp = std::string(R"({"prompt": "Once upon a time", "max_tokens": 200, "temperature": 1.0,
+      "seed": 6, "json_schema": )") + kPersonSchema + "}";
+  std::vector<std::string> texts;
+  HttpReply r = post(s(), "/v1/chat/completions", chat);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Json reply = r.json();
+  for (const Json& c : reply["choices"]) texts.push_back(c["message"]["content"].get<std::string>());
+  r = post(s(), "/v1/completions", comp);
+  ASSERT_EQ(r.status, 200) << r.body;
+  texts.push_back(r.json()["choices"][0]["text"].get<std::string>());
+  ASSERT_EQ(texts.size(), 4u);
+  for (const std::string& text : texts) {
+    expect_person(text);
+    const auto j = nlohmann::ordered_json::parse(text);
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : j.items()) keys.push_back(k);
+    EXPECT_EQ(keys, (std::vector<std::string>{"name", "age", "pets"})) << text;
+  }
+}
+
 TEST_F(ServerStructured, JsonObjectAndGrammarField) {
   Json chat = {{"messages", {{{"role", "user"}, {"content", "Give me JSON."}}}},
                {"max_tokens", 120},

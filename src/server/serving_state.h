@@ -15,6 +15,7 @@
 #include "server/http_message.h"
 #include "server/metrics.h"
 #include "server/request_parser.h"
+#include "server/tool_calls.h"
 #include "server/server.h"
 #include "tokenizer/chat_template.h"
 
@@ -24,6 +25,7 @@ namespace lumen::server {
 struct ServingState {
   std::unique_ptr<engine::AsyncEngine> engine;
   tok::ChatTemplate chat_template;   // the model's, or ChatML when it has none
+  TemplateTools template_tools;      // what the template does with tools (tool_calls.h)
   std::string bos_text, eos_text;    // template variables bos_token / eos_token
   ParserLimits limits;
   std::string model_name;            // what /v1/models lists and requests may name
@@ -44,6 +46,8 @@ void send_error(HttpResponse& res, const ApiError& error);
 // The chat prompt: template rendered with the generation prompt, encoded with special
 // tokens recognised, BOS prepended when the model wants it and the template did not write it.
 Result<std::vector<int32_t>> chat_prompt_ids(const ServingState& state, std::span<const tok::ChatMessage> messages);
+// The same for a whole chat request: with tools or tool turns, rendered as tool_calls.h says.
+Result<std::vector<int32_t>> chat_prompt_ids(const ServingState& state, const ParsedRequest& pr);
 
 // POST /v1/completions and /v1/chat/completions.
 void handle_generation(const ServingState& state, const HandlerEnv& env, Endpoint endpoint,

@@ -19,11 +19,13 @@
 #include <exception>
 #include <limits>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "gguf/json_util.h"
 #include "tokenizer/chat_template_ast.h"
 #include "tokenizer/chat_template_eval.h"
 #include "tokenizer/chat_template_internal.h"
@@ -144,8 +146,9 @@ Result<std::string> ChatTemplate::render_json(std::string_view context_json) con
     return error("chat template context: " + std::to_string(context_json.size()) + " bytes exceeds the limit of " +
                  std::to_string(kMaxContextBytes));
   }
-  const auto j = nlohmann::ordered_json::parse(context_json.begin(), context_json.end(), nullptr, false);
-  if (j.is_discarded()) return error("chat template context: invalid JSON");
+  auto parsed = gguf::parse_ordered_json(context_json);
+  if (!parsed.ok()) return error("chat template context: " + parsed.message());
+  const nlohmann::ordered_json& j = *parsed;
   if (!j.is_object()) return error("chat template context: expected a JSON object");
   LUMEN_ASSIGN_OR_RETURN(Value context, from_json(j, 0));
   return render_program(*program_, *context.dict);

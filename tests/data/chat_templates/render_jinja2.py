@@ -8,8 +8,8 @@ trim_blocks=True, lstrip_blocks=True and the loopcontrols extension; a tojson fi
 json.dumps with ensure_ascii=False (indent / separators / sort_keys passed through); the
 globals raise_exception (raises TemplateError with the message) and strftime_now. The
 template's variables are the conversation's messages, tools (when given),
-add_generation_prompt, the template's bos_token / eos_token and the conversation's "extra"
-keys (e.g. enable_thinking).
+add_generation_prompt, the template's bos_token / eos_token, the template's "extra" keys
+(llama3.2's fixed date_string) and the conversation's "extra" keys (e.g. enable_thinking).
 
   /usr/bin/python3 tests/data/chat_templates/render_jinja2.py [--check]
 """
@@ -47,6 +47,7 @@ def context(template, conv):
     ctx["add_generation_prompt"] = conv["add_generation_prompt"]
     ctx["bos_token"] = template["bos_token"]
     ctx["eos_token"] = template["eos_token"]
+    ctx.update(template.get("extra", {}))
     ctx.update(conv.get("extra", {}))
     return ctx
 

@@ -1,0 +1,70 @@
+// OpenAI tool calling on /v1/chat/completions: how tools reach the prompt, the grammar that
+// enforces a call (tool_choice "required" or a named function), and the parser that turns
+// a completion's text back into tool_calls.
+//
+// The text of a call follows the model's chat template where the template has a format:
+//   hermes (the template writes "<tool_call>", e.g. Qwen 2.5, Hermes):
+//       <tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>
+//   json (every other template, ChatML included): one JSON object per call, one per line
+//       {"name": "get_weather", "arguments": {"city": "Paris"}}
+//     ("parameters" for the arguments where the template asks so, as Llama 3.x's do; a JSON
+//     array of calls, and Mistral's "[TOOL_CALLS]" before it, parse too)
+// Templates that take `tools` (they mention tools and tool_call) get the request's tools,
+// the assistant turns' tool_calls (arguments as objects) and the tool turns as they are;
+// other templates get a system message that lists the tools and the json format, the
+// earlier calls as assistant text in that format and tool results as user turns.
+//
+// Pure functions of their inputs (no engine, no HTTP), tested in tool_calls_test.cc.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "server/request_parser.h"
+#include "tokenizer/chat_template.h"
+
+namespace lumen::server {
+
+enum class ToolFormat : uint8_t { kJson, kHermes };
+
+// What a chat template can do with tools (from its source).
+struct TemplateTools {
+  bool takes_tools = false;  // renders `tools` and `tool_calls` itself
+  ToolFormat format = ToolFormat::kJson;
+  // The key of a call's arguments in the json format: Llama 3.x templates ask for
+  // {"name": ..., "parameters": ...}; the parser takes either.
+  std::string args_key = "arguments";
+};
+TemplateTools template_tools(std::string_view template_source);
+
+// Whether the request needs the tool-aware rendering (tools to offer, or tool turns).
+bool needs_tool_rendering(const ParsedRequest& pr);
+
+// The render_json context for the chat template (messages, tools, add_generation_prompt,
+// bos_token, eos_token), as described above.
+std::string tool_chat_context(const ParsedRequest& pr, const TemplateTools& tt, std::string_view bos,
+                              std::string_view eos);
+
+// GBNF whose every complete text is a call (several with parallel_tool_calls, for
+// "required") in the template's format, arguments valid against the function's parameters schema.
+// Only for tool_choice "required" or a named function; a schema the grammar layer cannot
+// honour is an error naming "tools[i].function.parameters".
+Result<std::string> tool_call_gbnf(const ToolRequest& tools, const TemplateTools& tt);
+
+struct ToolCall {
+  std::string name;
+  std::string arguments;  // a JSON object as compact text
+};
+struct ToolOutput {
+  std::vector<ToolCall> calls;  // empty: the text is plain content
+  std::string content;          // the text outside the calls (trimmed); all of it without calls
+};
+
+// Splits a completion into content and calls. A call must name one of the tools and carry
+// an arguments object ("parameters", Llama 3's name, is taken too); when any part that
+// looks like a call does not parse, the whole text is content.
+ToolOutput parse_tool_output(std::string_view text, const ToolRequest& tools, ToolFormat format);
+
+}  // namespace lumen::server
