@@ -22,6 +22,7 @@
 #include "engine/async_engine.h"
 #include "gguf/model_file.h"
 #include "roofline/predict.h"
+#include "server/cors.h"
 #include "server/server.h"
 #include "tensor/dtype.h"
 
@@ -61,11 +62,14 @@ std::vector<OptionSpec> serve_option_specs() {
       {{"--numa-node"}, "N", "run on the CPUs of NUMA node N, with memory from it (instead of --cpus)"},
       {{"--replica-id"}, "ID", "sent back as the X-Replica-Id header of every response (letters, digits, . _ -)"},
       {{"--allowed-host"}, "NAME", "without --api-key, a Host / Origin name to serve besides loopback names (repeatable; '*': any)", true},
+      {{"--cors-origin"}, "ORIGIN", "let pages from ORIGIN (scheme://host[:port], a comma list, or '*') call the API from a browser (repeatable; default: off)", true},
       {{"--drain-timeout"}, "SECONDS", "on SIGTERM / SIGINT, finish running requests for up to this long (default 30)"},
       {{"--request-timeout"}, "SECONDS", "a request's head and body must arrive within this (default 30)"},
       {{"--keep-alive-timeout"}, "SECONDS", "close idle keep-alive connections after this (default 15)"},
       {{"--max-connections"}, "N", "open HTTP connections at most (default 1024)"},
       {{"--max-connections-per-client"}, "N", "open connections per client address (default 256; 0: no limit)"},
+      {{"--embeddings"}, "", "serve POST /v1/embeddings (pooled, L2-normalised hidden states; off by default)"},
+      {{"--pooling"}, "mean|cls|last", "embedding pooling (default: the model's pooling_type; last for decoder LLMs)"},
       {{"--deterministic"}, "", "no effect (warns): results never depend on the batch, threads or prefix cache"},
       {{"--no-prefix-cache"}, "", "do not share KV blocks between requests with a common prefix"},
   };
@@ -139,6 +143,17 @@ Result<ServeOptions> serve_options_from_args(const ArgParser& args) {
   for (const std::string& h : s.allowed_hosts)
     if (h.empty() || h.size() > 253 || h.find_first_of(" /\t") != std::string::npos)
       return error("--allowed-host: '" + h.substr(0, 80) + "' is not a host name");
+  s.embeddings = args.has("--embeddings");
+  o.engine.enable_embeddings = s.embeddings;
+  if (auto pooling = args.get("--pooling")) {
+    if (!s.embeddings) return error("--pooling: only with --embeddings");
+    if (*pooling == "mean") s.pooling = engine::Pooling::kMean;
+    else if (*pooling == "cls") s.pooling = engine::Pooling::kCls;
+    else if (*pooling == "last") s.pooling = engine::Pooling::kLast;
+    else return error("--pooling: '" + pooling->substr(0, 40) + "' is not one of mean, cls, last");
+  }
+  s.cors_origins = args.get_all("--cors-origin");
+  if (auto cors = server::CorsPolicy::parse(s.cors_origins); !cors.ok()) return cors.status();
   if (args.has("--cpus") && args.has("--numa-node")) return error("give one of --cpus and --numa-node");
   if (auto list = args.get("--cpus")) {
     auto cpus = parse_cpu_list(*list);
@@ -232,6 +247,9 @@ int cmd_serve(int argc, char** argv, int first) {
     std::fprintf(stderr, "lumen serve: pinned to CPUs %s (%d compute threads); %s\n", format_cpu_list(o.cpus).c_str(),
                  o.engine.n_threads, place_memory_near(o.cpus).c_str());
   }
+  if (o.server.api_key.empty() &&
+      std::find(o.server.cors_origins.begin(), o.server.cors_origins.end(), "*") != o.server.cors_origins.end())
+    std::fprintf(stderr, "lumen serve: warning: --cors-origin '*' without --api-key: any web page can use this server\n");
   if (!is_loopback_host(o.server.host) && o.server.api_key.empty())
     std::fprintf(stderr, "lumen serve: warning: listening on %s without --api-key: anyone who can reach it can use it\n",
                  o.server.host.c_str());
@@ -268,6 +286,17 @@ int cmd_serve(int argc, char** argv, int first) {
       load_failed = true;
       kill(getpid(), SIGTERM);  // wakes the sigwait below
       return;
+    }
+    if (o.server.embeddings && o.server.pooling == engine::Pooling::kNone) {
+      auto pooling = engine::model_pooling(eng->hparams());
+      if (!pooling.ok()) {
+        std::fprintf(stderr, "error: --embeddings: %s\n", pooling.message().c_str());
+        load_failed = true;
+        kill(getpid(), SIGTERM);
+        return;
+      }
+      std::fprintf(stderr, "lumen serve: /v1/embeddings on, %s pooling (the model's%s)\n", engine::pooling_name(*pooling),
+                   eng->hparams().pooling_type < 0 ? ": none named, last token for a decoder LLM" : "");
     }
     const engine::EngineConfig& c = eng->config();
     std::fprintf(stderr, "lumen serve: ready in %.0f ms: n_ctx %d, max-seqs %d, max-batch-tokens %d, %d threads, kernels %s\n",

@@ -73,6 +73,7 @@ class AsyncEngine {
   const model::HParams& hparams() const { return engine_->hparams(); }
   const EngineConfig& config() const { return engine_->config(); }
   const std::string& model_id() const { return model_id_; }
+  const std::string& model_path() const { return engine_->model().file().path(); }
 
   EngineMetrics metrics() const;
   // Blocks until the engine has no running or waiting requests (tests, shutdown).

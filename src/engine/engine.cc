@@ -25,6 +25,33 @@ const char* finish_reason_name(FinishReason reason) {
   return "?";
 }
 
+const char* pooling_name(Pooling pooling) {
+  switch (pooling) {
+    case Pooling::kNone: return "none";
+    case Pooling::kMean: return "mean";
+    case Pooling::kCls: return "cls";
+    case Pooling::kLast: return "last";
+  }
+  return "?";
+}
+
+// GGUF's pooling types (llama.cpp's enum llama_pooling_type): 0 none, 1 mean, 2 cls,
+// 3 last, 4 rank. A decoder LLM names none: its last token has seen the whole text, so
+// lumen pools that (llama.cpp at c392e5094 takes "none" then, whose per-token output its
+// /v1/embeddings refuses; --pooling last there gives what lumen gives by default).
+Result<Pooling> model_pooling(const model::HParams& hp) {
+  switch (hp.pooling_type) {
+    case -1:
+    case 0:
+    case 3: return Pooling::kLast;
+    case 1: return Pooling::kMean;
+    case 2: return Pooling::kCls;
+    default:
+      return error("embeddings: the model's pooling type " + std::to_string(hp.pooling_type) +
+                   " (rank: a reranker's classification head) is not supported; give --pooling mean|cls|last");
+  }
+}
+
 Engine::Engine(model::Model model, tok::Tokenizer tokenizer)
     : model_(std::move(model)), tokenizer_(std::move(tokenizer)) {}
 Engine::~Engine() = default;
@@ -66,6 +93,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path, co
   limits.max_logit_rows = config.max_logit_rows;
   limits.max_ctx = config.n_ctx;
   limits.n_threads = config.n_threads;
+  limits.max_embd_rows = config.enable_embeddings ? config.max_batch_tokens : 0;
   LUMEN_ASSIGN_OR_RETURN(model::Model model, model::Model::load(std::move(file), limits));
 
   std::unique_ptr<Engine> e(new Engine(std::move(model), std::move(tokenizer)));
@@ -217,6 +245,11 @@ Status Engine::validate(const Request& request) const {
                  std::to_string(p.n));
   if (p.logprobs < -1 || p.logprobs > 20) return error("logprobs: must be in [0, 20]");
   if (p.cache_salt.size() > 256) return error("cache_salt: longer than 256 bytes");
+  if (p.embed != Pooling::kNone) {
+    if (!config_.enable_embeddings) return error("embeddings: the engine was created without embeddings (--embeddings)");
+    if (p.max_tokens != 0 || p.n != 1 || p.grammar || p.logprobs >= 0 || p.prompt_logprobs || p.top_logits > 0)
+      return error("embeddings: an embedding request generates nothing (max_tokens 0, n 1, no grammar or logprobs)");
+  }
   if (p.grammar && p.grammar->vocab().n_vocab() != n_vocab)
     return error("grammar: compiled for a vocabulary of " + std::to_string(p.grammar->vocab().n_vocab()) +
                  " tokens, the model has " + std::to_string(n_vocab));
@@ -277,6 +310,10 @@ Result<RequestId> Engine::add_request(Request request, RequestId id_in) {
   ss.arrival = next_arrival_++;
   ss.n_slots = req->params.n;
   ss.tokens = seq->tokens;
+  if (req->params.embed != Pooling::kNone) {
+    ss.prefix_lookup = false;  // pooling reads every prompt position's hidden state
+    seq->embd_sum.assign(static_cast<size_t>(model_.hparams().n_embd), 0.0);
+  }
   kv_.init_seq(ss.kv, kv::namespace_hash(model_id_, req->params.cache_salt));
   req->seq_ids.push_back(ss.seq_id);
 
@@ -583,6 +620,8 @@ std::span<RequestEvent> Engine::step() {
     if (proposer_) proposer_->release(sid);
     s.prompt_logprobs.clear();  // recomputed from scratch
     s.prompt_argmax.clear();
+    std::fill(s.embd_sum.begin(), s.embd_sum.end(), 0.0);
+    s.n_embd_pooled = 0;
   }
   for (uint64_t sid : plan.admitted) {
     Sequence& s = *find_running(sid);
@@ -613,7 +652,7 @@ std::span<RequestEvent> Engine::step() {
     const Sequence& seq = *find_running(c.seq_id);
     const GenerationParams& p = seq.req->params;
     runner_seqs_.push_back(
-        {seq.tokens, seq.sched.kv.tables, seq.req->n_prompt, LogitRows{p.prompt_logprobs, 1 + c.n_spec}});
+        {seq.tokens, seq.sched.kv.tables, seq.req->n_prompt, LogitRows{p.prompt_logprobs, 1 + c.n_spec, p.embed}});
   }
   const StepLogits logits = runner_->run(plan, runner_seqs_);
 

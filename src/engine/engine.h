@@ -61,6 +61,9 @@ struct EngineConfig {
   // beside it, on any number of threads, with or without the prefix cache (the kernels are
   // batch invariant; tests/batch_invariance_test.cc).
   bool enable_prefix_cache = true;
+  // Room for embedding requests (GenerationParams::embed): [max_batch_tokens][n_embd]
+  // hidden-state rows per step. Off: they are refused.
+  bool enable_embeddings = false;
   // Speculative decoding (spec/): off unless a proposer is chosen.
   spec::SpecConfig spec = {};
 };
@@ -89,6 +92,10 @@ struct EngineMetrics {
   uint64_t spec_num_accepted_tokens = 0;  // of those, accepted
   std::vector<uint64_t> spec_accepted_per_pos;  // [draft_max] verifies that accepted position j
 };
+
+// The pooling a model's metadata asks for (<arch>.pooling_type), kLast for a decoder LLM
+// that names none; an error for one lumen does not do (rank).
+Result<Pooling> model_pooling(const model::HParams& hp);
 
 class Engine {
  public:

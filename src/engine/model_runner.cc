@@ -13,7 +13,27 @@ ModelRunner::ModelRunner(model::Model& model, const kernels::KernelTable& kernel
   seqs_.reserve(max_seqs);
   tables_.reserve(static_cast<size_t>(max_seqs) * kv.n_groups());
   logit_rows_.reserve(max_batch_tokens);
+  embd_rows_.reserve(max_batch_tokens);
   chunk_logits_.reserve(max_seqs);
+}
+
+// The hidden-state rows an embedding request's chunk contributes to its pooling: batch
+// rows begin + r for the chunk's positions c.pos0 + r that the pooling reads.
+void ModelRunner::add_embd_rows(const ScheduledChunk& c, const RunnerSeq& s, int32_t begin, ChunkLogits& cl) {
+  int32_t first = 0, last = 0;  // chunk rows [first, last)
+  switch (s.rows.embed) {
+    case Pooling::kNone: break;
+    case Pooling::kMean: last = c.n_tokens; break;
+    case Pooling::kCls: last = c.pos0 == 0 ? 1 : 0; break;
+    case Pooling::kLast:
+      first = c.n_tokens - 1;
+      last = c.catches_up ? c.n_tokens : first;
+      break;
+  }
+  cl.embd_row_begin = static_cast<int32_t>(embd_rows_.size());
+  cl.n_embd_rows = std::max(0, last - first);
+  cl.embd_pos_first = c.pos0 + first;
+  for (int32_t r = first; r < last; ++r) embd_rows_.push_back(begin + r);
 }
 
 StepLogits ModelRunner::run(const SchedulerOutput& plan, std::span<const RunnerSeq> seqs) {
@@ -23,6 +43,7 @@ StepLogits ModelRunner::run(const SchedulerOutput& plan, std::span<const RunnerS
   seqs_.clear();
   tables_.clear();
   logit_rows_.clear();
+  embd_rows_.clear();
   chunk_logits_.clear();
   const auto n_groups = static_cast<size_t>(kv_.n_groups());
   // The spans into tables_ stay valid only if it never grows past its capacity.
@@ -41,7 +62,9 @@ StepLogits ModelRunner::run(const SchedulerOutput& plan, std::span<const RunnerS
     ChunkLogits cl;
     cl.row_begin = static_cast<int32_t>(logit_rows_.size());
     int32_t first = c.n_tokens;
-    if (s.rows.prompt_rows && c.pos0 < s.n_prompt) {
+    if (s.rows.embed != Pooling::kNone) {
+      add_embd_rows(c, s, begin, cl);  // and no logits rows
+    } else if (s.rows.prompt_rows && c.pos0 < s.n_prompt) {
       first = 0;
     } else if (c.catches_up) {
       first = c.n_tokens - std::min(std::max(s.rows.n_last, 1), c.n_tokens);
@@ -51,10 +74,12 @@ StepLogits ModelRunner::run(const SchedulerOutput& plan, std::span<const RunnerS
     cl.pos_first = c.pos0 + first;
     chunk_logits_.push_back(cl);
   }
-  const model::ForwardBatch batch{tokens_, seqs_, logit_rows_};
+  const model::ForwardBatch batch{tokens_, seqs_, logit_rows_, embd_rows_};
   StepLogits out;
   out.logits = model_.forward(kernels_, pool_, batch, kv_.views());
   out.n_vocab = model_.hparams().n_vocab;
+  out.embd = model_.embeddings();
+  out.n_embd = model_.hparams().n_embd;
   out.chunks = chunk_logits_;
   return out;
 }

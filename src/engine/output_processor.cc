@@ -1,6 +1,7 @@
 #include "engine/output_processor.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "base/check.h"
 #include "base/timer.h"
@@ -87,6 +88,29 @@ int32_t OutputProcessor::process_spec_chunk(Sequence& seq, const ScheduledChunk&
   return n_accepted;
 }
 
+// Sums the chunk's hidden-state rows into the sequence's pooling, in position order (so the
+// result does not depend on how the prompt was chunked), and when the prompt is done puts
+// the pooled vector, L2-normalised, on the event.
+void OutputProcessor::pool_embedding(Sequence& seq, const ScheduledChunk& c, const StepLogits& logits, size_t i,
+                                     RequestEvent& ev) {
+  const ChunkLogits& cl = logits.chunks[i];
+  LUMEN_CHECK(seq.embd_sum.size() == static_cast<size_t>(logits.n_embd));
+  for (int32_t r = 0; r < cl.n_embd_rows; ++r) {
+    const std::span<const float> row = logits.embd_row(cl.embd_row_begin + r);
+    for (size_t j = 0; j < row.size(); ++j) seq.embd_sum[j] += row[j];
+    ++seq.n_embd_pooled;
+  }
+  if (!c.catches_up) return;
+  LUMEN_CHECK_MSG(seq.n_embd_pooled > 0, "an embedding request's prompt ended without a pooled row");
+  double norm2 = 0;
+  for (double v : seq.embd_sum) norm2 += v * v;
+  // Mean pooling divides by the count first; a scale does not change the normalised vector,
+  // so every pooling ends the same way.
+  const double scale = norm2 > 0 ? 1.0 / std::sqrt(norm2) : 0.0;
+  ev.embedding.resize(seq.embd_sum.size());
+  for (size_t j = 0; j < seq.embd_sum.size(); ++j) ev.embedding[j] = static_cast<float>(seq.embd_sum[j] * scale);
+}
+
 void OutputProcessor::process_chunk(Sequence& seq, const ScheduledChunk& c, const StepLogits& logits, size_t i,
                                     RequestEvent& ev) {
   RequestState& req = *seq.req;
@@ -104,6 +128,7 @@ void OutputProcessor::process_chunk(Sequence& seq, const ScheduledChunk& c, cons
       seq.prompt_argmax.push_back(sample::argmax(row));
     }
   }
+  if (req.params.embed != Pooling::kNone) pool_embedding(seq, c, logits, i, ev);
   if (!c.catches_up) return;
   if (req.params.prompt_logprobs && seq.sched.n_tokens_computed == req.n_prompt) {
     ev.prompt_logprobs = std::move(seq.prompt_logprobs);

@@ -81,6 +81,8 @@ class OutputProcessor {
   void set_prompt_logits_observer(PromptLogitsFn fn) { prompt_logits_observer_ = std::move(fn); }
 
  private:
+  // An embedding request's chunk: pools its hidden-state rows; the vector on `ev` at the end.
+  void pool_embedding(Sequence& seq, const ScheduledChunk& c, const StepLogits& logits, size_t i, RequestEvent& ev);
   // Samples the sequence's next token (under its grammar, if any) and processes it.
   void sample_and_process(Sequence& seq, std::span<const float> logits, RequestEvent& ev);
   // The grammar's mask for the sequence's next token into seq.mask; false (the sequence

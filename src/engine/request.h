@@ -18,6 +18,12 @@ namespace lumen::engine {
 
 using RequestId = uint64_t;
 
+// How an embedding request turns its prompt's hidden states (after the output norm) into
+// one vector: their mean, the first token's (CLS), or the last token's. kNone: a
+// generation request.
+enum class Pooling : uint8_t { kNone, kMean, kCls, kLast };
+const char* pooling_name(Pooling pooling);
+
 struct GenerationParams {
   sample::SamplingParams sampling;
   int32_t max_tokens = 128;           // generated tokens at most; 0 = prompt only
@@ -37,6 +43,11 @@ struct GenerationParams {
   // (finish reason stop) as soon as the grammar allows nothing more, whatever ignore_eos says.
   // Logprobs stay the model's own distribution, before the grammar's mask.
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  // An embedding request (not kNone): the prompt is computed (never looked up in the prefix
+  // cache: every position's hidden state is needed) and pooled into RequestEvent::embedding,
+  // L2-normalised; nothing is sampled. Needs max_tokens == 0, n == 1, no grammar or
+  // logprobs, and an engine created with EngineConfig::enable_embeddings.
+  Pooling embed = Pooling::kNone;
 };
 
 struct TokenLogprob {
@@ -85,6 +96,7 @@ struct RequestEvent {
   std::vector<int32_t> prompt_argmax;                        // argmax id at each prompt position
   uint64_t logits_hash = 0;                                  // with hash_logits, on the first token
   std::vector<TokenLogprob> logprobs;                        // per new token, if asked
+  std::vector<float> embedding;   // [n_embd] an embedding request's vector, on its last event
   bool request_finished = false;  // all n completions are done (the last event of the request)
   Usage usage;                    // set on the request's last event
   RequestTimings timings;         // set on the request's last event
@@ -103,6 +115,7 @@ struct RequestEvent {
     prompt_argmax.clear();
     logits_hash = 0;
     logprobs.clear();
+    embedding.clear();
     request_finished = false;
     usage = {};
     timings = {};

@@ -124,7 +124,7 @@ void Scheduler::admit_waiting(std::vector<SchedSeq*>& running, std::deque<SchedS
     SchedSeq* s = waiting.front();
     if (slots + s->n_slots > config_.max_seqs) break;
     LUMEN_DCHECK(s->n_spec == 0);  // waiting sequences have no proposals (reset drops them)
-    if (s->n_tokens_computed == 0) {
+    if (s->n_tokens_computed == 0 && s->prefix_lookup) {
       s->n_tokens_computed = kv.acquire_prefix(s->kv, s->tokens);
       s->n_cached_tokens = s->n_tokens_computed;
     }

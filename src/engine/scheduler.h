@@ -52,6 +52,7 @@ struct SchedSeq {
   std::span<const int32_t> tokens;  // every known token (prompt + generated)
   int64_t n_tokens_computed = 0;  // tokens whose K/V are in the cache
   int64_t n_cached_tokens = 0;    // of those, taken from the prefix cache at admission
+  bool prefix_lookup = true;      // false: admission never takes blocks from the prefix cache
   kv::SeqKv kv;                   // block tables and prefix hashes, per KV group
   // Proposed (speculative) tokens at the end of `tokens`, not yet verified. They are
   // scheduled like any other catch-up tokens, after the committed ones; a chunk may take

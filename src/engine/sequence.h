@@ -47,6 +47,8 @@ struct Sequence {
   std::vector<uint64_t> mask;                      // [ceil(n_vocab / 64)] allowed ids, per step
   std::vector<double> prompt_logprobs;  // accumulated over prompt chunks, if asked
   std::vector<int32_t> prompt_argmax;
+  std::vector<double> embd_sum;  // [n_embd] embedding request: pooled hidden states so far
+  int64_t n_embd_pooled = 0;     // rows summed into embd_sum
   bool finished = false;
   // Speculation: this step's proposals (draft[0, sched.n_spec) also sit at the end of
   // `tokens` between proposing and verifying), the distributions a sampling proposer drew

@@ -85,6 +85,7 @@ Workspace make_workspace(const HParams& hp, const std::vector<LayerSpec>& specs,
   ws.sel.resize(R * hp.n_embd);
   ws.pos.resize(T);
   ws.logits.resize(R * hp.n_vocab);
+  ws.embd.resize(static_cast<size_t>(limits.max_embd_rows) * hp.n_embd);
   for (const LayerSpec& s : specs) {
     int32_t set = -1;
     if (s.rope.n_rot > 0) {
@@ -226,13 +227,22 @@ void mlp_block(Pass& p, int32_t il, const float* xn, float* out) {
 std::span<const float> output_logits(Pass& p) {
   Workspace& ws = p.ws;
   const int64_t R = static_cast<int64_t>(p.batch.logit_rows.size()), E = p.hp.n_embd, V = p.hp.n_vocab;
+  const NormKind kind = p.specs.empty() ? NormKind::kRms : p.specs[0].norm;
+  // Hidden states for embeddings: the rows the output head would read, normed the same way.
+  ws.n_embd_rows = static_cast<int64_t>(p.batch.embd_rows.size());
+  for (int64_t r = 0; r < ws.n_embd_rows; ++r) {
+    const int32_t row = p.batch.embd_rows[r];
+    LUMEN_CHECK(row >= 0 && row < p.n_tokens);
+    std::memcpy(ws.embd.data() + r * E, ws.x.data() + int64_t{row} * E, E * sizeof(float));
+  }
+  if (ws.n_embd_rows > 0)
+    norm(p, kind, ws.embd.data(), p.w.output_norm, p.w.output_norm_b, ws.n_embd_rows, ws.embd.data());
   if (R == 0) return {};
   for (int64_t r = 0; r < R; ++r) {
     const int32_t row = p.batch.logit_rows[r];
     LUMEN_CHECK(row >= 0 && row < p.n_tokens);
     std::memcpy(ws.sel.data() + r * E, ws.x.data() + int64_t{row} * E, E * sizeof(float));
   }
-  const NormKind kind = p.specs.empty() ? NormKind::kRms : p.specs[0].norm;
   norm(p, kind, ws.sel.data(), p.w.output_norm, p.w.output_norm_b, R, ws.xn.data());
   kernels::matmul(p.k, p.pool, p.w.output, ws.xn.data(), R, ws.logits.data(), ws.scratch.data());
   if (p.w.output_b) kernels::add_bias(ws.logits.data(), p.w.output_b, R, V);

@@ -36,6 +36,8 @@ struct Workspace {
   std::vector<float> up;       // [T][n_ff]
   std::vector<float> sel;      // [R][n_embd] rows selected for logits
   std::vector<float> logits;   // [R][n_vocab]
+  std::vector<float> embd;     // [max_embd_rows][n_embd] output-normed rows (embeddings)
+  int64_t n_embd_rows = 0;     // rows of embd the last pass wrote
   std::vector<std::byte> scratch;  // max(matmul scratch, attention scratch)
   // Mixture of experts (empty for a dense model); gate / up are then [T][max(n_ff_exp,
   // n_ff_shexp)]. K = n_expert_used.
@@ -111,7 +113,8 @@ void matmul_group(const kernels::KernelTable& k, ThreadPool& pool,
                   std::byte* scratch);
 
 // Logits of the batch's logit rows: the output norm, the output matrix (+ bias), final
-// soft-capping. [R][n_vocab], in the workspace.
+// soft-capping. [R][n_vocab], in the workspace. Also the output-normed hidden states of
+// the batch's embd_rows into ws.embd.
 std::span<const float> output_logits(Pass& p);
 
 // The forward passes, one per architecture family (model/arch/*.cc).

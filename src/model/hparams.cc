@@ -130,6 +130,12 @@ Result<HParams> read_hparams(const gguf::ModelFile& f) {
   if (hp.head_dim % 2 != 0)
     return error("model metadata: head dimension " + std::to_string(hp.head_dim) + " must be even");
   hp.rope_dims = hp.head_dim;
+  if (auto pooling = f.get_int(a + ".pooling_type")) {
+    if (*pooling < 0 || *pooling > 4)
+      return error("model metadata: " + a + ".pooling_type " + std::to_string(*pooling) +
+                   " is not one of 0 (none), 1 (mean), 2 (cls), 3 (last), 4 (rank)");
+    hp.pooling_type = static_cast<int32_t>(*pooling);
+  }
   if (auto rope_dims = f.get_int(a + ".rope.dimension_count")) {
     if (*rope_dims <= 0 || *rope_dims > hp.head_dim || *rope_dims % 2 != 0)
       return error("model metadata: rope.dimension_count " + std::to_string(*rope_dims) +

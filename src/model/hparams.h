@@ -60,6 +60,9 @@ struct HParams {
   bool tied_output = false;   // output matrix is token_embd
   float embd_scale = 1.0f;    // token embeddings are multiplied by it (Gemma: sqrtf(n_embd))
   float final_softcap = 0.0f; // > 0: logits = cap * tanh(logits / cap) (Gemma 2)
+  // <arch>.pooling_type as written, for embeddings (GGUF / llama.cpp: 0 none, 1 mean,
+  // 2 cls, 3 last, 4 rank); -1: absent (decoder LLMs). Read as is: the engine decides.
+  int32_t pooling_type = -1;
 
   // RoPE as the file states it (LayerSpec::rope says what each layer uses)
   int32_t rope_dims = 0;                // rotated dims (rope.dimension_count; default head_dim)

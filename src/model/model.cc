@@ -159,12 +159,18 @@ Result<Model> Model::load(gguf::ModelFile file, const ModelLimits& limits) {
   return m;
 }
 
+std::span<const float> Model::embeddings() const {
+  return std::span<const float>(ws_->embd.data(), static_cast<size_t>(ws_->n_embd_rows) * hp_.n_embd);
+}
+
 std::span<const float> Model::forward(const kernels::KernelTable& k, ThreadPool& pool,
                                       const ForwardBatch& batch, std::span<const KvStorageView> kv_groups) {
   const int64_t T = static_cast<int64_t>(batch.token_ids.size());
   const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
   LUMEN_CHECK(T > 0 && T <= limits_.max_batch_tokens);
   LUMEN_CHECK(R <= limits_.max_logit_rows && R <= T);
+  LUMEN_CHECK(static_cast<int64_t>(batch.embd_rows.size()) <= std::min<int64_t>(limits_.max_embd_rows, T));
+  ws_->n_embd_rows = 0;
   const KvLayout& kvl = kv_layout_;
   LUMEN_CHECK(static_cast<int32_t>(kv_groups.size()) == kvl.n_groups());
   for (int32_t g = 0; g < kvl.n_groups(); ++g) {

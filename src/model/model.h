@@ -47,6 +47,9 @@ struct ForwardBatch {
   std::span<const int32_t> token_ids;   // [n_tokens], all sequences concatenated
   std::span<const ForwardSeq> seqs;     // ordered, non-overlapping, covering token_ids
   std::span<const int32_t> logit_rows;  // batch token indices whose logits are wanted
+  // Batch token indices whose final hidden states (after the output norm, before the
+  // output matrix: what embeddings are pooled from) are wanted; Model::embeddings().
+  std::span<const int32_t> embd_rows = {};
 };
 
 // Sizes the work buffers once, at load: nothing allocates on the per-token path.
@@ -55,6 +58,7 @@ struct ModelLimits {
   int32_t max_logit_rows = 512;    // logits rows per forward()
   int32_t max_ctx = 4096;          // longest sequence (attention scratch)
   int n_threads = 1;               // most threads forward() may be given (per-thread scratch)
+  int32_t max_embd_rows = 0;       // hidden-state rows per forward() (ForwardBatch::embd_rows)
   // The weights of an mmapped file are always advised onto 2 MiB pages (MADV_HUGEPAGE);
   // the kernel maps them so where the page cache holds the file in 2 MiB folios, which it
   // does when the file was first read through such a mapping. A file already cached in
@@ -111,6 +115,10 @@ class Model {
   // kv_groups: [kv_layout().n_groups()], group g's storage with n_slots(g) slots.
   std::span<const float> forward(const kernels::KernelTable& k, ThreadPool& pool,
                                  const ForwardBatch& batch, std::span<const KvStorageView> kv_groups);
+
+  // The hidden-state rows the last forward() was asked for (ForwardBatch::embd_rows):
+  // [embd_rows.size()][n_embd], output-normed, valid until the next forward().
+  std::span<const float> embeddings() const;
 
   void set_tap(TapFn tap) { tap_ = std::move(tap); }
 

@@ -356,11 +356,7 @@ void handle_generation(const ServingState& state, const HandlerEnv& env, Endpoin
   auto parsed = parse_generation_request(req.body, endpoint, state.limits);
   if (!parsed.ok()) return send_error(res, api_error_from_status(parsed.status()));
   ParsedRequest& pr = *parsed;
-  if (!pr.model.empty() && pr.model != state.model_name) {
-    ApiError e{404, "the model '" + pr.model + "' does not exist (this server serves '" + state.model_name + "')",
-               "invalid_request_error", "model", "model_not_found"};
-    return send_error(res, e);
-  }
+  if (!pr.model.empty() && !serves_model(state, pr.model)) return send_error(res, model_not_found(state, pr.model));
   auto grammar = compile_constraint(*state.grammars, pr.constraint);
   if (!grammar.ok()) return send_error(res, api_error_from_status(grammar.status()));
   pr.params.grammar = std::move(grammar).value();

@@ -9,6 +9,7 @@
 
 #include "base/check.h"
 #include "base/log.h"
+#include "server/cors.h"
 #include "server/http_transport.h"
 #include "server/routing_key.h"
 #include "server/serving_state.h"
@@ -69,6 +70,34 @@ bool is_loopback_name(const std::string& host) {
 
 enum class RouteKind : uint8_t { kInline, kWorker };
 
+// %XX escapes decoded (a malformed one stays as it is); '+' is not a space in a path.
+std::string percent_decode(std::string_view s) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+      out.push_back(static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2])));
+      i += 2;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+// The last path component of a model path (a file, or a directory of safetensors).
+std::string base_name(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
 }  // namespace
 
 struct HttpServer::Impl {
@@ -78,6 +107,7 @@ struct HttpServer::Impl {
   std::atomic<bool> stopping{false};
   std::atomic<bool> draining{false};
   std::vector<std::string> allowed_hosts;  // lower case, beside the loopback names
+  CorsPolicy cors;                         // --cors-origin (off: no CORS headers)
   bool any_host = false;
   // Written once by attach_engine before `state` publishes it; read-only afterwards.
   std::unique_ptr<ServingState> state_owner;
@@ -92,7 +122,11 @@ struct HttpServer::Impl {
     RouteKind kind;
     bool open;  // no API key, Host or Origin check (health checks: probes send any Host)
     Handler handler;
+    bool prefix = false;  // `path` is a prefix: /v1/models/{id}
   };
+  static bool matches(const Route& r, std::string_view path) {
+    return r.prefix ? path.size() > std::string_view(r.path).size() && path.starts_with(r.path) : path == r.path;
+  }
   static const std::vector<Route>& routes();
   // The route of a request (null: none); *path_known says whether another method has it.
   static const Route* find_route(const HttpRequest& req, bool* path_known);
@@ -102,6 +136,7 @@ struct HttpServer::Impl {
 
   HttpCallbacks callbacks();
   void handle(const HttpRequest& req, HttpResponse& res) const;
+  void handle_uncaught(const HttpRequest& req, HttpResponse& res) const;  // route(), exceptions -> 500
   void route(const HttpRequest& req, HttpResponse& res) const;
   // A 401 / 403 for a request that may not use a guarded route, or nothing.
   bool refused(const HttpRequest& req, HttpResponse& res) const;
@@ -112,12 +147,14 @@ struct HttpServer::Impl {
   void handle_health(const HttpRequest&, HttpResponse& res) const;
   void handle_live(const HttpRequest&, HttpResponse& res) const;
   void handle_models(const HttpRequest&, HttpResponse& res) const;
+  void handle_model(const HttpRequest& req, HttpResponse& res) const;
   void handle_metrics(const HttpRequest&, HttpResponse& res) const;
   void handle_tokenize(const HttpRequest& req, HttpResponse& res) const;
   void handle_detokenize(const HttpRequest& req, HttpResponse& res) const;
   void handle_routing_key(const HttpRequest& req, HttpResponse& res) const;
   void handle_completions(const HttpRequest& req, HttpResponse& res) const;
   void handle_chat(const HttpRequest& req, HttpResponse& res) const;
+  void handle_embeddings(const HttpRequest& req, HttpResponse& res) const;
 };
 
 const std::vector<HttpServer::Impl::Route>& HttpServer::Impl::routes() {
@@ -128,12 +165,14 @@ const std::vector<HttpServer::Impl::Route>& HttpServer::Impl::routes() {
       {"GET", "/health/live", RouteKind::kInline, true, &Impl::handle_live},
       {"GET", "/livez", RouteKind::kInline, true, &Impl::handle_live},
       {"GET", "/v1/models", RouteKind::kInline, false, &Impl::handle_models},
+      {"GET", "/v1/models/", RouteKind::kInline, false, &Impl::handle_model, /*prefix=*/true},
       {"GET", "/metrics", RouteKind::kInline, false, &Impl::handle_metrics},
       {"POST", "/v1/completions", RouteKind::kWorker, false, &Impl::handle_completions},
       {"POST", "/v1/chat/completions", RouteKind::kWorker, false, &Impl::handle_chat},
       {"POST", "/tokenize", RouteKind::kWorker, false, &Impl::handle_tokenize},
       {"POST", "/detokenize", RouteKind::kWorker, false, &Impl::handle_detokenize},
       {"POST", "/v1/routing_key", RouteKind::kWorker, false, &Impl::handle_routing_key},
+      {"POST", "/v1/embeddings", RouteKind::kWorker, false, &Impl::handle_embeddings},
   };
   return kRoutes;
 }
@@ -144,7 +183,7 @@ const HttpServer::Impl::Route* HttpServer::Impl::find_route(const HttpRequest& r
   std::string_view method = req.method;
   if (method == "HEAD") method = "GET";
   for (const Route& r : routes()) {
-    if (req.path != r.path) continue;
+    if (!matches(r, req.path)) continue;
     *path_known = true;
     if (method == r.method) return &r;
   }
@@ -205,7 +244,7 @@ bool HttpServer::Impl::refused(const HttpRequest& req, HttpResponse& res) const 
                              "invalid_request_error", "", "host_not_allowed"});
     return true;
   }
-  if (req.has_header("Origin")) {
+  if (req.has_header("Origin") && !cors.allows(req.header_value("Origin"))) {
     const std::string origin = req.header_value("Origin");
     const size_t scheme_end = origin.find("://");
     const std::string origin_host = scheme_end == std::string::npos ? "" : host_of(std::string_view(origin).substr(scheme_end + 3));
@@ -213,7 +252,7 @@ bool HttpServer::Impl::refused(const HttpRequest& req, HttpResponse& res) const 
       send_error(res, ApiError{403,
                                "Origin '" + origin.substr(0, 128) +
                                    "' is not allowed without an API key (cross-origin requests are refused; see "
-                                   "--allowed-host)",
+                                   "--allowed-host and --cors-origin)",
                                "invalid_request_error", "", "origin_not_allowed"});
       return true;
     }
@@ -230,7 +269,11 @@ void HttpServer::Impl::route(const HttpRequest& req, HttpResponse& res) const {
                                       "not_found_error", "", ""});
     std::string allow;
     for (const Route& other : routes())
-      if (req.path == other.path) allow += std::string(allow.empty() ? "" : ", ") + other.method;
+      if (matches(other, req.path)) allow += std::string(allow.empty() ? "" : ", ") + other.method;
+    // A browser's preflight for an allowed origin (never authenticated: browsers send no
+    // Authorization header on it).
+    if (CorsPolicy::is_preflight(req) && cors.allows(req.header_value("Origin")))
+      return cors.answer_preflight(req, allow, res);
     res.set_header("Allow", allow);
     return send_error(res, ApiError{405, "method " + req.method.substr(0, 16) + " is not allowed on " + req.path +
                                              " (allowed: " + allow + ")",
@@ -241,6 +284,11 @@ void HttpServer::Impl::route(const HttpRequest& req, HttpResponse& res) const {
 }
 
 void HttpServer::Impl::handle(const HttpRequest& req, HttpResponse& res) const {
+  handle_uncaught(req, res);
+  cors.decorate(req, res);  // answers, errors and streams alike (the head goes out after this)
+}
+
+void HttpServer::Impl::handle_uncaught(const HttpRequest& req, HttpResponse& res) const {
   try {
     route(req, res);
   } catch (const std::bad_alloc&) {
@@ -273,15 +321,29 @@ void HttpServer::Impl::handle_live(const HttpRequest&, HttpResponse& res) const 
   res.set_content(R"({"status":"alive"})", "application/json");
 }
 
+namespace {
+Json model_object(const ServingState& s) {
+  return Json{{"id", s.model_name},
+              {"object", "model"},
+              {"created", s.created_s},
+              {"owned_by", "lumen"},
+              {"max_model_len", s.limits.n_ctx}};
+}
+}  // namespace
+
 void HttpServer::Impl::handle_models(const HttpRequest&, HttpResponse& res) const {
   const ServingState* s = ready();
   if (!s) return send_error(res, loading_error());
-  Json model = {{"id", s->model_name},
-                {"object", "model"},
-                {"created", s->created_s},
-                {"owned_by", "lumen"},
-                {"max_model_len", s->limits.n_ctx}};
-  res.set_content(dump(Json{{"object", "list"}, {"data", Json::array({model})}}), "application/json");
+  res.set_content(dump(Json{{"object", "list"}, {"data", Json::array({model_object(*s)})}}), "application/json");
+}
+
+// GET /v1/models/{id}: the model object under any name the server accepts for it.
+void HttpServer::Impl::handle_model(const HttpRequest& req, HttpResponse& res) const {
+  const ServingState* s = ready();
+  if (!s) return send_error(res, loading_error());
+  const std::string id = percent_decode(std::string_view(req.path).substr(std::string_view("/v1/models/").size()));
+  if (!serves_model(*s, id)) return send_error(res, model_not_found(*s, id));
+  res.set_content(dump(model_object(*s)), "application/json");
 }
 
 void HttpServer::Impl::handle_metrics(const HttpRequest&, HttpResponse& res) const {
@@ -311,6 +373,12 @@ void HttpServer::Impl::handle_chat(const HttpRequest& req, HttpResponse& res) co
   const ServingState* s = ready();
   if (!s) return send_error(res, loading_error());
   handle_generation(*s, env(), Endpoint::kChatCompletions, req, res);
+}
+
+void HttpServer::Impl::handle_embeddings(const HttpRequest& req, HttpResponse& res) const {
+  const ServingState* s = ready();
+  if (!s) return send_error(res, loading_error());
+  server::handle_embeddings(*s, env(), req, res);
 }
 
 void HttpServer::Impl::handle_tokenize(const HttpRequest& req, HttpResponse& res) const {
@@ -379,6 +447,17 @@ void HttpServer::Impl::handle_routing_key(const HttpRequest& req, HttpResponse& 
   res.set_content(dump(Json{{"routing_key", key}, {"source", key.substr(0, key.find('-'))}}), "application/json");
 }
 
+bool serves_model(const ServingState& state, std::string_view name) {
+  return std::find(state.model_names.begin(), state.model_names.end(), name) != state.model_names.end();
+}
+
+ApiError model_not_found(const ServingState& state, std::string_view name) {
+  return ApiError{404,
+                  "the model '" + std::string(name.substr(0, 256)) + "' does not exist (this server serves '" +
+                      state.model_name + "')",
+                  "invalid_request_error", "model", "model_not_found"};
+}
+
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 HttpServer::~HttpServer() { stop(); }
@@ -393,6 +472,9 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(const ServerConfig& config
   }
   if (config.host != "0.0.0.0" && config.host != "::" && !config.host.empty())
     s.allowed_hosts.push_back(host_of(config.host));
+  auto cors = CorsPolicy::parse(config.cors_origins);
+  if (!cors.ok()) return cors.status();
+  s.cors = std::move(cors).value();
   TransportConfig t;
   t.host = config.host;
   t.port = config.port;
@@ -442,6 +524,23 @@ void HttpServer::attach_engine(std::unique_ptr<engine::AsyncEngine> engine) {
   l.max_stop = impl_->config.max_stop;
   l.max_logprobs = impl_->config.max_logprobs;
   st->model_name = impl_->config.model_alias.empty() ? engine->model_id() : impl_->config.model_alias;
+  // Requests may name the model by the served name, its general.name (or directory name,
+  // engine->model_id()), or its file name with and without .gguf.
+  const std::string file_name = base_name(engine->model_path());
+  for (std::string name : {st->model_name, engine->model_id(), file_name,
+                           file_name.ends_with(".gguf") ? file_name.substr(0, file_name.size() - 5) : file_name})
+    if (!name.empty() && std::find(st->model_names.begin(), st->model_names.end(), name) == st->model_names.end())
+      st->model_names.push_back(std::move(name));
+  if (impl_->config.embeddings) {
+    auto pooling = impl_->config.pooling != engine::Pooling::kNone ? Result<engine::Pooling>(impl_->config.pooling)
+                                                                   : engine::model_pooling(engine->hparams());
+    if (!engine->config().enable_embeddings)
+      LUMEN_LOG_WARN("server: embeddings asked for, but the engine was created without them: /v1/embeddings is off");
+    else if (!pooling.ok())
+      LUMEN_LOG_WARN("server: /v1/embeddings is off: %s", pooling.message().c_str());
+    else
+      st->embed_pooling = *pooling;
+  }
   st->grammars = std::make_unique<GrammarCache>(grammar::TokenTable::build(tk, engine->hparams().n_vocab), 64);
   st->created_s = std::chrono::duration_cast<std::chrono::seconds>(
                       std::chrono::system_clock::now().time_since_epoch()).count();

@@ -659,4 +659,90 @@ Result<std::vector<int32_t>> parse_detokenize_request(std::string_view body, con
   }
 }
 
+namespace {
+
+// One embedding input given as token ids: 1..n_ctx ids in [0, n_vocab).
+Status read_embedding_ids(const Json& v, const std::string& where, const ParserLimits& limits,
+                          std::vector<int32_t>* out) {
+  if (v.empty()) return field_error(where, "empty (an input needs at least one token)");
+  if (static_cast<int64_t>(v.size()) > limits.n_ctx)
+    return field_error(where, std::to_string(v.size()) + " tokens do not fit the context of " +
+                                  std::to_string(limits.n_ctx));
+  out->reserve(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const Json& t = v[i];
+    const std::string at = where + "[" + std::to_string(i) + "]";
+    if (!t.is_number_integer()) return field_error(at, std::string("expected a token id, got ") + t.type_name());
+    const int64_t id = t.is_number_unsigned() && t.get<uint64_t>() > INT32_MAX ? INT64_MAX : t.get<int64_t>();
+    if (id < 0 || id >= limits.n_vocab)
+      return field_error(at, "token id " + std::to_string(id) + " is out of range [0, " +
+                                 std::to_string(limits.n_vocab) + ")");
+    out->push_back(static_cast<int32_t>(id));
+  }
+  return Status();
+}
+
+Status read_embedding_inputs(const Json& v, const ParserLimits& limits, std::vector<EmbeddingInput>* out) {
+  const std::string kWant = "a string, an array of strings, an array of token ids or an array of token id arrays";
+  if (v.is_string()) {
+    if (v.get_ref<const std::string&>().empty()) return field_error("input", "empty string");
+    out->push_back({v.get<std::string>(), {}, false});
+    return Status();
+  }
+  if (!v.is_array()) return field_error("input", "expected " + kWant + ", got " + v.type_name());
+  if (v.empty()) return field_error("input", "empty array");
+  if (v[0].is_number()) {  // one input as token ids
+    EmbeddingInput in;
+    in.is_ids = true;
+    LUMEN_TRY(read_embedding_ids(v, "input", limits, &in.ids));
+    out->push_back(std::move(in));
+    return Status();
+  }
+  if (v.size() > static_cast<size_t>(kMaxEmbeddingInputs))
+    return field_error("input", std::to_string(v.size()) + " inputs, over the limit of " +
+                                    std::to_string(kMaxEmbeddingInputs));
+  const bool texts = v[0].is_string();
+  for (size_t i = 0; i < v.size(); ++i) {
+    const Json& item = v[i];
+    const std::string where = "input[" + std::to_string(i) + "]";
+    EmbeddingInput in;
+    if (texts) {
+      if (!item.is_string()) return field_error(where, std::string("expected a string like input[0], got ") + item.type_name());
+      if (item.get_ref<const std::string&>().empty()) return field_error(where, "empty string");
+      in.text = item.get<std::string>();
+    } else {
+      if (!item.is_array())
+        return field_error(where, std::string("expected an array of token ids, got ") + item.type_name());
+      in.is_ids = true;
+      LUMEN_TRY(read_embedding_ids(item, where, limits, &in.ids));
+    }
+    out->push_back(std::move(in));
+  }
+  return Status();
+}
+
+}  // namespace
+
+Result<EmbeddingsRequest> parse_embeddings_request(std::string_view body, const ParserLimits& limits) {
+  try {
+    LUMEN_ASSIGN_OR_RETURN(Json j, parse_object(body, limits));
+    const ObjectReader r(j, "");
+    EmbeddingsRequest out;
+    LUMEN_TRY(r.read_string("model", limits.max_model_name_bytes, &out.model));
+    LUMEN_TRY(r.read_string("user", 256, &out.user));
+    const Json* input = r.get("input");
+    if (!input) return field_error("input", "required");
+    LUMEN_TRY(read_embedding_inputs(*input, limits, &out.inputs));
+    std::string format = "float";
+    LUMEN_TRY(r.read_string("encoding_format", 16, &format));
+    if (format != "float" && format != "base64")
+      return field_error("encoding_format", "must be \"float\" or \"base64\", got \"" + format + "\"");
+    out.base64 = format == "base64";
+    LUMEN_TRY(r.read_int("dimensions", 1, 1 << 20, &out.dimensions));
+    return out;
+  } catch (const std::exception& e) {
+    return error(std::string("the request could not be read: ") + e.what());
+  }
+}
+
 }  // namespace lumen::server

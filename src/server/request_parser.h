@@ -111,6 +111,24 @@ Result<TokenizeRequest> parse_tokenize_request(std::string_view body, const Pars
 // /detokenize: {"tokens": [ids]}
 Result<std::vector<int32_t>> parse_detokenize_request(std::string_view body, const ParserLimits& limits);
 
+// POST /v1/embeddings: {"input": string | [string] | [id] | [[id]], "model",
+// "encoding_format": "float" | "base64", "dimensions", "user"}. Texts are encoded by the
+// caller; token id arrays are used as given (no BOS added), like /v1/completions' prompt.
+struct EmbeddingInput {
+  std::string text;
+  std::vector<int32_t> ids;
+  bool is_ids = false;
+};
+struct EmbeddingsRequest {
+  std::string model;                  // "" when absent
+  std::vector<EmbeddingInput> inputs;  // 1..max_embedding_inputs, none empty
+  bool base64 = false;                // encoding_format "base64": little-endian float32, base64
+  int64_t dimensions = 0;             // 0: not given (the caller checks it against the model)
+  std::string user;
+};
+constexpr int32_t kMaxEmbeddingInputs = 2048;  // OpenAI's limit on one request's inputs
+Result<EmbeddingsRequest> parse_embeddings_request(std::string_view body, const ParserLimits& limits);
+
 // True if the JSON text nests arrays/objects no deeper than max_depth (strings are skipped).
 // Cheap pre-check so a hostile body never reaches the parser's recursion.
 bool json_depth_within(std::string_view text, int32_t max_depth);

@@ -1,10 +1,11 @@
 // lumen's OpenAI-compatible HTTP server (its own epoll transport underneath, http_transport.h).
 //
 //   POST /v1/completions       POST /v1/chat/completions     (streaming SSE or one JSON)
-//   GET  /v1/models            GET  /health (503 while loading or draining)
+//   GET  /v1/models, /v1/models/{id}                        GET  /health (503 while loading or draining)
 //   GET  /health/live, /livez  GET  /health/ready, /readyz   (liveness / readiness)
 //   POST /tokenize             POST /detokenize              GET  /metrics (Prometheus)
 //   POST /v1/routing_key       (the key a balancer routes on, without generating)
+//   POST /v1/embeddings        (with ServerConfig::embeddings)
 //
 // The server starts listening before the model is loaded, so /health can say "loading";
 // attach_engine() makes it ready. It talks to the engine only through AsyncEngine's public
@@ -43,6 +44,13 @@ struct ServerConfig {
   // Without an API key, requests must name one of these in Host (and Origin, if sent):
   // loopback names always, plus these ("*": any; the listen address is added when specific).
   std::vector<std::string> allowed_hosts;
+  // CORS (cors.h): origins whose pages may call the API from a browser ("*": any; each
+  // value may be a comma-separated list). Empty: no CORS headers, preflights get 405.
+  std::vector<std::string> cors_origins;
+  // POST /v1/embeddings (the engine must be created with enable_embeddings). pooling
+  // kNone: the model's own (engine::model_pooling).
+  bool embeddings = false;
+  engine::Pooling pooling = engine::Pooling::kNone;
   // Connection handling (the transport's).
   int32_t max_connections = 1024;          // open at once
   int32_t max_connections_per_client = 256; // per remote address (0: no limit)

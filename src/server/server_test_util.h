@@ -56,6 +56,7 @@ struct TestServer {
     ec.n_ctx = o.n_ctx;
     ec.max_seqs = o.max_seqs;
     ec.max_batch_tokens = o.max_batch_tokens;
+    ec.enable_embeddings = o.server.embeddings;
     auto e = engine::Engine::create(o.model_path, ec);
     EXPECT_TRUE(e.ok()) << e.message();
     if (!e.ok()) return nullptr;
@@ -101,10 +102,7 @@ struct HttpReply {
   Json json() const { return Json::parse(body, nullptr, false); }
 };
 
-inline HttpReply post(const TestServer& s, const std::string& path, const std::string& body,
-                      const std::string& api_key = "") {
-  auto c = s.client(api_key);
-  auto r = c->Post(path, body, "application/json");
+inline HttpReply to_reply(const httplib::Result& r) {
   HttpReply out;
   if (!r) return out;
   out.status = r->status;
@@ -113,15 +111,22 @@ inline HttpReply post(const TestServer& s, const std::string& path, const std::s
   return out;
 }
 
+inline HttpReply post(const TestServer& s, const std::string& path, const std::string& body,
+                      const std::string& api_key = "") {
+  return to_reply(s.client(api_key)->Post(path, body, "application/json"));
+}
+
 inline HttpReply get(const TestServer& s, const std::string& path, const std::string& api_key = "") {
-  auto c = s.client(api_key);
-  auto r = c->Get(path);
-  HttpReply out;
-  if (!r) return out;
-  out.status = r->status;
-  out.body = r->body;
-  out.headers = r->headers;
-  return out;
+  return to_reply(s.client(api_key)->Get(path));
+}
+
+// GET, OPTIONS or POST (a JSON body) with the given headers.
+inline HttpReply send(const TestServer& s, const std::string& method, const std::string& path,
+                      const httplib::Headers& headers, const std::string& body = "") {
+  auto c = s.client();
+  if (method == "GET") return to_reply(c->Get(path, headers));
+  if (method == "OPTIONS") return to_reply(c->Options(path, headers));
+  return to_reply(c->Post(path, headers, body, "application/json"));
 }
 
 // A streamed response: the JSON of every data event, and whether [DONE] came.

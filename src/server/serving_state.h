@@ -28,7 +28,10 @@ struct ServingState {
   TemplateTools template_tools;      // what the template does with tools (tool_calls.h)
   std::string bos_text, eos_text;    // template variables bos_token / eos_token
   ParserLimits limits;
-  std::string model_name;            // what /v1/models lists and requests may name
+  std::string model_name;            // what /v1/models lists (--alias, else general.name)
+  std::vector<std::string> model_names;  // what requests may name: model_name, general.name,
+                                         // the file name with and without .gguf
+  engine::Pooling embed_pooling = engine::Pooling::kNone;  // /v1/embeddings; kNone: off
   std::unique_ptr<GrammarCache> grammars;  // response_format / grammar / json_schema (thread-safe)
   int64_t created_s = 0;             // unix time the model was attached
 };
@@ -40,6 +43,11 @@ struct HandlerEnv {
   const std::atomic<bool>* stopping;  // set when the server shuts down
 };
 
+// Whether a request's `model` names the served model (ServingState::model_names).
+bool serves_model(const ServingState& state, std::string_view name);
+// The 404 for a model the server does not serve (code model_not_found, param model).
+ApiError model_not_found(const ServingState& state, std::string_view name);
+
 // Sets an OpenAI error response (with Retry-After on 503).
 void send_error(HttpResponse& res, const ApiError& error);
 
@@ -48,6 +56,9 @@ void send_error(HttpResponse& res, const ApiError& error);
 Result<std::vector<int32_t>> chat_prompt_ids(const ServingState& state, std::span<const tok::ChatMessage> messages);
 // The same for a whole chat request: with tools or tool turns, rendered as tool_calls.h says.
 Result<std::vector<int32_t>> chat_prompt_ids(const ServingState& state, const ParsedRequest& pr);
+
+// POST /v1/embeddings (embeddings_handler.cc).
+void handle_embeddings(const ServingState& state, const HandlerEnv& env, const HttpRequest& req, HttpResponse& res);
 
 // POST /v1/completions and /v1/chat/completions.
 void handle_generation(const ServingState& state, const HandlerEnv& env, Endpoint endpoint,
