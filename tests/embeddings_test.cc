@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <map>
+
+#include <nlohmann/json.hpp>
 
 #include "base/shared_dir.h"
 #include "engine/engine.h"
@@ -212,6 +215,25 @@ TEST(Embeddings, RefusedWithoutRoomOrWithGenerationFields) {
   r.params.max_tokens = 0;
   r.params.n = 2;
   EXPECT_FALSE(on->add_request(r).ok());
+}
+
+// llama.cpp's own embeddings of the same texts (llama-server --embeddings --pooling P at
+// c392e5094; tools/llamacpp_embeddings_golden.sh wrote the file): within 1e-5.
+TEST(Embeddings, MatchLlamaCppGolden) {
+  std::ifstream f(std::string(LUMEN_TEST_DATA_DIR) + "/embeddings/llamacpp_tinystories656k.json");
+  ASSERT_TRUE(f.good());
+  const nlohmann::json golden = nlohmann::json::parse(f);
+  auto e = make_engine(64, 2);
+  ASSERT_TRUE(e);
+  for (const auto& [name, pooling] : {std::pair{"last", Pooling::kLast}, std::pair{"mean", Pooling::kMean}}) {
+    std::vector<Request> requests;
+    for (const auto& text : golden["inputs"]) requests.push_back(embed_request(*e, text.get<std::string>(), pooling));
+    const std::vector<std::vector<float>> got = embed_all(*e, requests);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const std::vector<float> want = golden["pooling"][name][i].get<std::vector<float>>();
+      EXPECT_LT(max_abs_diff(got[i], want), 1e-5) << name << " input " << i;
+    }
+  }
 }
 
 TEST(Embeddings, ModelPoolingFromMetadata) {
