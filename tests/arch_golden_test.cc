@@ -169,7 +169,8 @@ void compare_prompt(TeacherForcer& tf, const nlohmann::json& prompt, double tol,
 
 struct CaseSettings {
   double tol = kTolFloat;
-  DType kv_dtype = DType::kF16;
+  KvDTypes kv_dtypes;       // the golden's settings.kv_type (K and V)
+  bool flash_attn = false;  // the golden's settings.flash_attn
   int32_t n_ctx = 512;
 };
 
@@ -185,7 +186,14 @@ CaseSettings case_settings(const ArchCase& c, const nlohmann::json& golden, cons
   }
   const std::string kv = golden["settings"]["kv_type"].get<std::string>();
   const DTypeInfo* info = find_dtype_by_name(kv);
-  s.kv_dtype = info ? info->dtype : DType::kF16;
+  s.kv_dtypes.k = s.kv_dtypes.v = info ? info->dtype : DType::kF16;
+  s.flash_attn = golden["settings"].value("flash_attn", false);
+  // A case may run lumen's flash attention against a non-flash golden (case.json
+  // "lumen_flash_attn": an f32 cache, where both are exact math up to f32 rounding).
+  if (fs::exists(c.dir / "case.json")) {
+    const nlohmann::json cj = read_json((c.dir / "case.json").string());
+    s.flash_attn = cj.value("lumen_flash_attn", s.flash_attn);
+  }
   s.n_ctx = golden["settings"]["n_ctx"].get<int32_t>();
   return s;
 }
@@ -200,10 +208,26 @@ void PrintTo(const ArchParam& p, std::ostream* os) {
   *os << p.c.name << (p.hf ? " hf/" : "") << (p.reference_kernels ? " (reference kernels)" : " (best kernels)");
 }
 
+// The case's model: model.gguf in its directory, or case.json's "model": a path relative
+// to the directory, or under $LUMEN_SHARED when it starts with "$LUMEN_SHARED/" (several
+// goldens of one model, e.g. one per KV cache type, share one file).
+fs::path case_model_path(const ArchCase& c) {
+  if (fs::exists(c.dir / "case.json")) {
+    const nlohmann::json cj = read_json((c.dir / "case.json").string());
+    if (cj.contains("model")) {
+      const std::string m = cj["model"].get<std::string>();
+      const std::string shared = "$LUMEN_SHARED/";
+      if (m.starts_with(shared)) return shared_path(m.substr(shared.size()));
+      return c.dir / m;
+    }
+  }
+  return c.dir / "model.gguf";
+}
+
 // Opens the case's model (or its hf/ twin); a reader that refuses the architecture is
 // reported as unsupported.
 Result<gguf::ModelFile> open_case_model(const ArchCase& c, bool hf) {
-  return gguf::open_model((c.dir / (hf ? "hf" : "model.gguf")).string());
+  return gguf::open_model(hf ? (c.dir / "hf").string() : case_model_path(c).string());
 }
 
 bool is_unsupported(const std::string& message) { return message.find("not supported") != std::string::npos; }
@@ -246,7 +270,7 @@ TEST_P(ArchGolden, TeacherForcedLogitsMatchReference) {
   auto file = p.hf ? open_case_model(p.c, true) : std::move(gguf_file);
   if (!file.ok() && is_unsupported(file.message())) GTEST_SKIP() << "lumen cannot read this '" << arch << "' yet: " << file.message();
   ASSERT_TRUE(file.ok()) << file.message();
-  TeacherForcer tf(std::move(file).value(), s.n_ctx, p.reference_kernels, 2, s.kv_dtype);
+  TeacherForcer tf(std::move(file).value(), s.n_ctx, p.reference_kernels, 2, s.kv_dtypes, s.flash_attn);
   if (!tf.ok()) {
     if (is_unsupported(tf.load_error())) GTEST_SKIP() << "lumen cannot run '" << arch << "' yet: " << tf.load_error();
     // A file without a layer's attn_k / attn_v only loads where CLA is understood.
@@ -306,8 +330,8 @@ TEST_P(ArchTwin, GgufAndHfDirectoryGiveTheSameLogits) {
   // An f32 KV cache: with f16 the llama-style twins (q/k rows in another order, so q.k sums
   // in another order) differ by up to 2e-4 where a rounding to f16 flips; with f32 only
   // the summation order remains.
-  TeacherForcer ta(std::move(a).value(), s.n_ctx, false, 2, DType::kF32);
-  TeacherForcer tb(std::move(b).value(), s.n_ctx, false, 2, DType::kF32);
+  TeacherForcer ta(std::move(a).value(), s.n_ctx, false, 2, KvDTypes{DType::kF32, DType::kF32});
+  TeacherForcer tb(std::move(b).value(), s.n_ctx, false, 2, KvDTypes{DType::kF32, DType::kF32});
   if (!ta.ok() && is_unsupported(ta.load_error())) GTEST_SKIP() << ta.load_error();
   ASSERT_TRUE(ta.ok()) << ta.load_error();
   ASSERT_TRUE(tb.ok()) << tb.load_error();
@@ -437,10 +461,10 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ArchTwin);
 TEST(ArchGoldenHarness, ReportsWrongLogitsAndArgmax) {
   for (const ArchCase& c : find_cases()) {
     nlohmann::json golden = read_json((c.dir / "golden.json").string());
-    auto file = gguf::open_model((c.dir / "model.gguf").string());
+    auto file = gguf::open_model(case_model_path(c).string());
     ASSERT_TRUE(file.ok()) << file.message();
     const CaseSettings s = case_settings(c, golden, *file);
-    TeacherForcer tf(std::move(file).value(), s.n_ctx, false, 2, s.kv_dtype);
+    TeacherForcer tf(std::move(file).value(), s.n_ctx, false, 2, s.kv_dtypes, s.flash_attn);
     if (!tf.ok() || !unhonoured_feature(tf.model().file(), tf.model().kv_layout()).empty()) continue;
     nlohmann::json& prompt = golden["prompts"][0];
     {

@@ -377,3 +377,46 @@ TEST(CliBench, VsRooflineReportsPredictionAndRoof) {
 
 }  // namespace
 }  // namespace lumen::testing
+
+namespace lumen::testing {
+namespace {
+
+// KV cache types and flash attention from the command line (llama.cpp's flags): bad
+// values name the flag and the allowed values; a type only flash attention reads refuses
+// -fa off; info counts the types' bytes; a run with a quantized cache works end to end.
+TEST(CliKvType, FlagsNameTheFlagAndTheTypes) {
+  const std::string hd32 = std::string(LUMEN_TEST_DATA_DIR) + "/fa/fa-llama-hd32-f16/model.gguf";
+  CmdResult r = run_lumen({"run", "-m", shared(kTiny), "-p", "x", "--kv-type", "q5_1"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--kv-type: 'q5_1' is not a KV cache type (f32, f16, bf16, q8_0, q4_0)"), std::string::npos)
+      << r.err;
+  r = run_lumen({"run", "-m", shared(kTiny), "-p", "x", "-ctk", "int8"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--cache-type-k: 'int8'"), std::string::npos) << r.err;
+  r = run_lumen({"run", "-m", hd32, "-p", "x", "-ctv", "q4_0", "-fa", "off"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("-fa off: a q4_0 KV cache"), std::string::npos) << r.err;
+  r = run_lumen({"run", "-m", hd32, "-p", "x", "-fa", "sometimes"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("-fa/--flash-attn: 'sometimes' is not on, off or auto"), std::string::npos) << r.err;
+  // Head size 16 is not a whole number of 32-element blocks.
+  r = run_lumen({"run", "-m", shared(kTiny), "-p", "x", "--kv-type", "q8_0", "-n", "2"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("do not divide the head size 16"), std::string::npos) << r.err;
+  // 2 layers x 2 kv heads x (a q8_0 row of 32: 34 bytes + a q4_0 row: 18 bytes).
+  r = run_lumen({"info", "-m", hd32, "--json", "-ctk", "q8_0", "-ctv", "q4_0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["kv_bytes_per_token"], 2 * 2 * (34 + 18)) << r.out;
+  EXPECT_EQ(j["kv_bytes_per_token_f16"], 2 * 2 * (64 + 64)) << r.out;
+  EXPECT_EQ(j["kv_type_k"], "q8_0");
+  EXPECT_EQ(j["kv_type_v"], "q4_0");
+  for (const char* fa : {"on", "auto"}) {
+    r = run_lumen({"run", "-m", hd32, "-p", "Once upon a time", "-n", "4", "--temp", "0", "-ctk", "q8_0", "-ctv", "q4_0",
+                   "-fa", fa});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace lumen::testing

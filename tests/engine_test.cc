@@ -231,6 +231,37 @@ TEST(EngineServing, PrefixCacheHitGivesSameOutput) {
   EXPECT_EQ(third.ids, first.ids);
 }
 
+// The same with quantized KV caches (flash attention): prefix hits, copy-on-write and the
+// block copies move whole blocks of any type, so a hit gives the very logits of a miss.
+// (A model of head size 32: the quantized types store 32-element blocks.)
+TEST(EngineServing, PrefixCacheHitGivesSameLogitsWithQuantizedCache) {
+  const std::string path = std::string(LUMEN_TEST_DATA_DIR) + "/fa/fa-llama-hd32-f16/model.gguf";
+  for (KvDTypes t : {KvDTypes{DType::kQ8_0, DType::kQ8_0}, KvDTypes{DType::kQ4_0, DType::kQ4_0},
+                     KvDTypes{DType::kQ8_0, DType::kF16}}) {
+    SCOPED_TRACE(std::string(dtype_name(t.k)) + "/" + std::string(dtype_name(t.v)));
+    auto e = make_engine_cfg({.max_batch_tokens = 512, .max_seqs = 2, .kv_dtypes = t}, path);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->config().flash_attn, FlashAttn::kOn);  // auto: the types need it
+    const char* prompt =
+        "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her "
+        "friends. One day, she saw a big red ball. She ran to the ball and kicked it very hard.";
+    Request r = greedy_request(*e, prompt, 12);
+    r.params.logprobs = 8;
+    ASSERT_TRUE(e->add_request(r).ok());
+    Collected first = drain(*e);
+    EXPECT_EQ(first.usage.cached_tokens, 0);
+    ASSERT_TRUE(e->add_request(r).ok());
+    Collected second = drain(*e);
+    EXPECT_GT(second.usage.cached_tokens, 16);
+    EXPECT_EQ(first.ids, second.ids);
+    ASSERT_EQ(first.logprobs.size(), second.logprobs.size());
+    for (size_t i = 0; i < first.logprobs.size(); ++i) {
+      EXPECT_EQ(first.logprobs[i].logprob, second.logprobs[i].logprob) << i;
+      EXPECT_EQ(first.logprobs[i].top, second.logprobs[i].top) << i;
+    }
+  }
+}
+
 // With a KV cache too small for every request at once, the engine preempts and
 // recomputes instead of failing; every request still gets exactly its solo output.
 void expect_preemption_keeps_outputs_exact(const std::string& path) {

@@ -138,7 +138,7 @@ TEST(GoldenContainers, Stories260KGgufAndLlama2cAgree) {
 TEST(GoldenContainers, TinyStoriesHfMatchesF32Reference) {
   const nlohmann::json lg = read_json(shared_path("golden/TinyStories-656K-f32-reference/logits_after_prompt.json"));
   const nlohmann::json gr = read_json(shared_path("golden/TinyStories-656K-f32-reference/greedy_ref.json"));
-  TeacherForcer tf(shared_path("models/TinyStories-656K"), 512, false, 2, DType::kF32);
+  TeacherForcer tf(shared_path("models/TinyStories-656K"), 512, false, 2, KvDTypes{DType::kF32, DType::kF32});
   ASSERT_TRUE(tf.ok());
   const std::vector<int32_t> prompt = lg["prompt_ids"].get<std::vector<int32_t>>();
   const std::vector<float> ref = lg["logits_after_prompt"].get<std::vector<float>>();

@@ -37,7 +37,7 @@ inline std::string shared_path(const std::string& rel) { return shared_dir() + "
 class TeacherForcer {
  public:
   TeacherForcer(const std::string& model_path, int32_t n_ctx, bool reference_kernels,
-                int n_threads = 2, DType kv_dtype = DType::kF16)
+                int n_threads = 2, KvDTypes kv_dtypes = {}, bool flash_attn = false)
       : pool_(n_threads),
         kernels_(reference_kernels ? &kernels::reference_kernel_table()
                                    : &kernels::best_kernel_table()) {
@@ -46,16 +46,17 @@ class TeacherForcer {
       ADD_FAILURE() << file.message();
       return;
     }
-    load(std::move(file).value(), n_ctx, reference_kernels, n_threads, kv_dtype);
+    load(std::move(file).value(), n_ctx, reference_kernels, n_threads, kv_dtypes, flash_attn);
   }
   // Loads an already opened file; on failure ok() is false and load_error() says why
   // (no test failure is added: the caller decides, e.g. to skip an unsupported model).
-  TeacherForcer(gguf::ModelFile file, int32_t n_ctx, bool reference_kernels, int n_threads, DType kv_dtype)
+  TeacherForcer(gguf::ModelFile file, int32_t n_ctx, bool reference_kernels, int n_threads, KvDTypes kv_dtypes,
+                bool flash_attn = false)
       : pool_(n_threads),
         kernels_(reference_kernels ? &kernels::reference_kernel_table()
                                    : &kernels::best_kernel_table()) {
     quiet_ = true;
-    load(std::move(file), n_ctx, reference_kernels, n_threads, kv_dtype);
+    load(std::move(file), n_ctx, reference_kernels, n_threads, kv_dtypes, flash_attn);
   }
 
   bool ok() const { return model_ && static_cast<int32_t>(kv_.size()) == model_->kv_layout().n_groups(); }
@@ -80,12 +81,14 @@ class TeacherForcer {
     if (!quiet_) ADD_FAILURE() << msg;
   }
 
-  void load(gguf::ModelFile file, int32_t n_ctx, bool reference_kernels, int n_threads, DType kv_dtype) {
+  void load(gguf::ModelFile file, int32_t n_ctx, bool reference_kernels, int n_threads, KvDTypes kv_dtypes,
+            bool flash_attn) {
     model::ModelLimits limits;
     limits.max_batch_tokens = n_ctx;
     limits.max_logit_rows = n_ctx;
     limits.max_ctx = n_ctx;
     limits.n_threads = n_threads;
+    limits.flash_attn = flash_attn;
     auto m = model::Model::load(std::move(file), limits);
     if (!m.ok()) {
       fail(m.message());
@@ -105,7 +108,7 @@ class TeacherForcer {
       c.head_dim = layout.head_dim;
       c.block_size = 16;
       c.n_blocks = n_blocks;
-      c.dtype = kv_dtype;
+      c.dtypes = kv_dtypes;
       auto s = kv::KvStorage::allocate(c);
       if (!s.ok()) {
         fail(s.message());

@@ -261,7 +261,8 @@ bool run_model(const ArgParser& args, const BenchPlan& plan, const std::string& 
   const model::HParams& hp = eng->hparams();
   const gguf::ModelFile& file = eng->model().file();
   const double weight_bytes = static_cast<double>(model::weight_bytes_per_token(eng->model().weights(), hp));
-  const double kv_bytes_per_ctx_token = 2.0 * hp.n_layer * hp.n_kv_dim() * (c.kv_dtype == DType::kF32 ? 4 : 2);
+  const double kv_bytes_per_ctx_token =
+      static_cast<double>(hp.n_layer) * hp.n_kv_head * kv_token_bytes(c.kv_dtypes, hp.head_dim);
   const std::string label = model_label(model);
   const std::string type = main_weight_type(file);
   uint64_t model_bytes = 0;
@@ -381,7 +382,7 @@ bool run_model(const ArgParser& args, const BenchPlan& plan, const std::string& 
     o.n_prompt = std::max<int64_t>(t.n_prompt, 1);
     o.n_gen = std::max<int64_t>(t.n_gen, 1);
     o.n_depth = t.depth;
-    o.kv_bytes_per_elem = c.kv_dtype == DType::kF32 ? 4 : 2;
+    o.kv_bytes_per_elem = kv_bytes_per_elem(c.kv_dtypes, hp.head_dim);
     roofline::MachineRates r = *rates;
     r.read_bytes_per_s = bytes_per_s;
     auto p = roofline::predict_lumen(file, r, o);

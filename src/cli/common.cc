@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "cli/cache_cmd.h"
 #include "cli/progress_bar.h"
+#include "kernels/ops.h"
 
 namespace lumen::cli {
 
@@ -19,7 +20,11 @@ std::vector<OptionSpec> engine_option_specs() {
       {{"-t", "--threads"}, "N", "compute threads (default: all cores)"},
       {{"-c", "--ctx-size"}, "N", "context size in tokens (default: min(trained, 4096))"},
       {{"-b", "--batch-size"}, "N", "tokens per forward step / prefill chunk (default 512)"},
-      {{"--kv-type"}, "TYPE", "KV cache type: f16 (default) or f32"},
+      {{"--kv-type"}, "TYPE", "KV cache type of K and V: f16 (default), f32, bf16, q8_0, q4_0"},
+      {{"-ctk", "--cache-type-k"}, "TYPE", "KV cache type of K (overrides --kv-type)"},
+      {{"-ctv", "--cache-type-v"}, "TYPE", "KV cache type of V (overrides --kv-type)"},
+      {{"-fa", "--flash-attn"}, "on|off|auto", "flash attention (default auto: on for bf16 / q8_0 / q4_0 caches, "
+                                               "which only it reads)"},
       {{"--reference-kernels"}, "", "use the scalar reference kernels (debugging)"},
       {{"--no-interleave"}, "", "keep the matrices in the file's layout (no copy; slower decode)"},
       {{"--cache-dir"}, "DIR", "where interleaved weights are cached, '' = in memory only (default "
@@ -102,6 +107,28 @@ std::string default_cache_dir() {
   return "";
 }
 
+Status kv_config_from_args(const ArgParser& args, engine::EngineConfig* c) {
+  auto type_of = [&](const char* flag, DType fallback) -> Result<DType> {
+    const auto name = args.get(flag);
+    if (!name) return fallback;
+    const DTypeInfo* info = find_dtype_by_name(*name);
+    if (info == nullptr || !kernels::kv_cache_supports(info->dtype))
+      return error(std::string(flag) + ": '" + *name + "' is not a KV cache type (" + kernels::kv_cache_type_names() +
+                   ")");
+    return info->dtype;
+  };
+  LUMEN_ASSIGN_OR_RETURN(const DType both, type_of("--kv-type", DType::kF16));
+  LUMEN_ASSIGN_OR_RETURN(c->kv_dtypes.k, type_of("--cache-type-k", both));
+  LUMEN_ASSIGN_OR_RETURN(c->kv_dtypes.v, type_of("--cache-type-v", both));
+  const std::string fa = args.get_or("--flash-attn", "auto");
+  if (fa == "on" || fa == "1") c->flash_attn = engine::FlashAttn::kOn;
+  else if (fa == "off" || fa == "0") c->flash_attn = engine::FlashAttn::kOff;
+  else if (fa == "auto") c->flash_attn = engine::FlashAttn::kAuto;
+  else return error("-fa/--flash-attn: '" + fa + "' is not on, off or auto");
+  // The same check the engine makes, before a model is loaded.
+  return engine::resolve_flash_attn(c->flash_attn, c->kv_dtypes).status();
+}
+
 Result<engine::EngineConfig> engine_config_from_args(const ArgParser& args, bool threads) {
   engine::EngineConfig c;
   if (!args.get("--model")) return error("missing -m/--model PATH");
@@ -113,10 +140,7 @@ Result<engine::EngineConfig> engine_config_from_args(const ArgParser& args, bool
   c.n_ctx = static_cast<int32_t>(ctx);
   LUMEN_ASSIGN_OR_RETURN(int64_t batch, args.get_int("--batch-size", 512, 1, 1 << 16));
   c.max_batch_tokens = static_cast<int32_t>(batch);
-  const std::string kv = args.get_or("--kv-type", "f16");
-  if (kv == "f16") c.kv_dtype = DType::kF16;
-  else if (kv == "f32") c.kv_dtype = DType::kF32;
-  else return error("--kv-type: '" + kv + "' is not supported (f16 or f32)");
+  LUMEN_TRY(kv_config_from_args(args, &c));
   c.use_reference_kernels = args.has("--reference-kernels");
   c.interleave_weights = !args.has("--no-interleave");
   c.interleave_cache_dir = args.has("--cache-dir") ? args.get_or("--cache-dir", "") : default_cache_dir();

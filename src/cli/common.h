@@ -10,7 +10,7 @@
 
 namespace lumen::cli {
 
-// -m, -t, -c, -b, --kv-type, --reference-kernels, --no-interleave, --cache-dir, -v
+// -m, -t, -c, -b, --kv-type, -ctk, -ctv, -fa, --reference-kernels, --no-interleave, --cache-dir, -v
 std::vector<OptionSpec> engine_option_specs();
 // --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n,
 // --presence-penalty, --frequency-penalty, --seed, -n, --ignore-eos, --stop
@@ -21,6 +21,8 @@ std::vector<OptionSpec> spec_option_specs();
 Status spec_config_from_args(const ArgParser& args, spec::SpecConfig* c);
 std::vector<OptionSpec> concat(std::vector<OptionSpec> a, const std::vector<OptionSpec>& b);
 
+// --kv-type, -ctk, -ctv, -fa into *c (errors name the flag and the allowed values).
+Status kv_config_from_args(const ArgParser& args, engine::EngineConfig* c);
 // threads: whether -t is one number to read (lumen bench reads its list itself).
 Result<engine::EngineConfig> engine_config_from_args(const ArgParser& args, bool threads = true);
 // Where interleaved weights are cached by default: $LUMEN_CACHE_DIR, else

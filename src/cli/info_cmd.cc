@@ -35,6 +35,9 @@ int cmd_info(int argc, char** argv, int first) {
                      {{"-m", "--model"}, "PATH", "model: .gguf, HF directory or llama2.c .bin"},
                      {{"--tensors"}, "", "list every tensor (type, shape, bytes, FNV-1a 64 of its bytes)"},
                      {{"-c", "--ctx-size"}, "N", "sequence length for the KV bytes per sequence (default: trained context)"},
+                     {{"--kv-type"}, "TYPE", "KV cache type of K and V for the KV bytes (default f16)"},
+                     {{"-ctk", "--cache-type-k"}, "TYPE", "KV cache type of K (overrides --kv-type)"},
+                     {{"-ctv", "--cache-type-v"}, "TYPE", "KV cache type of V (overrides --kv-type)"},
                      {{"--json"}, "", "print one JSON object"},
                      {{"-v", "--verbose"}, "", "verbose logging"},
                  });
@@ -57,6 +60,12 @@ int cmd_info(int argc, char** argv, int first) {
     std::fprintf(stderr, "error: %s\n", ctx_arg.message().c_str());
     return 2;
   }
+  engine::EngineConfig kv_config;
+  if (Status st = kv_config_from_args(args, &kv_config); !st.ok()) {
+    std::fprintf(stderr, "error: %s\n", st.message().c_str());
+    return 2;
+  }
+  const KvDTypes kv_types = kv_config.kv_dtypes;
   // The KV cache as the engine lays it out: one group per attention window (kv/kv_manager.h).
   std::optional<model::KvLayout> layout;
   std::string layout_error;
@@ -78,21 +87,29 @@ int cmd_info(int argc, char** argv, int first) {
   struct KvGroupInfo {
     int32_t window = 0;
     std::vector<int32_t> layers;
-    uint64_t bytes_per_token = 0;     // f16 K and V of all the group's layers
+    uint64_t bytes_per_token = 0;     // K and V of all the group's layers (kv_types)
+    uint64_t bytes_per_token_f16 = 0;
     uint64_t bytes_per_sequence = 0;  // what a sequence of n_seq_tokens holds in the group
+    uint64_t bytes_per_sequence_f16 = 0;
   };
   std::vector<KvGroupInfo> kv_groups;
   uint64_t kv_bytes_per_token = 0, kv_bytes_per_sequence = 0;
+  uint64_t kv_bytes_per_token_f16 = 0, kv_bytes_per_sequence_f16 = 0;
   if (layout) {
     for (int32_t g = 0; g < layout->n_groups(); ++g) {
       KvGroupInfo gi;
       gi.window = layout->groups[g].window;
       gi.layers = layout->groups[g].layers;
-      gi.bytes_per_token = layout->group_bytes_per_token(g, 2);
+      gi.bytes_per_token = layout->group_bytes_per_token(g, kv_types);
+      gi.bytes_per_token_f16 = layout->group_bytes_per_token(g, 2);
       const kv::KvGroupSpec spec{layout->n_slots(g), gi.window};
-      gi.bytes_per_sequence = gi.bytes_per_token * kBlock * static_cast<uint64_t>(kv::seq_blocks_at(spec, kBlock, n_seq_tokens));
+      const uint64_t seq_tokens = kBlock * static_cast<uint64_t>(kv::seq_blocks_at(spec, kBlock, n_seq_tokens));
+      gi.bytes_per_sequence = gi.bytes_per_token * seq_tokens;
+      gi.bytes_per_sequence_f16 = gi.bytes_per_token_f16 * seq_tokens;
       kv_bytes_per_token += gi.bytes_per_token;
       kv_bytes_per_sequence += gi.bytes_per_sequence;
+      kv_bytes_per_token_f16 += gi.bytes_per_token_f16;
+      kv_bytes_per_sequence_f16 += gi.bytes_per_sequence_f16;
       kv_groups.push_back(std::move(gi));
     }
   }
@@ -154,12 +171,18 @@ int cmd_info(int argc, char** argv, int first) {
       // A token's K/V over every layer that stores it (a sliding group's only while the
       // token is in its window), and what a sequence of kv_sequence_tokens holds, f16,
       // 16-token blocks.
-      j["kv_bytes_per_token_f16"] = kv_bytes_per_token;
+      // The same for the cache types asked for (--kv-type, -ctk, -ctv).
+      j["kv_bytes_per_token_f16"] = kv_bytes_per_token_f16;
       j["kv_sequence_tokens"] = n_seq_tokens;
-      j["kv_bytes_per_sequence_f16"] = kv_bytes_per_sequence;
+      j["kv_bytes_per_sequence_f16"] = kv_bytes_per_sequence_f16;
+      j["kv_type_k"] = std::string(dtype_name(kv_types.k));
+      j["kv_type_v"] = std::string(dtype_name(kv_types.v));
+      j["kv_bytes_per_token"] = kv_bytes_per_token;
+      j["kv_bytes_per_sequence"] = kv_bytes_per_sequence;
       for (const KvGroupInfo& gi : kv_groups)
-        j["kv_groups"].push_back({{"window", gi.window}, {"layers", gi.layers}, {"bytes_per_token_f16", gi.bytes_per_token},
-                                  {"bytes_per_sequence_f16", gi.bytes_per_sequence}});
+        j["kv_groups"].push_back({{"window", gi.window}, {"layers", gi.layers}, {"bytes_per_token_f16", gi.bytes_per_token_f16},
+                                  {"bytes_per_sequence_f16", gi.bytes_per_sequence_f16},
+                                  {"bytes_per_token", gi.bytes_per_token}, {"bytes_per_sequence", gi.bytes_per_sequence}});
     } else {
       j["kv_layout_error"] = layout_error;
     }
@@ -204,7 +227,9 @@ int cmd_info(int argc, char** argv, int first) {
                   n_params / 1e6, active_bytes / 1048576.0, total_bytes / 1048576.0);
     }
     if (layout) {
-      std::printf("kv cache:   f16, per token: %llu bytes over %d group(s); a sequence of %lld tokens holds %.2f MiB\n",
+      std::printf("kv cache:   K %s, V %s, per token: %llu bytes over %d group(s); a sequence of %lld tokens holds "
+                  "%.2f MiB\n",
+                  std::string(dtype_name(kv_types.k)).c_str(), std::string(dtype_name(kv_types.v)).c_str(),
                   static_cast<unsigned long long>(kv_bytes_per_token), layout->n_groups(),
                   static_cast<long long>(n_seq_tokens), kv_bytes_per_sequence / 1048576.0);
       for (const KvGroupInfo& gi : kv_groups) {

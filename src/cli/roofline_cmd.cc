@@ -16,7 +16,9 @@
 
 #include "cli/args.h"
 #include "gguf/model_file.h"
+#include "kernels/ops.h"
 #include "roofline/hardware.h"
+#include "tensor/paged_kv_view.h"
 #include "roofline/membw.h"
 #include "roofline/plan.h"
 #include "roofline/predict.h"
@@ -36,6 +38,7 @@ std::vector<OptionSpec> roofline_option_specs() {
       {{"--hw"}, "NAME", "machine: rtx4090, a100-80g, h100-sxm, h200, m2-ultra, or this (default: this, measured)"},
       {{"--weights"}, "BITS", "weight bits per parameter for the chosen row (default 16, or the file's stored types)"},
       {{"--kv"}, "BITS", "KV cache bits per element (default 16)"},
+      {{"--kv-type"}, "TYPE", "KV cache type instead of --kv: f16, f32, bf16, q8_0 (8.5 bits), q4_0 (4.5 bits)"},
       {{"--prompt"}, "N", "prompt length for prefill / TTFT (default 512)"},
       {{"--context"}, "N", "cached tokens per sequence for the decode batch table (default: --prompt)"},
       {{"--batch"}, "LIST", "decode batch sizes, comma-separated (default 1,8,32)"},
@@ -149,6 +152,13 @@ Result<PlanOptions> plan_options(const ArgParser& args, const ModelInput& model,
   LUMEN_ASSIGN_OR_RETURN(o.n_context, args.get_int("--context", o.n_prompt, 0, int64_t{1} << 24));
   LUMEN_ASSIGN_OR_RETURN(o.batches, parse_batches(args.get_or("--batch", "1,8,32")));
   LUMEN_ASSIGN_OR_RETURN(double kv_bits, args.get_float("--kv", 16, 1, 32));
+  if (const auto kv_type = args.get("--kv-type")) {
+    if (args.has("--kv")) return error("--kv-type: give one of --kv and --kv-type");
+    const DTypeInfo* info = find_dtype_by_name(*kv_type);
+    if (info == nullptr || !kernels::kv_cache_supports(info->dtype))
+      return error("--kv-type: '" + *kv_type + "' is not a KV cache type (" + kernels::kv_cache_type_names() + ")");
+    kv_bits = 8.0 * kv_bytes_per_elem({info->dtype, info->dtype}, 32);
+  }
   if (args.has("--weights") || !model.file_weights) {
     LUMEN_ASSIGN_OR_RETURN(double weight_bits, args.get_float("--weights", 16, 1, 32));
     o.chosen = make_precision(weight_bits, kv_bits);

@@ -208,7 +208,8 @@ BatchDefault default_max_batch_tokens(const std::string& model_path, const engin
   if (!file.ok()) return d;  // the engine's load reports the error
   ThreadPool pool(threads_or_all_cores(config.n_threads));
   const roofline::MachineRates rates = roofline::measure_machine_rates(pool);
-  auto knee = roofline::prefill_knee_tokens(*file, rates, static_cast<double>(row_bytes(config.kv_dtype, 1)));
+  // Bytes per element do not depend on the head size (a whole number of 32-element blocks).
+  auto knee = roofline::prefill_knee_tokens(*file, rates, kv_bytes_per_elem(config.kv_dtypes, 32));
   if (!knee.ok()) return d;
   d.knee_tokens = *knee;
   const int64_t chunk = std::max<int64_t>(*knee, kMinDefaultChunk);

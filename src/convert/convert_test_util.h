@@ -51,7 +51,7 @@ inline Result<std::vector<float>> model_logits(const std::string& path, const st
     c.head_dim = layout.head_dim;
     c.block_size = 16;
     c.n_blocks = n_blocks;
-    c.dtype = DType::kF32;
+    c.dtypes = {DType::kF32, DType::kF32};
     LUMEN_ASSIGN_OR_RETURN(kv::KvStorage s, kv::KvStorage::allocate(c));
     kv.push_back(std::move(s));
     views.push_back(kv.back().view());

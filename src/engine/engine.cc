@@ -7,6 +7,7 @@
 #include "base/log.h"
 #include "base/timer.h"
 #include "gguf/model_file.h"
+#include "kernels/ops.h"
 #include "spec/draft_model.h"
 #include "spec/ngram.h"
 
@@ -58,6 +59,24 @@ Engine::~Engine() = default;
 
 std::string_view Engine::kernel_name() const { return kernels::kernel_table_name(*kernels_); }
 
+Result<bool> resolve_flash_attn(FlashAttn mode, KvDTypes types) {
+  for (DType t : {types.k, types.v})
+    if (!kernels::kv_cache_supports(t))
+      return error("KV cache type '" + std::string(dtype_name(t)) + "' is not supported (" +
+                   kernels::kv_cache_type_names() + ")");
+  const bool needs_flash = kernels::kv_type_needs_flash(types.k) || kernels::kv_type_needs_flash(types.v);
+  switch (mode) {
+    case FlashAttn::kOn: return true;
+    case FlashAttn::kOff:
+      if (needs_flash)
+        return error("-fa off: a " + std::string(dtype_name(kernels::kv_type_needs_flash(types.k) ? types.k : types.v)) +
+                     " KV cache (--kv-type / -ctk / -ctv) is read by flash attention only; use -fa on or auto");
+      return false;
+    case FlashAttn::kAuto: break;
+  }
+  return needs_flash;
+}
+
 Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path, const EngineConfig& config_in,
                                                std::unique_ptr<spec::Proposer> proposer) {
   const double t0 = now_ms();
@@ -66,6 +85,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path, co
   if (config.max_batch_tokens <= 0) return error("--batch-size must be positive");
   if (config.max_seqs <= 0) return error("--max-seqs must be positive");
   if (config.block_size <= 0 || config.block_size > 1024) return error("--block-size must be in [1, 1024]");
+
+  LUMEN_ASSIGN_OR_RETURN(const bool flash, resolve_flash_attn(config.flash_attn, config.kv_dtypes));
+  config.flash_attn = flash ? FlashAttn::kOn : FlashAttn::kOff;
 
   LUMEN_ASSIGN_OR_RETURN(gguf::ModelFile file, gguf::open_model(model_path));
   LUMEN_ASSIGN_OR_RETURN(tok::Tokenizer tokenizer, tok::Tokenizer::from_model_file(file));
@@ -94,6 +116,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path, co
   limits.max_ctx = config.n_ctx;
   limits.n_threads = config.n_threads;
   limits.max_embd_rows = config.enable_embeddings ? config.max_batch_tokens : 0;
+  limits.flash_attn = flash;
   LUMEN_ASSIGN_OR_RETURN(model::Model model, model::Model::load(std::move(file), limits));
 
   std::unique_ptr<Engine> e(new Engine(std::move(model), std::move(tokenizer)));
@@ -118,7 +141,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path, co
   // The KV cache by layer group, as the model lays it out (model/kv_layout.h).
   kv::KvManagerConfig kc = kv::kv_config_for_layout(e->model_.kv_layout());
   kc.block_size = config.block_size;
-  kc.dtype = config.kv_dtype;
+  kc.dtypes = config.kv_dtypes;
   kc.n_ctx = config.n_ctx;
   kc.max_seqs = config.max_seqs;
   kc.max_batch_tokens = config.max_batch_tokens;
@@ -185,7 +208,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path, co
       dc.n_ctx = config.n_ctx;
       dc.max_batch_tokens = config.max_batch_tokens;
       dc.block_size = config.block_size;
-      dc.kv_dtype = config.kv_dtype;
+      dc.kv_dtypes = config.kv_dtypes;
+      dc.flash_attn = config.flash_attn == FlashAttn::kOn;
       dc.n_threads = config.n_threads;
       dc.interleave_weights = config.interleave_weights;
       dc.interleave_cache_dir = config.interleave_cache_dir;
@@ -212,10 +236,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path, co
   e->plan_.copies.reserve(static_cast<size_t>(config.max_seqs) * e->kv_.n_groups() * 2);
   e->running_.reserve(config.max_seqs);
   e->load_ms_ = now_ms() - t0;
-  LUMEN_LOG_INFO("engine: %s, %d layers, n_ctx %d, kv %s %.1f MiB in %d group(s), kernels %s, %d threads",
+  LUMEN_LOG_INFO("engine: %s, %d layers, n_ctx %d, kv %s/%s %.1f MiB in %d group(s), flash attention %s, "
+                 "kernels %s, %d threads",
                  std::string(model::arch_name(hp.arch)).c_str(), hp.n_layer, config.n_ctx,
-                 std::string(dtype_name(kc.dtype)).c_str(), e->kv_.total_bytes() / 1048576.0, e->kv_.n_groups(),
-                 std::string(e->kernel_name()).c_str(), config.n_threads);
+                 std::string(dtype_name(kc.dtypes.k)).c_str(), std::string(dtype_name(kc.dtypes.v)).c_str(),
+                 e->kv_.total_bytes() / 1048576.0, e->kv_.n_groups(),
+                 flash ? "on" : "off", std::string(e->kernel_name()).c_str(), config.n_threads);
   return e;
 }
 

@@ -37,6 +37,14 @@
 
 namespace lumen::engine {
 
+// llama.cpp's -fa values.
+enum class FlashAttn : uint8_t { kOff, kOn, kAuto };
+
+// Whether attention runs as flash attention for this mode and these cache types: kOn and
+// kOff as given (kOff with a type only flash attention reads is an error naming the
+// flags), kAuto chosen from measurements (engine.cc).
+Result<bool> resolve_flash_attn(FlashAttn mode, KvDTypes types);
+
 struct EngineConfig {
   int n_threads = 0;               // 0: all cores
   int32_t n_ctx = 0;               // per-sequence context; 0: min(trained context, 4096)
@@ -44,7 +52,10 @@ struct EngineConfig {
   int32_t max_seqs = 1;            // sequences running at once
   int32_t block_size = 16;         // KV block size in tokens
   int64_t kv_memory_bytes = 0;     // 0: enough for max_seqs full contexts
-  DType kv_dtype = DType::kF16;
+  KvDTypes kv_dtypes = {};         // K and V cache types (kernels::kv_cache_supports)
+  // Flash attention (kernels::flash_attention): on, off, or auto (create() resolves it to
+  // on or off: on for a cache type that needs it, see resolve_flash_attn).
+  FlashAttn flash_attn = FlashAttn::kAuto;
   int32_t max_logit_rows = 0;      // 0: max_seqs (set to max_batch_tokens for prompt logprobs)
   bool use_reference_kernels = false;
   // Copy the matrices at load into the kernels' row-interleaved layout (kernel_table.h):

@@ -23,7 +23,7 @@ kv::KvManager make_kv(int32_t n_blocks, int32_t budget, int32_t max_seqs, std::v
   c.n_kv_head = 1;
   c.head_dim = 2;
   c.block_size = kBs;
-  c.dtype = DType::kF32;
+  c.dtypes = {DType::kF32, DType::kF32};
   c.n_ctx = kBs * n_blocks;  // one sequence could fill the pool
   c.max_seqs = kv_max_seqs > 0 ? kv_max_seqs : max_seqs;  // what the sliding groups are sized for
   c.max_batch_tokens = budget;

@@ -171,16 +171,15 @@ void load_queries(const KernelTable& k, const PagedKvView& kv, const Heads& hs, 
   for (int32_t t = 0; t < hs.n_tok; ++t)
     std::memcpy(qf + t * n, hs.q + t * hs.q_tok_stride + static_cast<int64_t>(hs.h_begin) * kv.head_dim,
                 n * sizeof(float));
-  if (kv.dtype == DType::kF16) k.scale_round(qf, n * hs.n_tok, 1.0f, true);  // x * 1 is exact
+  if (kv.k_dtype == DType::kF16) k.scale_round(qf, n * hs.n_tok, 1.0f, true);  // x * 1 is exact
 }
 
 // Calls fn(j, n, src) for keys [j0, j1) of kv head h, at most kConvKeys and one block at a
 // time, with src = those n keys (or values, when `values`) as the cache stores them.
 template <typename Fn>
 void for_blocks(const PagedKvView& kv, int32_t h, int64_t j0, int64_t j1, bool values, Fn&& fn) {
-  const int32_t hd = kv.head_dim;
   const int32_t bs = kv.block_size;
-  const size_t block_bytes = static_cast<size_t>(bs) * hd * kv.elem_bytes();
+  const size_t block_bytes = static_cast<size_t>(bs) * kv.k_row_bytes();  // K and V: one type
   for (int64_t j = j0; j < j1;) {
     const int64_t n = std::min({kConvKeys, j1 - j, bs - j % bs});
     const std::byte* src = values ? kv.v_addr(j, h) : kv.k_addr(j, h);
@@ -201,7 +200,7 @@ template <typename Fn>
 void for_rows(const KernelTable& k, const PagedKvView& kv, int32_t h, int64_t j0, int64_t j1, bool values,
               float* conv, Fn&& fn) {
   for_blocks(kv, h, j0, j1, values, [&](int64_t j, int64_t n, const std::byte* src) {
-    if (kv.dtype == DType::kF16) {
+    if (kv.k_dtype == DType::kF16) {
       k.f16_to_f32(reinterpret_cast<const uint16_t*>(src), conv, n * kv.head_dim);
       fn(j, n, static_cast<const float*>(conv));
     } else {
@@ -215,7 +214,7 @@ void chunk_scores(const KernelTable& k, const PagedKvView& kv, const Heads& hs, 
                   int64_t j0, int64_t j1, float scale, float* scores, size_t scores_stride, float* kf) {
   const int32_t hd = kv.head_dim;
   const bool group = hd % kGroupDimMultiple == 0;
-  if (group && kv.dtype == DType::kF16 && k.attn_scores_group_f16 != nullptr) {
+  if (group && kv.k_dtype == DType::kF16 && k.attn_scores_group_f16 != nullptr) {
     for_blocks(kv, hs.kv_head, j0, j1, false, [&](int64_t j, int64_t n, const std::byte* src) {
       k.attn_scores_group_f16(reinterpret_cast<const uint16_t*>(src), n, qf, hs.n_rows(), hd, scale, scores + j,
                               scores_stride);
@@ -237,7 +236,7 @@ void chunk_pv(const KernelTable& k, const PagedKvView& kv, const Heads& hs, cons
               int64_t j0, int64_t j1, float* acc, size_t acc_stride, float* vf) {
   const int32_t hd = kv.head_dim;
   const bool group = hd % kGroupDimMultiple == 0;
-  if (group && kv.dtype == DType::kF16 && k.attn_accum_group_f16 != nullptr) {
+  if (group && kv.k_dtype == DType::kF16 && k.attn_accum_group_f16 != nullptr) {
     for_blocks(kv, hs.kv_head, j0, j1, true, [&](int64_t j, int64_t n, const std::byte* src) {
       k.attn_accum_group_f16(p + j, p_stride, reinterpret_cast<const uint16_t*>(src), n, hs.n_rows(), hd, acc,
                              acc_stride);
@@ -290,7 +289,7 @@ void softmax_row(const KernelTable& k, const AttentionParams& p, float* sc, int6
 void attend_tile(const KernelTable& k, const AttentionParams& p, const PagedKvView& kv, const Heads& hs,
                  int64_t n_kv0, float* out, int64_t out_tok_stride, const ThreadScratch& ts) {
   const int32_t hd = kv.head_dim;
-  const bool f16 = kv.dtype == DType::kF16;
+  const bool f16 = kv.k_dtype == DType::kF16;
   const int64_t j_begin = key_begin(p, n_kv0 - 1), j_end = n_kv0 + hs.n_tok - 1;
   load_queries(k, kv, hs, ts.qf);
   chunk_scores(k, kv, hs, ts.qf, j_begin, j_end, p.scale, ts.scores, ts.scores_stride, ts.kf);
@@ -324,7 +323,7 @@ void attend_split(const KernelTable& k, ThreadPool& pool, int n_active, const At
                   const PagedKvView& kv, const float* q, int64_t lo, int64_t n_kv, float* out, std::byte* scratch) {
   const int32_t hd = p.head_dim;
   const int32_t group = p.n_head / p.n_kv_head;
-  const bool f16 = kv.dtype == DType::kF16;
+  const bool f16 = kv.k_dtype == DType::kF16;
   const int64_t c0 = lo / kChunkKeys;
   const int64_t n_chunks = (n_kv - 1) / kChunkKeys + 1 - c0;
   std::byte* base = aligned(scratch);
@@ -405,7 +404,7 @@ size_t attention_scratch_bytes(const AttentionParams& p, int64_t n_tokens, int64
   const size_t per_token = static_cast<size_t>(n_threads) * thread_bytes(group, p.head_dim, n_ctx, true);
   const size_t split = split_bytes(p.n_head, p.head_dim, n_ctx) +
                        static_cast<size_t>(n_threads) * thread_bytes(group, p.head_dim, n_ctx, false);
-  return kAlign + std::max(per_token, split);
+  return std::max(kAlign + std::max(per_token, split), flash_attention_scratch_bytes(p, n_ctx, n_threads));
 }
 
 // Precondition: scratch holds attention_scratch_bytes(p, n_tokens, n_ctx, n_threads) bytes
@@ -415,7 +414,11 @@ void attention(const KernelTable& k, ThreadPool& pool, const AttentionParams& p,
                float* out, std::byte* scratch) {
   LUMEN_CHECK(p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0);
   LUMEN_CHECK(kv.n_kv_head == p.n_kv_head && kv.head_dim == p.head_dim);
-  LUMEN_CHECK(kv.dtype == DType::kF16 || kv.dtype == DType::kF32);
+  if (p.flash) {
+    flash_attention(k, pool, p, kv, q, pos0, n_tokens, out, scratch);
+    return;
+  }
+  LUMEN_CHECK((kv.k_dtype == DType::kF16 || kv.k_dtype == DType::kF32) && kv.v_dtype == kv.k_dtype);
   LUMEN_DCHECK((pos0 + n_tokens + kv.block_size - 1) / kv.block_size <=
                static_cast<int64_t>(kv.block_table.size()));
   LUMEN_CHECK(p.window >= 0 && p.softcap >= 0.0f);

@@ -9,6 +9,7 @@
 #include "base/check.h"
 #include "base/fp16.h"
 #include "kernels/kernel_table.h"
+#include "kernels/quant_blocks.h"
 #include "kernels/type_table.h"
 
 namespace lumen::kernels {
@@ -335,26 +336,59 @@ void add_bias(float* x, const float* bias, int64_t n_rows, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[r * n + i] += bias[i];
 }
 
-// The cache holds what ggml's cache holds: K (after RoPE) and V rounded to nearest-even
-// f16 (or exact f32).
+// The cache holds what ggml's cache holds: K (after RoPE) and V converted as ggml-cpu's
+// from_float of the cache type converts them: f16 / bf16 rounded to nearest even, q8_0 by
+// the activation quantizer (the same function on x86), q4_0 by ggml's reference quantizer;
+// f32 exact.
 void kv_store(const KernelTable& kt, const PagedKvView& kv, int64_t pos0, int64_t n_tokens, const float* k,
               const float* v) {
-  LUMEN_CHECK(kv.dtype == DType::kF16 || kv.dtype == DType::kF32);
   const int32_t hd = kv.head_dim;
+  auto store = [&](DType dtype, const float* x, std::byte* dst) {
+    switch (dtype) {
+      case DType::kF32: std::memcpy(dst, x, hd * sizeof(float)); return;
+      case DType::kF16: kt.f32_to_f16(x, reinterpret_cast<uint16_t*>(dst), hd); return;
+      case DType::kQ4_0: quantize_row_q4_0_kv(x, dst, hd); return;
+      default: {
+        const MatmulKernels* mk = find_matmul_kernels(kt, dtype);
+        LUMEN_CHECK(kv_cache_supports(dtype) && mk != nullptr && mk->act_dtype == dtype && mk->quantize_act);
+        mk->quantize_act(x, dst, hd);
+      }
+    }
+  };
   for (int64_t t = 0; t < n_tokens; ++t) {
     const int64_t pos = pos0 + t;
     LUMEN_DCHECK(pos / kv.block_size < static_cast<int64_t>(kv.block_table.size()));
     for (int32_t h = 0; h < kv.n_kv_head; ++h) {
-      const float* ks = k + (t * kv.n_kv_head + h) * hd;
-      const float* vs = v + (t * kv.n_kv_head + h) * hd;
-      if (kv.dtype == DType::kF32) {
-        std::memcpy(kv.k_addr(pos, h), ks, hd * sizeof(float));
-        std::memcpy(kv.v_addr(pos, h), vs, hd * sizeof(float));
-      } else {
-        kt.f32_to_f16(ks, reinterpret_cast<uint16_t*>(kv.k_addr(pos, h)), hd);
-        kt.f32_to_f16(vs, reinterpret_cast<uint16_t*>(kv.v_addr(pos, h)), hd);
+      store(kv.k_dtype, k + (t * kv.n_kv_head + h) * hd, kv.k_addr(pos, h));
+      store(kv.v_dtype, v + (t * kv.n_kv_head + h) * hd, kv.v_addr(pos, h));
+    }
+  }
+}
+
+// ggml's quantize_row_q4_0_ref: per 32 values, m = the value of largest magnitude (its
+// sign kept), d = m / -8, q = min(15, (int8)(x / d + 8.5)).
+void quantize_row_q4_0_kv(const float* x, std::byte* y, int64_t n) {
+  constexpr int kBlock = 32;
+  LUMEN_CHECK(n % kBlock == 0);
+  for (int64_t b = 0; b < n / kBlock; ++b) {
+    const float* xb = x + b * kBlock;
+    float amax = 0.0f, m = 0.0f;
+    for (int i = 0; i < kBlock; ++i) {
+      if (std::fabs(xb[i]) > amax) {
+        amax = std::fabs(xb[i]);
+        m = xb[i];
       }
     }
+    const float d = m / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    BlockQ4_0 blk{};
+    blk.d_f16 = f32_to_fp16(d);
+    for (int i = 0; i < kBlock / 2; ++i) {
+      const int q0 = std::min(15, static_cast<int>(static_cast<int8_t>(xb[i] * id + 8.5f)));
+      const int q1 = std::min(15, static_cast<int>(static_cast<int8_t>(xb[i + kBlock / 2] * id + 8.5f)));
+      blk.qs[i] = static_cast<uint8_t>(q0 | (q1 << 4));
+    }
+    std::memcpy(y + b * sizeof(BlockQ4_0), &blk, sizeof(BlockQ4_0));
   }
 }
 

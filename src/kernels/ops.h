@@ -112,10 +112,21 @@ void add_in_place(const KernelTable& k, float* x, const float* y, int64_t n);
 // x [n_rows][n] += bias[n]
 void add_bias(float* x, const float* bias, int64_t n_rows, int64_t n);
 
-// Writes K and V rows of n_tokens tokens at positions pos0.. into the cache (converting to
-// the cache dtype; F16 rounds to nearest even). k, v: [n_tokens][n_kv_head][head_dim].
+// The KV cache types attention reads (K and V independently): f32, f16, bf16, q8_0, q4_0
+// (llama.cpp's block layouts). Types other than f16 / f32 are read by flash attention only
+// (kv_type_needs_flash), as llama.cpp needs -fa for a quantized V (lumen also for K).
+bool kv_cache_supports(DType dtype);
+std::string kv_cache_type_names();  // "f32, f16, bf16, q8_0, q4_0", for error messages
+bool kv_type_needs_flash(DType dtype);
+
+// Writes K and V rows of n_tokens tokens at positions pos0.. into the cache, converted to
+// its K and V types as ggml-cpu converts them (F16 / BF16 round to nearest even, q8_0 as
+// the activation quantizer, q4_0 as ggml's reference quantizer).
+// k, v: [n_tokens][n_kv_head][head_dim]. Precondition: kv_cache_supports() both types.
 void kv_store(const KernelTable& kt, const PagedKvView& kv, int64_t pos0, int64_t n_tokens, const float* k,
               const float* v);
+// One row of n values (a multiple of 32) as q4_0 blocks, as ggml's quantize_row_q4_0_ref.
+void quantize_row_q4_0_kv(const float* x, std::byte* y, int64_t n);
 
 struct AttentionParams {
   int32_t n_head = 0;         // query heads
@@ -126,6 +137,8 @@ struct AttentionParams {
                               // position q sees the keys k with q - window < k <= q
   float softcap = 0.0f;       // > 0: s = softcap * tanh(s / softcap) on the scaled scores,
                               // before the softmax (Gemma 2)
+  bool flash = false;         // flash attention (flash_attention() below), else ggml's
+                              // non-flash numerics
 };
 
 // Causal attention of one sequence. q [n_tokens][n_head][head_dim] holds queries at
@@ -139,7 +152,17 @@ struct AttentionParams {
 void attention(const KernelTable& k, ThreadPool& pool, const AttentionParams& p,
                const PagedKvView& kv, const float* q, int64_t pos0, int64_t n_tokens,
                float* out, std::byte* scratch);
+// (Enough for either path, whatever p.flash says.)
 size_t attention_scratch_bytes(const AttentionParams& p, int64_t n_tokens, int64_t n_ctx,
                                int n_threads);
+
+// attention() with p.flash: an online softmax over the cache with f32 accumulation, the
+// numerics of llama.cpp's -fa (flash_attention.cc): Q converted to the K type's dot type,
+// scores by that type's dot product, V accumulated in f32. Reads every cache type of
+// kv_cache_supports(), K and V independently. Same preconditions as attention().
+void flash_attention(const KernelTable& k, ThreadPool& pool, const AttentionParams& p,
+                     const PagedKvView& kv, const float* q, int64_t pos0, int64_t n_tokens,
+                     float* out, std::byte* scratch);
+size_t flash_attention_scratch_bytes(const AttentionParams& p, int64_t n_ctx, int n_threads);
 
 }  // namespace lumen::kernels

@@ -332,15 +332,15 @@ struct KvFixture {
 
   KvFixture(DType dtype, int32_t n_kv_head, int32_t head_dim, int32_t block_size,
             int32_t n_blocks, std::mt19937& rng) {
-    view.dtype = dtype;
+    view.k_dtype = view.v_dtype = dtype;
     view.block_size = block_size;
     view.n_kv_head = n_kv_head;
     view.head_dim = head_dim;
-    view.block_stride_bytes = size_t(n_kv_head) * block_size * head_dim * view.elem_bytes();
+    view.set_dense_strides();
     // Physical storage has spare blocks; the sequence's blocks are shuffled within it.
     const int32_t n_physical = n_blocks + 3;
-    k_storage.assign(view.block_stride_bytes * n_physical, std::byte{0x7f});
-    v_storage.assign(view.block_stride_bytes * n_physical, std::byte{0x7f});
+    k_storage.assign(view.k_block_stride_bytes * n_physical, std::byte{0x7f});
+    v_storage.assign(view.v_block_stride_bytes * n_physical, std::byte{0x7f});
     std::vector<int32_t> perm(n_physical);
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), rng);
@@ -350,9 +350,10 @@ struct KvFixture {
     view.block_table = block_table;
     // A spare physical block filled with NaN (f16 0x7e00 / f32 0x7fc00000).
     nan_block = perm[n_blocks];
-    for (size_t i = 0; i < view.block_stride_bytes; i += view.elem_bytes()) {
-      std::byte* kb = k_storage.data() + nan_block * view.block_stride_bytes + i;
-      std::byte* vb = v_storage.data() + nan_block * view.block_stride_bytes + i;
+    const size_t elem = dtype == DType::kF32 ? 4 : 2;
+    for (size_t i = 0; i < view.k_block_stride_bytes; i += elem) {
+      std::byte* kb = k_storage.data() + nan_block * view.k_block_stride_bytes + i;
+      std::byte* vb = v_storage.data() + nan_block * view.v_block_stride_bytes + i;
       if (dtype == DType::kF16) {
         const uint16_t h = 0x7e00;
         std::memcpy(kb, &h, 2);

@@ -10,8 +10,17 @@
 namespace lumen::kv {
 
 size_t KvCacheConfig::bytes_per_token() const {
-  const size_t elem = dtype == DType::kF32 ? 4 : 2;
-  return size_t{2} * n_slots * n_kv_head * head_dim * elem;
+  return size_t{1} * n_slots * n_kv_head * (row_bytes(dtypes.k, head_dim) + row_bytes(dtypes.v, head_dim));
+}
+
+Status check_kv_dtypes(KvDTypes dtypes, int32_t head_dim) {
+  for (DType t : {dtypes.k, dtypes.v}) {
+    const uint32_t block = dtype_info(t).block_size;
+    if (head_dim <= 0 || head_dim % block != 0)
+      return error("kv cache: type '" + std::string(dtype_name(t)) + "' stores blocks of " + std::to_string(block) +
+                   " elements, which do not divide the head size " + std::to_string(head_dim));
+  }
+  return Status::ok_status();
 }
 
 size_t KvCacheConfig::total_bytes() const {
@@ -19,27 +28,25 @@ size_t KvCacheConfig::total_bytes() const {
 }
 
 Result<KvStorage> KvStorage::allocate(const KvCacheConfig& config) {
-  if (config.dtype != DType::kF16 && config.dtype != DType::kF32)
-    return error("kv cache: unsupported dtype '" + std::string(dtype_name(config.dtype)) +
-                 "' (f16 or f32)");
   if (config.n_slots <= 0 || config.n_kv_head <= 0 || config.head_dim <= 0 ||
       config.block_size <= 0 || config.n_blocks <= 0)
     return error("kv cache: every dimension must be positive");
+  LUMEN_TRY(check_kv_dtypes(config.dtypes, config.head_dim));
   KvStorage s;
   s.config_ = config;
   LUMEN_ASSIGN_OR_RETURN(s.memory_, HugeBuffer::allocate(config.total_bytes(), "kv cache"));
-  const size_t elem = config.dtype == DType::kF32 ? 4 : 2;
   KvStorageView& v = s.view_;
-  v.dtype = config.dtype;
+  v.dtypes = config.dtypes;
   v.n_slots = config.n_slots;
   v.n_blocks = config.n_blocks;
   v.block_size = config.block_size;
   v.n_kv_head = config.n_kv_head;
   v.head_dim = config.head_dim;
   v.base = s.memory_.data();
-  v.block_stride_bytes = size_t{1} * config.n_kv_head * config.block_size * config.head_dim * elem;
-  v.v_offset_bytes = v.block_stride_bytes * config.n_blocks;
-  v.slot_stride_bytes = 2 * v.v_offset_bytes;
+  v.k_block_stride_bytes = size_t{1} * config.n_kv_head * config.block_size * row_bytes(config.dtypes.k, config.head_dim);
+  v.v_block_stride_bytes = size_t{1} * config.n_kv_head * config.block_size * row_bytes(config.dtypes.v, config.head_dim);
+  v.v_offset_bytes = v.k_block_stride_bytes * config.n_blocks;
+  v.slot_stride_bytes = v.v_offset_bytes + v.v_block_stride_bytes * config.n_blocks;
   return s;
 }
 
@@ -49,8 +56,9 @@ void KvStorage::copy_block(int32_t src_id, int32_t dst_id) {
   for (int32_t slot = 0; slot < config_.n_slots; ++slot) {
     std::byte* k = view_.base + slot * view_.slot_stride_bytes;
     std::byte* v = k + view_.v_offset_bytes;
-    std::memcpy(k + dst_id * view_.block_stride_bytes, k + src_id * view_.block_stride_bytes, view_.block_stride_bytes);
-    std::memcpy(v + dst_id * view_.block_stride_bytes, v + src_id * view_.block_stride_bytes, view_.block_stride_bytes);
+    const size_t kb = view_.k_block_stride_bytes, vb = view_.v_block_stride_bytes;
+    std::memcpy(k + dst_id * kb, k + src_id * kb, kb);
+    std::memcpy(v + dst_id * vb, v + src_id * vb, vb);
   }
 }
 

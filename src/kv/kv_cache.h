@@ -27,15 +27,19 @@ struct KvCacheConfig {
   int32_t head_dim = 0;
   int32_t block_size = 16;  // token slots per block
   int32_t n_blocks = 0;
-  DType dtype = DType::kF16;  // F16 (llama.cpp's default) or F32
+  KvDTypes dtypes = {};  // K and V element types (F16: llama.cpp's default); rows of head_dim
+                    // elements, so head_dim must be a multiple of a quantized type's block
 
-  // Bytes of one token's K and V over all the group's layers.
+  // Bytes of one token's K and V over all the group's layers (the types' row bytes).
   size_t bytes_per_token() const;
   // Total bytes of the region.
   size_t total_bytes() const;
 };
 
-// Owns one group's KV region: [n_slots][2][n_blocks][n_kv_head][block_size][head_dim].
+// An error unless head_dim is a whole number of blocks of both types.
+Status check_kv_dtypes(KvDTypes dtypes, int32_t head_dim);
+
+// Owns one group's KV region: [n_slots][2][n_blocks][n_kv_head][block_size][row].
 // Move-only. Memory comes from mmap (anonymous) with MADV_HUGEPAGE.
 class KvStorage {
  public:

@@ -24,7 +24,9 @@ Result<std::vector<KvGroupPlan>> plan_kv_memory(const KvManagerConfig& c) {
   if (c.n_kv_head <= 0 || c.head_dim <= 0 || c.block_size <= 0 || c.n_ctx <= 0 || c.max_seqs <= 0 ||
       c.max_batch_tokens <= 0)
     return error("kv cache: every dimension must be positive");
-  const size_t elem = c.dtype == DType::kF32 ? 4 : 2;
+  LUMEN_TRY(check_kv_dtypes(c.dtypes, c.head_dim));
+  // Bytes of one token's K and V rows in one layer (the types' row sizes).
+  const size_t token_bytes = row_bytes(c.dtypes.k, c.head_dim) + row_bytes(c.dtypes.v, c.head_dim);
   const int64_t bs = c.block_size;
   const int64_t blocks_ctx = ceil_div(c.n_ctx, bs);
   std::vector<KvGroupPlan> plan(c.groups.size());
@@ -34,7 +36,7 @@ Result<std::vector<KvGroupPlan>> plan_kv_memory(const KvManagerConfig& c) {
     const KvGroupSpec& spec = c.groups[g];
     if (spec.n_slots <= 0 || spec.window < 0) return error("kv cache: group " + std::to_string(g) + " is empty");
     KvGroupPlan& p = plan[g];
-    p.block_bytes = size_t{2} * spec.n_slots * c.n_kv_head * c.head_dim * elem * c.block_size;
+    p.block_bytes = size_t{1} * spec.n_slots * c.n_kv_head * token_bytes * c.block_size;
     if (spec.window == 0) {
       any_full = true;
       p.n_blocks_per_seq = static_cast<int32_t>(blocks_ctx);
@@ -95,7 +97,7 @@ Result<KvManager> KvManager::create(const KvManagerConfig& config) {
     kc.head_dim = config.head_dim;
     kc.block_size = config.block_size;
     kc.n_blocks = grp.plan.n_blocks;
-    kc.dtype = config.dtype;
+    kc.dtypes = config.dtypes;
     LUMEN_ASSIGN_OR_RETURN(grp.storage, KvStorage::allocate(kc));
     grp.pool = BlockPool(kc.n_blocks, kc.block_size);
     // Keep a few blocks in reserve when others are running, so that a new admission does

@@ -56,7 +56,7 @@ struct KvManagerConfig {
   int32_t n_kv_head = 0;
   int32_t head_dim = 0;
   int32_t block_size = 16;
-  DType dtype = DType::kF16;
+  KvDTypes dtypes = {};          // K and V element types (kv_cache.h)
   int32_t n_ctx = 0;             // longest sequence
   int32_t max_seqs = 1;          // sequences running at once
   int32_t max_batch_tokens = 0;  // tokens per step at most (largest chunk of one sequence)

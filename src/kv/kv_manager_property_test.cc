@@ -47,7 +47,7 @@ class Driver {
     c.n_kv_head = 1;
     c.head_dim = 2;
     c.block_size = kBs;
-    c.dtype = DType::kF32;
+    c.dtypes = {DType::kF32, DType::kF32};
     c.n_ctx = kCtx;
     c.max_seqs = 3;
     c.max_batch_tokens = 8;

@@ -16,7 +16,7 @@ KvManagerConfig config(std::vector<KvGroupSpec> groups, int32_t bs = 4, int32_t 
   c.n_kv_head = 1;
   c.head_dim = 4;
   c.block_size = bs;
-  c.dtype = DType::kF32;
+  c.dtypes = {DType::kF32, DType::kF32};
   c.n_ctx = n_ctx;
   c.max_seqs = max_seqs;
   c.max_batch_tokens = max_batch;
@@ -112,7 +112,7 @@ TEST(KvManager, Gemma3At32kHoldsGlobalLayersFullyAndLocalLayersTheirWindow) {
   c.n_kv_head = 1;
   c.head_dim = 256;
   c.block_size = 16;
-  c.dtype = DType::kF16;
+  c.dtypes = {DType::kF16, DType::kF16};
   c.n_ctx = 32768;
   c.max_seqs = 1;
   c.max_batch_tokens = 512;

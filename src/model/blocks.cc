@@ -111,6 +111,7 @@ Workspace make_workspace(const HParams& hp, const std::vector<LayerSpec>& specs,
   kernels::AttentionParams ap{hp.n_head, hp.n_kv_head, hp.head_dim, 1.0f};
   scratch = std::max(scratch, kernels::attention_scratch_bytes(ap, T, limits.max_ctx, limits.n_threads));
   ws.scratch.resize(scratch + 64);
+  ws.flash_attn = limits.flash_attn;
   return ws;
 }
 
@@ -181,6 +182,7 @@ void attention_block(Pass& p, int32_t il, const float* xn, float* out) {
   }
   ap.window = s.attn == AttnKind::kSliding ? s.window : 0;
   ap.softcap = s.attn_softcap;
+  ap.flash = ws.flash_attn;
   // This layer's rows in its KV group (a CLA layer: its source layer's rows).
   const KvLayout::LayerKv& lkv = p.kv_layout.layers[il];
   LUMEN_DCHECK(own_kv == (lkv.source_layer < 0));

@@ -49,6 +49,7 @@ struct Workspace {
   std::vector<float> xe;             // [T][n_embd] the rows routed to one expert, gathered
   std::vector<float> ye;             // [T][n_embd] that expert's outputs
   std::vector<int32_t> pos;        // [T] position of each token
+  bool flash_attn = false;         // attention by kernels::flash_attention (ModelLimits)
 
   // RoPE: the distinct RopeSpecs of the layers ("sets"), the set of each layer (-1: NoPE),
   // and each set's angles for this pass ([T][n_rot / 2] cos and sin), computed once per

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "tensor/paged_kv_view.h"
 #include "base/status.h"
 
 namespace lumen::model {
@@ -58,6 +59,10 @@ struct KvLayout {
   // Bytes of one token's K and V in one group (all its slots), elem_bytes per element.
   size_t group_bytes_per_token(int32_t group, size_t elem_bytes) const {
     return size_t{2} * n_slots(group) * n_kv_head * head_dim * elem_bytes;
+  }
+  // The same for a cache of these K and V types (their row bytes).
+  size_t group_bytes_per_token(int32_t group, KvDTypes types) const {
+    return size_t{1} * n_slots(group) * n_kv_head * kv_token_bytes(types, head_dim);
   }
 };
 

@@ -59,6 +59,9 @@ struct ModelLimits {
   int32_t max_ctx = 4096;          // longest sequence (attention scratch)
   int n_threads = 1;               // most threads forward() may be given (per-thread scratch)
   int32_t max_embd_rows = 0;       // hidden-state rows per forward() (ForwardBatch::embd_rows)
+  // Attention by kernels::flash_attention (an online softmax, llama.cpp's -fa numerics)
+  // instead of ggml's non-flash numerics; needed for KV types other than f16 / f32.
+  bool flash_attn = false;
   // The weights of an mmapped file are always advised onto 2 MiB pages (MADV_HUGEPAGE);
   // the kernel maps them so where the page cache holds the file in 2 MiB folios, which it
   // does when the file was first read through such a mapping. A file already cached in

@@ -42,6 +42,7 @@ Result<std::unique_ptr<DraftModelProposer>> DraftModelProposer::create(const Dra
   limits.max_logit_rows = std::min(config.max_seqs, config.max_batch_tokens);
   limits.max_ctx = config.n_ctx + config.draft_max;
   limits.n_threads = config.n_threads;
+  limits.flash_attn = config.flash_attn;
   auto m = model::Model::load(std::move(*file), limits);
   if (!m.ok()) return error(what + m.message());
   if (config.interleave_weights) m->interleave_weights(kernels, pool, config.interleave_cache_dir);
@@ -49,7 +50,7 @@ Result<std::unique_ptr<DraftModelProposer>> DraftModelProposer::create(const Dra
   std::unique_ptr<DraftModelProposer> d(new DraftModelProposer(std::move(*m), config, kernels, pool));
   kv::KvManagerConfig kc = kv::kv_config_for_layout(d->model_.kv_layout());
   kc.block_size = config.block_size;
-  kc.dtype = config.kv_dtype;
+  kc.dtypes = config.kv_dtypes;
   kc.n_ctx = config.n_ctx + config.draft_max;
   kc.max_seqs = config.max_seqs;
   kc.max_batch_tokens = config.max_batch_tokens;

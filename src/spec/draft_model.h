@@ -42,7 +42,8 @@ struct DraftModelConfig {
   int32_t n_ctx = 4096;
   int32_t max_batch_tokens = 512;
   int32_t block_size = 16;
-  DType kv_dtype = DType::kF16;
+  KvDTypes kv_dtypes = {};
+  bool flash_attn = false;
   int n_threads = 1;
   bool interleave_weights = true;
   std::string interleave_cache_dir;

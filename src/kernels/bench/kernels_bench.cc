@@ -117,7 +117,7 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->UseRealTime()->MinTime(0.3);
 
 // args: table index, kv dtype, n_ctx, n_threads, n_tokens (the last n_tokens positions
-// are queries: 1 = decode, n_ctx = whole prefill)
+// are queries: 1 = decode, n_ctx = whole prefill), flash attention (0 / 1)
 void BM_Attention(benchmark::State& state) {
   const auto tables = available_kernel_tables();
   if (state.range(0) >= static_cast<int64_t>(tables.size())) {
@@ -134,13 +134,14 @@ void BM_Attention(benchmark::State& state) {
   p.head_dim = 64;
   p.scale = 0.125f;
   PagedKvView kv;
-  kv.dtype = dt;
+  kv.k_dtype = kv.v_dtype = dt;
+  p.flash = state.range(5) != 0;
   kv.block_size = 16;
   kv.n_kv_head = p.n_kv_head;
   kv.head_dim = p.head_dim;
-  kv.block_stride_bytes = size_t(kv.n_kv_head) * kv.block_size * kv.head_dim * kv.elem_bytes();
+  kv.set_dense_strides();
   const int32_t n_blocks = static_cast<int32_t>((n_ctx + 15) / 16);
-  std::vector<std::byte> ks(kv.block_stride_bytes * n_blocks), vs(ks.size());
+  std::vector<std::byte> ks(kv.k_block_stride_bytes * n_blocks), vs(kv.v_block_stride_bytes * n_blocks);
   std::vector<int32_t> table(n_blocks);
   for (int32_t i = 0; i < n_blocks; ++i) table[i] = (i * 7) % n_blocks == i ? i : i;
   kv.k_base = ks.data();
@@ -156,7 +157,7 @@ void BM_Attention(benchmark::State& state) {
     attention(k, pool, p, kv, q.data(), n_ctx - n_tokens, n_tokens, out.data(), scratch.data());
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetLabel(std::string(k.name) + (dt == DType::kF16 ? " f16" : " f32"));
+  state.SetLabel(std::string(k.name) + " " + std::string(dtype_name(dt)) + (p.flash ? " flash" : ""));
   // Query-key pairs (causal) x 14 heads x 2 dot products of 64 x 2 flop.
   double pairs = 0;
   for (int64_t t = 0; t < n_tokens; ++t) pairs += static_cast<double>(n_ctx - n_tokens + t + 1);
@@ -164,10 +165,12 @@ void BM_Attention(benchmark::State& state) {
                                                  benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_Attention)
-    ->ArgsProduct({{0, 1, 2}, {static_cast<int>(DType::kF16)}, {64, 128, 512, 4096}, {1, 2}, {1}})
-    ->Args({0, static_cast<int>(DType::kF16), 512, 1, 512})
-    ->Args({1, static_cast<int>(DType::kF16), 512, 1, 512})
-    ->Args({2, static_cast<int>(DType::kF16), 512, 1, 512})
+    ->ArgsProduct({{0, 1, 2}, {static_cast<int>(DType::kF16)}, {64, 128, 512, 4096}, {1, 2}, {1}, {0, 1}})
+    ->ArgsProduct({{0, 1, 2}, {static_cast<int>(DType::kQ8_0), static_cast<int>(DType::kQ4_0)}, {4096}, {1, 2}, {1}, {1}})
+    ->Args({0, static_cast<int>(DType::kF16), 512, 1, 512, 0})
+    ->Args({1, static_cast<int>(DType::kF16), 512, 1, 512, 0})
+    ->Args({2, static_cast<int>(DType::kF16), 512, 1, 512, 0})
+    ->Args({1, static_cast<int>(DType::kF16), 512, 1, 512, 1})
     ->UseRealTime();
 
 }  // namespace
