@@ -101,7 +101,7 @@ TEST(CliRun, AllThreeContainersRun) {
 
 TEST(CliRun, ContextLimitFinishesCleanly) {
   CmdResult r = run_lumen({"run", "-m", shared(kTiny), "-p", "Once upon a time", "-n", "500", "-c", "32",
-                           "--temp", "0", "--ignore-eos", "--json"});
+                           "--temp", "0", "--ignore-eos", "--json", "--no-context-shift"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["finish_reason"], "context_full");

@@ -84,6 +84,9 @@ std::string turn_line(const TurnStats& t, int64_t n_ctx) {
 
 class ChatSession {
  public:
+  // gen.context_shift: a conversation that outgrows the context drops its oldest turns,
+  // and a reply that fills it shifts (context_shift.h) keeping gen.n_keep tokens, or the
+  // BOS and system message when n_keep < 0.
   ChatSession(engine::Engine& eng, tok::ChatTemplate tmpl, engine::GenerationParams gen, bool verbose_prompt)
       : eng_(eng), tk_(eng.tokenizer()), tmpl_(std::move(tmpl)), gen_(gen), verbose_prompt_(verbose_prompt) {
     bos_ = tk_.bos_id() >= 0 ? std::string(tk_.token_text(tk_.bos_id())) : "";
@@ -110,6 +113,13 @@ class ChatSession {
     return ids;
   }
   void show_prompt(const std::string& prompt, const std::vector<int32_t>& ids) const;
+  // The conversation rendered and encoded for the next reply; with context shift, the
+  // oldest user/assistant turns (never the system message or the new message) are dropped
+  // first when it would leave less than a quarter of the context for the reply, down to
+  // half of the context (so that the next turns find it in the prefix cache again).
+  Result<std::vector<int32_t>> render_prompt(std::string* text);
+  // Tokens of the rendered prompt's start that the system message (and BOS) take.
+  int32_t system_tokens(std::span<const int32_t> ids) const;
   void print_stats() const;
 
   engine::Engine& eng_;
@@ -121,6 +131,40 @@ class ChatSession {
   std::vector<tok::ChatMessage> messages_;
   SessionStats stats_;
 };
+
+Result<std::vector<int32_t>> ChatSession::render_prompt(std::string* text) {
+  const int64_t n_ctx = eng_.config().n_ctx;
+  const size_t first_turn = !messages_.empty() && messages_[0].role == "system" ? 1 : 0;
+  int32_t n_dropped = 0;
+  for (;;) {
+    LUMEN_ASSIGN_OR_RETURN(*text, tmpl_.render(messages_, true, bos_, eos_));
+    std::vector<int32_t> ids = encode(*text);
+    const auto n = static_cast<int64_t>(ids.size());
+    const bool droppable = messages_.size() >= first_turn + 3 && messages_[first_turn].role == "user" &&
+                           messages_[first_turn + 1].role == "assistant";
+    const bool too_long = n_dropped == 0 ? n > n_ctx * 3 / 4 : n > n_ctx / 2;
+    if (!gen_.context_shift || !too_long || !droppable) {
+      if (n_dropped > 0)
+        std::printf("[context shift: the %d oldest message(s) left the conversation (%" PRId64 " tokens now)]\n",
+                    n_dropped, n);
+      return ids;
+    }
+    messages_.erase(messages_.begin() + static_cast<ptrdiff_t>(first_turn),
+                    messages_.begin() + static_cast<ptrdiff_t>(first_turn) + 2);
+    n_dropped += 2;
+  }
+}
+
+int32_t ChatSession::system_tokens(std::span<const int32_t> ids) const {
+  const int32_t n_bos = !ids.empty() && ids[0] == tk_.bos_id() ? 1 : 0;
+  if (messages_.empty() || messages_[0].role != "system") return n_bos;
+  auto sys = tmpl_.render(std::span(messages_).first(1), false, bos_, eos_);
+  if (!sys.ok()) return n_bos;
+  const std::vector<int32_t> sys_ids = encode(*sys);
+  // Kept only if the conversation's tokens start with it (templates may render it apart).
+  if (sys_ids.size() > ids.size() || !std::equal(sys_ids.begin(), sys_ids.end(), ids.begin())) return n_bos;
+  return static_cast<int32_t>(sys_ids.size());
+}
 
 void ChatSession::show_prompt(const std::string& prompt, const std::vector<int32_t>& ids) const {
   std::fprintf(stderr, "--- prompt (%zu tokens) ---\n%s\n--- tokens ---\n", ids.size(), prompt.c_str());
@@ -197,17 +241,18 @@ bool ChatSession::command(const std::string& line) {
 
 void ChatSession::turn(const std::string& text, InterruptFlag& interrupt) {
   messages_.push_back({"user", text});
-  auto prompt = tmpl_.render(messages_, true, bos_, eos_);
-  if (!prompt.ok()) {
-    std::fprintf(stderr, "error: chat template: %s\n", prompt.message().c_str());
+  std::string prompt;
+  auto ids = render_prompt(&prompt);
+  if (!ids.ok()) {
+    std::fprintf(stderr, "error: chat template: %s\n", ids.message().c_str());
     messages_.pop_back();
     return;
   }
   engine::Request req;
-  req.prompt_ids = encode(*prompt);
+  req.prompt_ids = std::move(ids).value();
   const int64_t n_prompt = static_cast<int64_t>(req.prompt_ids.size());
   const int32_t n_ctx = eng_.config().n_ctx;
-  if (verbose_prompt_) show_prompt(*prompt, req.prompt_ids);
+  if (verbose_prompt_) show_prompt(prompt, req.prompt_ids);
   if (n_prompt >= n_ctx) {
     std::printf("[the conversation is %" PRId64 " tokens and the context holds %d: /clear to start over, or restart "
                 "with a larger -c]\n", n_prompt, n_ctx);
@@ -215,6 +260,7 @@ void ChatSession::turn(const std::string& text, InterruptFlag& interrupt) {
     return;
   }
   req.params = gen_;
+  if (gen_.n_keep < 0) req.params.n_keep = system_tokens(req.prompt_ids);
   auto id = eng_.add_request(std::move(req));
   if (!id.ok()) {
     std::fprintf(stderr, "error: %s\n", id.message().c_str());
@@ -291,6 +337,7 @@ LineReader::ReadStatus read_message(LineReader& reader, std::string* message) {
 
 int cmd_chat(int argc, char** argv, int first) {
   std::vector<OptionSpec> specs = concat(engine_option_specs(), sampling_option_specs());
+  specs = concat(specs, context_shift_option_specs());
   specs.push_back({{"--system"}, "TEXT", "system message"});
   specs.push_back({{"--chat-template-file"}, "PATH", "use this Jinja chat template instead of the model's"});
   specs.push_back({{"--verbose-prompt"}, "", "show each turn's rendered prompt and its tokens (stderr)"});
@@ -307,6 +354,7 @@ int cmd_chat(int argc, char** argv, int first) {
     }
   }
   if (!args.has("--n-predict")) gen->max_tokens = 1 << 30;  // a reply runs to its end of turn
+
   std::string source;
   if (auto path = args.get("--chat-template-file")) {
     auto text = read_text_file(*path);
@@ -318,6 +366,12 @@ int cmd_chat(int argc, char** argv, int first) {
   }
   std::unique_ptr<engine::Engine> eng = load_engine_or_report(args, *config);
   if (!eng) return 1;
+  // n_keep < 0: the BOS and system message, counted at each turn (ChatSession).
+  const tok::Tokenizer& tk = eng->tokenizer();
+  if (Status st = context_shift_from_args(args, tk.add_bos() && tk.bos_id() >= 0 ? 1 : 0, -1, -1, &*gen); !st.ok()) {
+    std::fprintf(stderr, "error: %s\n", st.message().c_str());
+    return 2;
+  }
   if (source.empty()) source = eng->tokenizer().chat_template();
   if (source.empty()) {
     std::fprintf(stderr, "lumen chat: the model has no chat template; using ChatML\n");

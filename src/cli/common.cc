@@ -91,6 +91,27 @@ std::vector<OptionSpec> sampling_option_specs() {
   };
 }
 
+std::vector<OptionSpec> context_shift_option_specs() {
+  return {
+      {{"--keep"}, "N", "context shift: tokens kept after the BOS when a full context drops the oldest "
+                        "half of the rest (default: run 0, chat the system message; run -1: the prompt)"},
+      {{"--no-context-shift"}, "", "end the reply when the context is full instead of shifting it"},
+  };
+}
+
+Status context_shift_from_args(const ArgParser& args, int32_t n_bos, int32_t n_default, int32_t n_all,
+                               engine::GenerationParams* g) {
+  g->context_shift = !args.has("--no-context-shift");
+  if (!args.has("--keep")) {
+    g->n_keep = n_default;
+    return Status();
+  }
+  if (!g->context_shift) return error("--keep: there is no context shift (--no-context-shift)");
+  LUMEN_ASSIGN_OR_RETURN(int64_t keep, args.get_int("--keep", 0, -1, 1 << 20));
+  g->n_keep = keep < 0 ? n_all : static_cast<int32_t>(keep) + n_bos;
+  return Status();
+}
+
 std::vector<OptionSpec> concat(std::vector<OptionSpec> a, const std::vector<OptionSpec>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;

@@ -19,6 +19,13 @@ std::vector<OptionSpec> sampling_option_specs();
 std::vector<OptionSpec> spec_option_specs();
 // Fills *c from those flags (errors name the flag; a tuning flag without --spec is one).
 Status spec_config_from_args(const ArgParser& args, spec::SpecConfig* c);
+// --keep, --no-context-shift (lumen run and chat)
+std::vector<OptionSpec> context_shift_option_specs();
+// Sets g->context_shift and g->n_keep from those flags. --keep N counts tokens after the
+// BOS (as llama.cpp's): n_keep = N + n_bos; --keep -1: n_all (run: the whole prompt);
+// without --keep: n_default (run: the BOS; chat: BOS and system message).
+Status context_shift_from_args(const ArgParser& args, int32_t n_bos, int32_t n_default, int32_t n_all,
+                               engine::GenerationParams* g);
 std::vector<OptionSpec> concat(std::vector<OptionSpec> a, const std::vector<OptionSpec>& b);
 
 // --kv-type, -ctk, -ctv, -fa into *c (errors name the flag and the allowed values).

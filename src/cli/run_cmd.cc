@@ -14,6 +14,7 @@ namespace {
 
 std::vector<OptionSpec> run_specs() {
   std::vector<OptionSpec> s = concat(concat(engine_option_specs(), spec_option_specs()), sampling_option_specs());
+  s = concat(s, context_shift_option_specs());
   return concat(s, {
       {{"-p", "--prompt"}, "TEXT", "prompt text"},
       {{"-f", "--file"}, "PATH", "read the prompt from a file"},
@@ -111,6 +112,12 @@ int cmd_run(int argc, char** argv, int first) {
   req.prompt_ids = tk.encode(prompt, !args.has("--no-bos"), !args.has("--no-parse-special"));
   req.params = *gen;
   req.params.grammar = std::move(constraint).value();
+  const int32_t n_bos = !req.prompt_ids.empty() && req.prompt_ids[0] == tk.bos_id() ? 1 : 0;
+  if (Status st = context_shift_from_args(args, n_bos, n_bos, static_cast<int32_t>(req.prompt_ids.size()), &req.params);
+      !st.ok()) {
+    std::fprintf(stderr, "error: %s\n", st.message().c_str());
+    return 2;
+  }
   nlohmann::json out;
   out["prompt_ids"] = req.prompt_ids;
   auto id = eng->add_request(std::move(req));

@@ -255,6 +255,7 @@ Status Engine::validate(const Request& request) const {
   for (int32_t id : request.prompt_ids)
     if (id < 0 || id >= n_vocab) return error("prompt: token id " + std::to_string(id) + " out of range");
   if (p.max_tokens < 0) return error("max_tokens: must be >= 0, got " + std::to_string(p.max_tokens));
+  if (p.n_keep < 0) return error("n_keep: must be >= 0, got " + std::to_string(p.n_keep));
   if (p.top_logits < 0 || p.top_logits > n_vocab) return error("top_logits: out of range");
   if (p.prompt_logprobs && config_.max_logit_rows < config_.max_batch_tokens)
     return error("prompt_logprobs: engine was created without room for prompt logits");
@@ -636,6 +637,10 @@ std::span<RequestEvent> Engine::step() {
   n_events_ = 0;
   processor_->begin_step();
   if (!has_work()) return {};
+  for (SchedSeq* s : running_) {  // completions that filled the context last step and go on
+    Sequence& seq = *seqs_.at(s->seq_id);
+    if (!seq.finished && static_cast<int64_t>(seq.tokens.size()) > config_.n_ctx) shift_context(seq);
+  }
   propose_drafts();
   scheduler_.schedule(running_, waiting_, kv_, plan_);
   trim_drafts(plan_);

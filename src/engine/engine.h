@@ -95,6 +95,7 @@ struct EngineMetrics {
   uint64_t generated_tokens = 0;
   uint64_t cached_tokens = 0;
   uint64_t preemptions = 0;
+  uint64_t context_shifts = 0;    // completions that filled the context and shifted (run, chat)
   uint64_t requests_finished = 0;
   uint64_t steps = 0;
   // speculative decoding (vLLM's spec_decode names where they exist)
@@ -174,6 +175,9 @@ class Engine {
 
   Sequence* find_running(uint64_t seq_id);
   void fork_completions(Sequence& parent);
+  // Context shift (context_shift.h) of a completion whose tokens outgrew the context: drops
+  // the oldest half after its n_keep tokens and sets its KV back to what stays valid.
+  void shift_context(Sequence& seq);
   // Speculation, around the scheduler: proposals appended to caught-up sequences before
   // it plans, trimmed to what it scheduled after, verified and rolled back after forward.
   void init_spec(Sequence& seq) const;

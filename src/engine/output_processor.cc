@@ -5,6 +5,7 @@
 
 #include "base/check.h"
 #include "base/timer.h"
+#include "engine/context_shift.h"
 #include "spec/rejection.h"
 
 namespace lumen::engine {
@@ -41,6 +42,11 @@ std::vector<std::pair<int32_t, float>> top_logits(std::span<const float> logits,
 }
 
 }  // namespace
+
+bool OutputProcessor::can_shift_context(const Sequence& seq) const {
+  const GenerationParams& p = seq.req->params;
+  return p.context_shift && !p.prompt_logprobs && plan_context_shift(n_ctx_, p.n_keep).n_discard > 0;
+}
 
 OutputProcessor::OutputProcessor(const tok::Tokenizer& tokenizer, int32_t n_ctx, int32_t max_seqs, int32_t n_vocab)
     : tokenizer_(tokenizer), n_ctx_(n_ctx), probs_(static_cast<size_t>(n_vocab)) {
@@ -209,7 +215,7 @@ void OutputProcessor::process_new_token(Sequence& seq, int32_t token_id, std::sp
     finish(seq, FinishReason::kStop, ev);
   } else if (seq.n_generated >= req.params.max_tokens) {
     finish(seq, FinishReason::kLength, ev);
-  } else if (static_cast<int64_t>(seq.tokens.size()) > n_ctx_) {
+  } else if (static_cast<int64_t>(seq.tokens.size()) > n_ctx_ && !can_shift_context(seq)) {
     finish(seq, FinishReason::kContextFull, ev);  // the next token would not fit
   }
 }

@@ -74,6 +74,9 @@ class OutputProcessor {
   std::span<RequestState* const> finished_requests() const { return done_; }
 
   uint64_t n_generated_tokens() const { return n_generated_tokens_; }
+  // Whether a completion that filled the context goes on after a context shift
+  // (context_shift.h; the engine shifts it before the next step) instead of finishing.
+  bool can_shift_context(const Sequence& seq) const;
 
   // Called with the logits of every prompt row that scores a prompt token, of requests that
   // ask for prompt_logprobs (Engine::set_prompt_logits_observer).

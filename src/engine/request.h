@@ -48,6 +48,12 @@ struct GenerationParams {
   // L2-normalised; nothing is sampled. Needs max_tokens == 0, n == 1, no grammar or
   // logprobs, and an engine created with EngineConfig::enable_embeddings.
   Pooling embed = Pooling::kNone;
+  // Context shift (llama.cpp's; `lumen run` and `lumen chat`): a completion that fills the
+  // context while generating keeps its first n_keep tokens, drops the oldest half of the
+  // rest and goes on (context_shift.h). Off: it ends with FinishReason::kContextFull.
+  // Not with prompt_logprobs (the prompt's positions would move).
+  bool context_shift = false;
+  int32_t n_keep = 0;                 // tokens kept at the start (clamped to the context)
 };
 
 struct TokenLogprob {

@@ -300,6 +300,39 @@ Status tool_grammar(const ServingState& state, ParsedRequest& pr) {
   return Status();
 }
 
+// The opt-in truncations (README "Context limits"), before fit_context checks the rest.
+// "truncation": "auto" drops the oldest turn (a user message and the replies after it) while
+// the prompt leaves no room for max_tokens (or for one token, without max_tokens), keeping
+// the leading system messages and the latest user turn; "truncate_prompt_tokens": k keeps
+// the last k tokens (-1: the room).
+Status truncate_prompt(const ServingState& state, ParsedRequest& pr, std::vector<int32_t>* ids) {
+  const int64_t room = state.limits.n_ctx - (pr.max_tokens_given ? pr.params.max_tokens : 1);
+  if (pr.truncate_oldest_turns) {
+    std::vector<tok::ChatMessage>& m = pr.messages;
+    for (;;) {
+      if (static_cast<int64_t>(ids->size()) <= room) break;
+      size_t first = 0;  // the oldest turn starts after the leading system messages
+      while (first < m.size() && m[first].role == "system") ++first;
+      size_t last_user = m.size();
+      for (size_t i = m.size(); i-- > first;)
+        if (m[i].role == "user") {
+          last_user = i;
+          break;
+        }
+      if (first >= last_user || last_user == m.size()) break;  // nothing older than the latest user turn
+      size_t end = first + 1;  // the turn: its user message and what answers it
+      while (end < last_user && m[end].role != "user") ++end;
+      m.erase(m.begin() + static_cast<ptrdiff_t>(first), m.begin() + static_cast<ptrdiff_t>(end));
+      LUMEN_ASSIGN_OR_RETURN(*ids, chat_prompt_ids(state, pr));  // (with its tools, if any)
+    }
+  }
+  if (pr.truncate_prompt_tokens != 0) {
+    const int64_t k = pr.truncate_prompt_tokens > 0 ? pr.truncate_prompt_tokens : std::max<int64_t>(room, 1);
+    if (static_cast<int64_t>(ids->size()) > k) ids->erase(ids->begin(), ids->end() - k);
+  }
+  return Status();
+}
+
 // Context arithmetic: the prompt must leave room, and prompt + max_tokens must fit.
 Status fit_context(const ServingState& state, ParsedRequest& pr, int32_t n_prompt) {
   const int32_t n_ctx = state.limits.n_ctx;
@@ -363,6 +396,7 @@ void handle_generation(const ServingState& state, const HandlerEnv& env, Endpoin
   if (Status st = tool_grammar(state, pr); !st.ok()) return send_error(res, api_error_from_status(st));
   auto ids = prompt_ids(state, pr);
   if (!ids.ok()) return send_error(res, api_error_from_status(ids.status()));
+  if (Status st = truncate_prompt(state, pr, &*ids); !st.ok()) return send_error(res, api_error_from_status(st));
   const int32_t n_prompt = static_cast<int32_t>(ids->size());
   if (Status st = fit_context(state, pr, n_prompt); !st.ok()) return send_error(res, api_error_from_status(st));
   res.set_header("X-Routing-Key", routing_key(req.header_value("X-Session-Id"), pr.user, pr.params.cache_salt, *ids));

@@ -518,6 +518,24 @@ Status parse_logprobs(const ObjectReader& r, Endpoint endpoint, const ParserLimi
   return Status();
 }
 
+// "truncation" (OpenAI's values) and vLLM's "truncate_prompt_tokens".
+Status parse_truncation(const ObjectReader& r, Endpoint endpoint, const ParserLimits& limits, ParsedRequest* out) {
+  std::string truncation;
+  LUMEN_TRY(r.read_string("truncation", 64, &truncation));
+  if (!truncation.empty() && truncation != "auto" && truncation != "disabled")
+    return field_error("truncation", "must be \"auto\" or \"disabled\", got '" + truncation + "'");
+  if (truncation == "auto" && endpoint != Endpoint::kChatCompletions)
+    return field_error("truncation", "\"auto\" drops chat turns: only on /v1/chat/completions "
+                                     "(truncate_prompt_tokens cuts a prompt)");
+  out->truncate_oldest_turns = truncation == "auto";
+  int64_t k = 0;
+  bool has_k = false;
+  LUMEN_TRY(r.read_int("truncate_prompt_tokens", -1, limits.n_ctx, &k, &has_k));
+  if (has_k && k == 0) return field_error("truncate_prompt_tokens", "must be >= 1 or -1, got 0");
+  out->truncate_prompt_tokens = static_cast<int32_t>(k);
+  return Status();
+}
+
 Status parse_generation(const Json& j, Endpoint endpoint, const ParserLimits& limits, ParsedRequest* out) {
   const ObjectReader r(j, "");
   out->endpoint = endpoint;
@@ -562,6 +580,7 @@ Status parse_generation(const Json& j, Endpoint endpoint, const ParserLimits& li
                          "cannot be combined with tools (use tool_choice \"none\")");
   }
   LUMEN_TRY(r.read_string("user", 256, &out->user));  // a routing key (routing_key.h)
+  LUMEN_TRY(parse_truncation(r, endpoint, limits, out));
 
   LUMEN_TRY(r.read_bool("stream", &out->stream));
   if (const Json* so = r.get("stream_options")) {

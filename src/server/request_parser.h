@@ -91,6 +91,13 @@ struct ParsedRequest {
   bool stream = false;
   bool include_usage = false;                 // stream_options.include_usage
   std::string user;                           // OpenAI's end-user id (a routing key, routing_key.h)
+  // Prompts that do not fit the context (README "Context limits"): by default a 400 naming
+  // the limit. "truncation": "auto" (the OpenAI Responses API's name; chat only) drops the
+  // oldest turns, keeping the system messages and the latest user turn; vLLM's
+  // "truncate_prompt_tokens": k keeps the prompt's last k tokens (-1: as many as leave room
+  // for max_tokens).
+  bool truncate_oldest_turns = false;
+  int32_t truncate_prompt_tokens = 0;         // 0: none
 };
 
 // Parses and checks one request body. Errors are kInvalidArgument with a message
