@@ -5,19 +5,25 @@
 // sequence shares.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <filesystem>
+
 #include "base/shared_dir.h"
 #include "engine/context_shift.h"
 #include "engine/engine.h"
+#include "run_lumen.h"
 
 namespace lumen::engine {
 namespace {
 
 constexpr int32_t kCtx = 64;
 
-std::unique_ptr<Engine> make_engine(const std::string& path, int32_t max_seqs = 1, int32_t n_ctx = kCtx) {
+std::unique_ptr<Engine> make_engine(const std::string& path, int32_t max_seqs = 1,
+                                    ContextShiftMode mode = ContextShiftMode::kRecompute) {
   EngineConfig c;
+  c.context_shift_mode = mode;
   c.n_threads = 2;
-  c.n_ctx = n_ctx;
+  c.n_ctx = kCtx;
   c.max_batch_tokens = 32;  // recomputing the rest takes more than one chunk
   c.max_seqs = max_seqs;
   c.block_size = 16;
@@ -39,6 +45,7 @@ Request greedy(const std::vector<int32_t>& prompt, int32_t n, bool shift, int32_
 
 struct Out {
   std::vector<int32_t> tokens;
+  std::vector<std::vector<std::pair<int32_t, float>>> top;  // per token, with top_logits
   FinishReason reason = FinishReason::kNone;
 };
 
@@ -48,6 +55,7 @@ std::map<RequestId, Out> drain(Engine& e, std::map<RequestId, Out> out = {}) {
     for (RequestEvent& ev : e.step()) {
       Out& o = out[ev.request_id];
       o.tokens.insert(o.tokens.end(), ev.new_token_ids.begin(), ev.new_token_ids.end());
+      o.top.insert(o.top.end(), ev.top.begin(), ev.top.end());
       if (ev.finished) o.reason = ev.finish_reason;
     }
   }
@@ -147,12 +155,57 @@ TEST(ContextShiftOff, KeepingEverythingEndsWithContextFull) {
   EXPECT_FALSE(e->add_request(bad).ok());
 }
 
+// Re-RoPE on a one-layer model: layer 0's K/V of a token depend on the token alone, so the
+// moved rows are what a fresh run stores at the new positions, up to one more F16 rounding
+// of K: the logits after the shift are a fresh run's within that, and so is the greedy text.
+// (With more layers the moved rows also carry what the dropped tokens contributed, as in
+// llama.cpp's shift: not a fresh run's.)
+TEST(ContextShiftReRope, OneLayerModelMatchesAFreshRun) {
+  const std::string path = ::testing::TempDir() + "lumen_shift_1layer_" + std::to_string(getpid()) + ".gguf";
+  const lumen::testing::CmdResult r = lumen::testing::run_lumen(
+      {"synth", "--preset", "tiny-llama", "--layers", "1", "--type", "f32", "--seed", "3", "-o", path});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const int32_t n_keep : {5, 16}) {
+    SCOPED_TRACE("n_keep " + std::to_string(n_keep));
+    auto e = make_engine(path, 1, ContextShiftMode::kReRope);
+    ASSERT_TRUE(e);
+    const std::vector<int32_t> prompt = prompt_of(*e, 20);
+    Request req = greedy(prompt, kCtx + 8, true, n_keep);
+    req.params.top_logits = 4;
+    ASSERT_TRUE(e->add_request(req).ok());
+    const Out shifted = drain(*e).begin()->second;
+    ASSERT_EQ(shifted.tokens.size(), static_cast<size_t>(kCtx + 8));
+    EXPECT_GE(e->metrics().context_shifts, 1u);  // the next one comes 8 or more tokens later
+    EXPECT_EQ(e->check_invariants(), "");
+    std::vector<int32_t> stream = prompt;
+    stream.insert(stream.end(), shifted.tokens.begin(), shifted.tokens.end());
+    const std::vector<int32_t> kept = kept_at_first_shift(stream, n_keep);
+    auto fresh_engine = make_engine(path);
+    Request fr = greedy(kept, 8, false);
+    fr.params.top_logits = 4;
+    ASSERT_TRUE(fresh_engine->add_request(fr).ok());
+    const Out fresh = drain(*fresh_engine).begin()->second;
+    const size_t first_after = kCtx + 1 - prompt.size();  // generated index of the first token after the shift
+    ASSERT_EQ(fresh.top.size(), 8u);
+    for (size_t j = 0; j < 8; ++j) {
+      EXPECT_EQ(shifted.tokens[first_after + j], fresh.tokens[j]) << "token " << j;
+      for (size_t t = 0; t < 4; ++t) {
+        EXPECT_EQ(shifted.top[first_after + j][t].first, fresh.top[j][t].first) << "token " << j;
+        EXPECT_NEAR(shifted.top[first_after + j][t].second, fresh.top[j][t].second, 1e-2) << "token " << j;
+      }
+    }
+  }
+  std::filesystem::remove(path);
+}
+
 // A second request shares the first's prompt blocks through the prefix cache while the
 // first shifts (n_keep inside the shared block 0, which the shift then writes): the
 // second's output is what it generates alone, and the first's is a fresh run's.
-TEST(ContextShiftSharing, SharedBlocksAreNotWritten) {
+class ContextShiftSharing : public ::testing::TestWithParam<ContextShiftMode> {};
+
+TEST_P(ContextShiftSharing, SharedBlocksAreNotWritten) {
   const std::string path = case_path("stories260K");
-  auto e = make_engine(path, 2);
+  auto e = make_engine(path, 2, GetParam());
   auto solo = make_engine(path, 1);
   ASSERT_TRUE(e && solo);
   const std::vector<int32_t> a = prompt_of(*e, 50);
@@ -175,9 +228,27 @@ TEST(ContextShiftSharing, SharedBlocksAreNotWritten) {
   std::vector<int32_t> stream = a;
   stream.insert(stream.end(), out[*id_a].tokens.begin(), out[*id_a].tokens.end());
   const std::vector<int32_t> kept = kept_at_first_shift(stream, 5);
-  ASSERT_TRUE(solo->add_request(greedy(kept, n_a - (kCtx + 1 - 50), false)).ok());
-  EXPECT_EQ(drain(*solo).begin()->second.tokens, std::vector<int32_t>(stream.begin() + kCtx + 1, stream.end()));
+  if (GetParam() == ContextShiftMode::kRecompute) {
+    ASSERT_TRUE(solo->add_request(greedy(kept, n_a - (kCtx + 1 - 50), false)).ok());
+    EXPECT_EQ(drain(*solo).begin()->second.tokens, std::vector<int32_t>(stream.begin() + kCtx + 1, stream.end()));
+  }
+  // The shifted completion's blocks were registered in the prefix cache only if they hold
+  // what a fresh run computes (never after a re-RoPE): a request for its kept tokens gets
+  // the same output from this engine as from a fresh one.
+  auto id_c = e->add_request(greedy(kept, 16, false));
+  ASSERT_TRUE(id_c.ok());
+  const Out c = drain(*e)[*id_c];
+  auto fresh = make_engine(path, 1);
+  ASSERT_TRUE(fresh->add_request(greedy(kept, 16, false)).ok());
+  EXPECT_EQ(c.tokens, drain(*fresh).begin()->second.tokens);
+  EXPECT_EQ(e->check_invariants(), "");
 }
+
+INSTANTIATE_TEST_SUITE_P(Modes, ContextShiftSharing,
+                         ::testing::Values(ContextShiftMode::kReRope, ContextShiftMode::kRecompute),
+                         [](const auto& info) {
+                           return std::string(info.param == ContextShiftMode::kReRope ? "rerope" : "recompute");
+                         });
 
 }  // namespace
 }  // namespace lumen::engine

@@ -347,7 +347,8 @@ int cmd_chat(int argc, char** argv, int first) {
   if (!parse_or_report(args, argc, argv, first, rc)) return rc;
   auto config = engine_config_from_args(args);
   auto gen = generation_params_from_args(args);
-  for (const Status* st : {&config.status(), &gen.status()}) {
+  const Status shift_st = config.ok() ? context_shift_mode_from_args(args, &*config) : Status::ok_status();
+  for (const Status* st : {&config.status(), &gen.status(), &shift_st}) {
     if (!st->ok()) {
       std::fprintf(stderr, "error: %s\n", st->message().c_str());
       return 2;

@@ -96,7 +96,18 @@ std::vector<OptionSpec> context_shift_option_specs() {
       {{"--keep"}, "N", "context shift: tokens kept after the BOS when a full context drops the oldest "
                         "half of the rest (default: run 0, chat the system message; run -1: the prompt)"},
       {{"--no-context-shift"}, "", "end the reply when the context is full instead of shifting it"},
+      {{"--shift-mode"}, "MODE", "context shift: 'rerope' (default: the kept cache's K rotated to its new "
+                                 "positions, as llama.cpp) or 'recompute' (exact: what a fresh run over the kept "
+                                 "tokens gives; always used with sliding windows)"},
   };
+}
+
+Status context_shift_mode_from_args(const ArgParser& args, engine::EngineConfig* c) {
+  const std::string mode = args.get_or("--shift-mode", "rerope");
+  if (mode == "rerope") c->context_shift_mode = engine::ContextShiftMode::kReRope;
+  else if (mode == "recompute") c->context_shift_mode = engine::ContextShiftMode::kRecompute;
+  else return error("--shift-mode: '" + mode + "' is not a mode (rerope or recompute)");
+  return Status();
 }
 
 Status context_shift_from_args(const ArgParser& args, int32_t n_bos, int32_t n_default, int32_t n_all,

@@ -19,8 +19,10 @@ std::vector<OptionSpec> sampling_option_specs();
 std::vector<OptionSpec> spec_option_specs();
 // Fills *c from those flags (errors name the flag; a tuning flag without --spec is one).
 Status spec_config_from_args(const ArgParser& args, spec::SpecConfig* c);
-// --keep, --no-context-shift (lumen run and chat)
+// --keep, --no-context-shift, --shift-mode (lumen run and chat)
 std::vector<OptionSpec> context_shift_option_specs();
+// --shift-mode rerope|recompute -> c->context_shift_mode.
+Status context_shift_mode_from_args(const ArgParser& args, engine::EngineConfig* c);
 // Sets g->context_shift and g->n_keep from those flags. --keep N counts tokens after the
 // BOS (as llama.cpp's): n_keep = N + n_bos; --keep -1: n_all (run: the whole prompt);
 // without --keep: n_default (run: the BOS; chat: BOS and system message).

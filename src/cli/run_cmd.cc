@@ -77,7 +77,8 @@ int cmd_run(int argc, char** argv, int first) {
   auto gen = generation_params_from_args(args);
   auto top_logits = args.get_int("--top-logits", 0, 0, 1 << 20);
   const Status spec_st = config.ok() ? spec_config_from_args(args, &config->spec) : Status::ok_status();
-  for (const Status* st : {&config.status(), &gen.status(), &top_logits.status(), &spec_st}) {
+  const Status shift_st = config.ok() ? context_shift_mode_from_args(args, &*config) : Status::ok_status();
+  for (const Status* st : {&config.status(), &gen.status(), &top_logits.status(), &spec_st, &shift_st}) {
     if (!st->ok()) {
       std::fprintf(stderr, "error: %s\n", st->message().c_str());
       return 2;

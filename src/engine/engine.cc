@@ -235,6 +235,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path, co
   e->plan_.preempted.reserve(config.max_seqs);
   e->plan_.copies.reserve(static_cast<size_t>(config.max_seqs) * e->kv_.n_groups() * 2);
   e->running_.reserve(config.max_seqs);
+  e->shift_src_.reserve(e->kv_.n_groups());
+  e->shift_dst_.reserve(e->kv_.n_groups());
   e->load_ms_ = now_ms() - t0;
   LUMEN_LOG_INFO("engine: %s, %d layers, n_ctx %d, kv %s/%s %.1f MiB in %d group(s), flash attention %s, "
                  "kernels %s, %d threads",
@@ -697,6 +699,13 @@ std::span<RequestEvent> Engine::step() {
       continue;
     }
     Scheduler::on_computed(seq.sched, c.n_tokens, kv_);
+    if (seq.shift_t0_ms > 0 && c.catches_up) {  // a context shift's recompute is done
+      const double ms = now_ms() - seq.shift_t0_ms;
+      counters_.context_shift_ms += ms;
+      seq.shift_t0_ms = 0;
+      LUMEN_LOG_INFO("engine: context shift of request %llu: recomputed the rest (%lld tokens in the cache) in %.2f ms",
+                     static_cast<unsigned long long>(req.id), static_cast<long long>(seq.sched.n_tokens_computed), ms);
+    }
     // n > 1: when the prompt is done, the other completions fork from this one and sample
     // their first tokens from the same row.
     const bool fork = c.catches_up && req.params.n > 1 && !req.forked && seq.n_generated < req.params.max_tokens;

@@ -21,6 +21,7 @@
 #include "base/progress.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
+#include "engine/context_shift.h"
 #include "engine/model_runner.h"
 #include "engine/output_processor.h"
 #include "engine/request.h"
@@ -77,6 +78,8 @@ struct EngineConfig {
   bool enable_embeddings = false;
   // Speculative decoding (spec/): off unless a proposer is chosen.
   spec::SpecConfig spec = {};
+  // How requests that ask for a context shift shift (context_shift.h).
+  ContextShiftMode context_shift_mode = ContextShiftMode::kReRope;
 };
 
 // Counters and gauges for /metrics (a consistent snapshot).
@@ -96,6 +99,7 @@ struct EngineMetrics {
   uint64_t cached_tokens = 0;
   uint64_t preemptions = 0;
   uint64_t context_shifts = 0;    // completions that filled the context and shifted (run, chat)
+  double context_shift_ms = 0;    // spent on them: moving rows (re-RoPE) or recomputing the rest
   uint64_t requests_finished = 0;
   uint64_t steps = 0;
   // speculative decoding (vLLM's spec_decode names where they exist)
@@ -223,6 +227,8 @@ class Engine {
   std::vector<Sequence*> drafted_;       // [<= max_seqs] sequences holding proposals this step
   std::vector<int32_t> draft_k_;         // [<= max_seqs] k each candidate would propose
   spec::StepCosts step_costs_;           // measured at start (spec.measure_cost)
+  kv::KvMove shift_move_;                // a re-RoPE context shift's old tables
+  std::vector<std::span<const int32_t>> shift_src_, shift_dst_;  // [n_groups] its tables
   double propose_ms_per_pos_ = 0;        // proposer time per proposed position (decayed mean)
   size_t n_events_ = 0;                  // events_ written this step
 };

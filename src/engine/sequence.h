@@ -50,6 +50,7 @@ struct Sequence {
   std::vector<double> embd_sum;  // [n_embd] embedding request: pooled hidden states so far
   int64_t n_embd_pooled = 0;     // rows summed into embd_sum
   bool finished = false;
+  double shift_t0_ms = 0;  // a context shift's recompute is under way since then (0: none)
   // Speculation: this step's proposals (draft[0, sched.n_spec) also sit at the end of
   // `tokens` between proposing and verifying), the distributions a sampling proposer drew
   // them from ([draft_max][n_vocab], empty for deterministic proposers), and k's state.

@@ -392,4 +392,48 @@ void quantize_row_q4_0_kv(const float* x, std::byte* y, int64_t n) {
   }
 }
 
+void kv_move(const KernelTable& kt, const PagedKvView& src, const PagedKvView& dst, int64_t src_pos0,
+             int64_t dst_pos0, int64_t n_tokens, const RopeParams* rope, int32_t delta) {
+  LUMEN_CHECK(src.k_dtype == dst.k_dtype && src.v_dtype == dst.v_dtype);
+  LUMEN_CHECK(src.head_dim == dst.head_dim && src.n_kv_head == dst.n_kv_head && src.head_dim <= kMaxRopeDim);
+  const int32_t hd = src.head_dim;
+  const size_t k_bytes = src.k_row_bytes(), v_bytes = src.v_row_bytes();
+  const bool rotate = rope != nullptr && delta != 0;
+  // Only an f16 / f32 K can be rotated in place (a quantized K recomputes instead).
+  LUMEN_CHECK(!rotate || src.k_dtype == DType::kF16 || src.k_dtype == DType::kF32);
+  RopeParams unit;
+  float cos_t[kMaxRopeDim / 2];
+  float sin_t[kMaxRopeDim / 2];
+  if (rotate) {
+    unit = *rope;
+    unit.attn_factor = 1.0f;  // a pure rotation: the stored rows already carry the factor
+    LUMEN_CHECK(unit.head_dim == hd);
+    rope_angles(unit, &delta, 1, cos_t, sin_t);
+  }
+  float row[kMaxRopeDim];
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int32_t h = 0; h < src.n_kv_head; ++h) {
+      // (src and dst may be the same block: a row copied onto itself is left as it is)
+      std::memmove(dst.v_addr(dst_pos0 + t, h), src.v_addr(src_pos0 + t, h), v_bytes);
+      std::byte* to = dst.k_addr(dst_pos0 + t, h);
+      const std::byte* from = src.k_addr(src_pos0 + t, h);
+      if (!rotate) {
+        std::memmove(to, from, k_bytes);
+        continue;
+      }
+      if (src.k_dtype == DType::kF32) {
+        std::memcpy(row, from, k_bytes);
+      } else {
+        for (int32_t i = 0; i < hd; ++i) row[i] = fp16_to_f32(reinterpret_cast<const uint16_t*>(from)[i]);
+      }
+      rope_rotate(unit, cos_t, sin_t, row, 1, 1);
+      if (src.k_dtype == DType::kF32) {
+        std::memcpy(to, row, k_bytes);
+      } else {
+        kt.f32_to_f16(row, reinterpret_cast<uint16_t*>(to), hd);
+      }
+    }
+  }
+}
+
 }  // namespace lumen::kernels

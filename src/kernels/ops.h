@@ -128,6 +128,16 @@ void kv_store(const KernelTable& kt, const PagedKvView& kv, int64_t pos0, int64_
 // One row of n values (a multiple of 32) as q4_0 blocks, as ggml's quantize_row_q4_0_ref.
 void quantize_row_q4_0_kv(const float* x, std::byte* y, int64_t n);
 
+// Context shift by re-RoPE (engine/context_shift.h): copies the K and V rows of n_tokens
+// positions src_pos0.. of `src` to dst_pos0.. of `dst` (one layer through two block
+// tables), rotating each K row by `delta` positions with `rope`'s frequencies (null: a NoPE
+// layer, K copied as is). K is stored after RoPE and rotations compose, R(delta) R(pos) =
+// R(pos + delta), so the rows read as if computed at pos + delta; the magnitude factor
+// (attn_factor) was applied once at store time and is not applied again. F16 rows are
+// rounded once more (<= 1 ulp). Precondition: F16 or F32 rows, head_dim <= 1024.
+void kv_move(const KernelTable& kt, const PagedKvView& src, const PagedKvView& dst, int64_t src_pos0,
+             int64_t dst_pos0, int64_t n_tokens, const RopeParams* rope, int32_t delta);
+
 struct AttentionParams {
   int32_t n_head = 0;         // query heads
   int32_t n_kv_head = 0;      // n_head % n_kv_head == 0 (GQA / MQA: head h reads kv head h / (n_head / n_kv_head))

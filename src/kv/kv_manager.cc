@@ -147,6 +147,7 @@ int32_t KvManager::n_blocks() const {
 void KvManager::init_seq(SeqKv& seq, uint64_t root_hash) const {
   LUMEN_DCHECK(seq.tables.empty() || seq.tables[0].n_blocks() == 0);
   seq.root_hash = root_hash;
+  seq.cacheable = true;
   seq.tables.resize(groups_.size());
   seq.hashes.resize(groups_.size());
   for (size_t g = 0; g < groups_.size(); ++g) {
@@ -166,6 +167,7 @@ void KvManager::fork(const SeqKv& parent, int64_t n_computed, SeqKv& child) {
     }
     child.hashes[g] = parent.hashes[g];
   }
+  child.cacheable = parent.cacheable;
 }
 
 uint64_t KvManager::group_root(const SeqKv& seq, int32_t g) const {
@@ -326,7 +328,7 @@ void KvManager::truncate(SeqKv& seq, int64_t n_tokens) {
 }
 
 void KvManager::cache_full_blocks(SeqKv& seq, std::span<const int32_t> tokens, int64_t n_computed) {
-  if (!config_.enable_prefix_cache) return;
+  if (!config_.enable_prefix_cache || !seq.cacheable) return;
   const int32_t bs = config_.block_size;
   const int64_t n_full = std::min<int64_t>(n_computed, static_cast<int64_t>(tokens.size())) / bs;
   for (int32_t g = 0; g < n_groups(); ++g) {
@@ -348,6 +350,54 @@ void KvManager::release_all(SeqKv& seq) {
   for (size_t g = 0; g < seq.tables.size(); ++g) {
     seq.tables[g].release_all(groups_[g].pool);
     seq.hashes[g].clear();
+  }
+  seq.cacheable = true;
+}
+
+bool KvManager::begin_move(SeqKv& seq, int64_t n_keep, int64_t n_end, KvMove* move) {
+  const int32_t bs = config_.block_size;
+  const auto first = static_cast<int32_t>(n_keep / bs);
+  const auto end = static_cast<int32_t>(ceil_div(n_end, bs));
+  for (int32_t g = 0; g < n_groups(); ++g) {
+    const Group& grp = groups_[g];
+    const BlockTable& t = seq.tables[g];
+    LUMEN_CHECK(grp.spec.window == 0 && t.n_blocks() >= end);
+    int32_t n_shared = 0;
+    for (int32_t i = first; i < end; ++i) n_shared += grp.pool.ref_cnt(t.ids()[i]) > 1;
+    if (n_shared > grp.pool.n_free()) return false;
+  }
+  move->first_block = first;
+  move->old_tables.resize(groups_.size());
+  move->replaced.resize(groups_.size());
+  for (int32_t g = 0; g < n_groups(); ++g) {
+    Group& grp = groups_[g];
+    BlockTable& t = seq.tables[g];
+    move->old_tables[g].assign(t.ids().begin(), t.ids().end());
+    move->replaced[g].clear();
+    for (int32_t i = first; i < end; ++i) {
+      const int32_t id = t.ids()[i];
+      if (grp.pool.ref_cnt(id) > 1) {
+        const std::optional<int32_t> own = grp.pool.allocate();
+        LUMEN_CHECK(own.has_value());  // counted above
+        t.replace(i, *own);
+        move->replaced[g].push_back(id);  // the table's reference, dropped in end_move
+      } else if (grp.pool.is_cached(id)) {
+        grp.pool.drop_from_cache(id);
+      }
+    }
+    if (static_cast<int32_t>(seq.hashes[g].size()) > first) seq.hashes[g].resize(first);
+  }
+  seq.cacheable = false;
+  return true;
+}
+
+void KvManager::end_move(SeqKv& seq, int64_t n_end, KvMove* move) {
+  const auto end = static_cast<int32_t>(ceil_div(n_end, config_.block_size));
+  for (int32_t g = 0; g < static_cast<int32_t>(move->replaced.size()); ++g) {
+    for (const int32_t id : move->replaced[g]) groups_[g].pool.release(id);
+    move->replaced[g].clear();
+    move->old_tables[g].clear();
+    seq.tables[g].truncate(end, groups_[g].pool);
   }
 }
 

@@ -111,6 +111,18 @@ struct SeqKv {
   uint64_t root_hash = 0;                      // prefix-cache namespace (model id + cache_salt)
   std::vector<BlockTable> tables;              // [n_groups]; -1 = released (sliding groups)
   std::vector<std::vector<uint64_t>> hashes;   // [n_groups][n full blocks cached so far]
+  // false after its rows were moved (begin_move): the K/V of its blocks from the move on are
+  // not what a fresh run over its tokens computes, so they never enter the prefix cache.
+  // Back to true when it releases everything (a preempted sequence recomputes).
+  bool cacheable = true;
+};
+
+// A move in progress (KvManager::begin_move): the tables before it (what the rows are read
+// from), and the blocks it replaced, still referenced until end_move.
+struct KvMove {
+  int32_t first_block = 0;                       // the block holding n_keep
+  std::vector<std::vector<int32_t>> old_tables;  // [n_groups] block ids before the move
+  std::vector<std::vector<int32_t>> replaced;    // [n_groups] shared blocks given private copies
 };
 
 // Per-group usage for /metrics and logs.
@@ -182,6 +194,18 @@ class KvManager {
   void cache_full_blocks(SeqKv& seq, std::span<const int32_t> tokens, int64_t n_computed);
   // Returns every block of the sequence.
   void release_all(SeqKv& seq);
+  // Context shift by moving rows (engine/context_shift.h): rows will be copied from
+  // positions >= n_keep to lower ones, ending at n_end, reading through move->old_tables
+  // and writing through the sequence's tables. The blocks to be written (those holding
+  // n_keep .. n_end - 1) must be private: one that another sequence shares gets a fresh
+  // block (the kept rows of the block holding n_keep are then copied too), one only the
+  // prefix cache also holds leaves the index and is written in place (ascending copies to
+  // lower positions never overwrite a row before it is read). The sequence stops being
+  // cacheable. end_move ends the table at n_end and drops the replaced blocks. false
+  // (nothing changed): the pools lack the private blocks. Precondition: only full-attention
+  // groups.
+  bool begin_move(SeqKv& seq, int64_t n_keep, int64_t n_end, KvMove* move);
+  void end_move(SeqKv& seq, int64_t n_end, KvMove* move);
   // Performs copy-on-write copies (before the forward pass that writes the copies).
   void copy_blocks(std::span<const BlockCopy> copies);
 

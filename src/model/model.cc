@@ -163,6 +163,29 @@ std::span<const float> Model::embeddings() const {
   return std::span<const float>(ws_->embd.data(), static_cast<size_t>(ws_->n_embd_rows) * hp_.n_embd);
 }
 
+bool Model::can_move_kv(DType kv_dtype) const {
+  if (kv_dtype != DType::kF16 && kv_dtype != DType::kF32) return false;
+  for (const KvLayout::Group& g : kv_layout_.groups)
+    if (g.window != 0) return false;
+  return true;
+}
+
+void Model::move_kv(const kernels::KernelTable& k, std::span<const KvStorageView> kv_groups,
+                    std::span<const std::span<const int32_t>> src_tables,
+                    std::span<const std::span<const int32_t>> dst_tables, int64_t src_pos0, int64_t dst_pos0,
+                    int64_t n) const {
+  const auto delta = static_cast<int32_t>(dst_pos0 - src_pos0);
+  for (int32_t il = 0; il < hp_.n_layer; ++il) {
+    const KvLayout::LayerKv& lkv = kv_layout_.layers[il];
+    if (lkv.group < 0 || lkv.source_layer >= 0) continue;  // no attention, or reads another layer's rows
+    const int32_t set = ws_->rope_set_of_layer[il];
+    const kernels::RopeParams* rope = set >= 0 ? &ws_->rope_sets[set] : nullptr;
+    const KvStorageView& g = kv_groups[lkv.group];
+    kernels::kv_move(k, g.layer_view(lkv.slot, src_tables[lkv.group]), g.layer_view(lkv.slot, dst_tables[lkv.group]),
+                     src_pos0, dst_pos0, n, rope, delta);
+  }
+}
+
 std::span<const float> Model::forward(const kernels::KernelTable& k, ThreadPool& pool,
                                       const ForwardBatch& batch, std::span<const KvStorageView> kv_groups) {
   const int64_t T = static_cast<int64_t>(batch.token_ids.size());
