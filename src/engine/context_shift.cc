@@ -22,7 +22,7 @@ void Engine::shift_context(Sequence& seq) {
   if (s.n_tokens_computed <= plan.n_keep) return;  // (a preempted completion holds none)
   const int64_t n_end = n_past - plan.n_discard;
   if (config_.context_shift_mode == ContextShiftMode::kReRope && s.n_tokens_computed == n_past &&
-      model_.can_move_kv(config_.kv_dtype) && kv_.begin_move(s.kv, plan.n_keep, n_end, &shift_move_)) {
+      model_.can_move_kv(config_.kv_dtypes.k) && kv_.begin_move(s.kv, plan.n_keep, n_end, &shift_move_)) {
     shift_src_.clear();
     shift_dst_.clear();
     for (int32_t g = 0; g < kv_.n_groups(); ++g) {

@@ -24,13 +24,13 @@ struct Storage {
   std::vector<int32_t> table;
   PagedKvView view;
   Storage(DType dtype, std::vector<int32_t> ids) : table(std::move(ids)) {
-    view.dtype = dtype;
+    view.k_dtype = view.v_dtype = dtype;
     view.block_size = kBlock;
     view.n_kv_head = kHeads;
     view.head_dim = kDim;
-    view.block_stride_bytes = size_t{kHeads} * kBlock * kDim * view.elem_bytes();
-    k.assign(view.block_stride_bytes * kBlocks, std::byte{0});
-    v.assign(view.block_stride_bytes * kBlocks, std::byte{0});
+    view.set_dense_strides();
+    k.assign(view.k_block_stride_bytes * kBlocks, std::byte{0});
+    v.assign(view.v_block_stride_bytes * kBlocks, std::byte{0});
     view.k_base = k.data();
     view.v_base = v.data();
     view.block_table = table;
@@ -38,7 +38,7 @@ struct Storage {
   float k_at(int64_t pos, int32_t h, int32_t i) const { return at(view.k_addr(pos, h), i); }
   float v_at(int64_t pos, int32_t h, int32_t i) const { return at(view.v_addr(pos, h), i); }
   float at(const std::byte* p, int32_t i) const {
-    if (view.dtype == DType::kF32) return reinterpret_cast<const float*>(p)[i];
+    if (view.k_dtype == DType::kF32) return reinterpret_cast<const float*>(p)[i];
     return fp16_to_f32(reinterpret_cast<const uint16_t*>(p)[i]);
   }
 };
@@ -131,7 +131,7 @@ TEST(KvMove, ZeroDeltaCopiesExactly) {
     kv_move(kt, src.view, dst.view, 1, 1, 6, &c.rope, 0);
     for (int64_t p = 1; p < 7; ++p)
       for (int32_t h = 0; h < kHeads; ++h)
-        EXPECT_EQ(std::memcmp(src.view.k_addr(p, h), dst.view.k_addr(p, h), kDim * src.view.elem_bytes()), 0);
+        EXPECT_EQ(std::memcmp(src.view.k_addr(p, h), dst.view.k_addr(p, h), src.view.k_row_bytes()), 0);
   }
 }
 

@@ -163,8 +163,8 @@ std::span<const float> Model::embeddings() const {
   return std::span<const float>(ws_->embd.data(), static_cast<size_t>(ws_->n_embd_rows) * hp_.n_embd);
 }
 
-bool Model::can_move_kv(DType kv_dtype) const {
-  if (kv_dtype != DType::kF16 && kv_dtype != DType::kF32) return false;
+bool Model::can_move_kv(DType k_dtype) const {
+  if (k_dtype != DType::kF16 && k_dtype != DType::kF32) return false;
   for (const KvLayout::Group& g : kv_layout_.groups)
     if (g.window != 0) return false;
   return true;
