@@ -50,6 +50,7 @@
 
 #include "base/check.h"
 #include "base/fp16.h"
+#include "kernels/attention_tasks.h"
 #include "kernels/kernel_table.h"
 #include "kernels/ops.h"
 
@@ -438,30 +439,15 @@ void attention(const KernelTable& k, ThreadPool& pool, const AttentionParams& p,
     return;
   }
 
-  // Tasks are (tile of tokens, kv head, part of the group). A group is split into parts
-  // only when there would otherwise be too few tasks to keep every thread busy (decode, few
-  // kv heads). Threads claim tasks dynamically: later tokens of a prefill have more keys.
-  const int64_t n_tiles = (n_tokens + kTileTokens - 1) / kTileTokens;
-  const int64_t n_groups = n_tiles * p.n_kv_head;
-  const int32_t n_parts = static_cast<int32_t>(std::clamp<int64_t>(
-      (2 * n_active + n_groups - 1) / n_groups, 1, group));
-  const int64_t n_tasks = n_groups * n_parts;
   const size_t per_thread = thread_bytes(group, hd, n_kv_max, true);
   std::byte* base = aligned(scratch);
   const int64_t tok_stride = static_cast<int64_t>(p.n_head) * hd;
-  pool.for_chunks(n_active, n_tasks, [&](int64_t task_idx, int thread_idx) {
-    const int64_t tile = task_idx / (p.n_kv_head * n_parts);
-    const int32_t g = static_cast<int32_t>(task_idx / n_parts % p.n_kv_head);
-    const int32_t part = static_cast<int32_t>(task_idx % n_parts);
-    const int32_t h_begin = g * group + group * part / n_parts;
-    const int32_t h_end = g * group + group * (part + 1) / n_parts;
-    if (h_begin >= h_end) return;
-    const int64_t t0 = tile * kTileTokens;
-    Heads hs{q + t0 * tok_stride, h_begin, h_end - h_begin, g};
-    hs.n_tok = static_cast<int32_t>(std::min(kTileTokens, n_tokens - t0));
+  for_head_tasks(pool, n_active, n_tokens, kTileTokens, p.n_kv_head, group, [&](const HeadTask& t, int thread_idx) {
+    Heads hs{q + t.t0 * tok_stride, t.h_begin, t.h_end - t.h_begin, t.kv_head};
+    hs.n_tok = t.n_tok;
     hs.q_tok_stride = tok_stride;
     const ThreadScratch ts = carve_thread(base + thread_idx * per_thread, group, hd, n_kv_max, true);
-    attend_tile(k, p, kv, hs, pos0 + t0 + 1, out + t0 * tok_stride, tok_stride, ts);
+    attend_tile(k, p, kv, hs, pos0 + t.t0 + 1, out + t.t0 * tok_stride, tok_stride, ts);
   });
 }
 
