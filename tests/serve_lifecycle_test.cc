@@ -143,13 +143,16 @@ TEST(ServeLifecycle, SigtermDrainsThirtyTwoStreamsWithSlowHeaderClientsConnected
 }
 
 TEST(ServeLifecycle, SecondSignalExitsAtOnce) {
-  ServeProcess serve({"-m", tiny_model(), "--port", "0", "-t", "1", "-c", "4096", "--max-batch-tokens", "64",
+  // 16000 tokens: still running 300 ms after the signal even on a fast machine.
+  ServeProcess serve({"-m", tiny_model(), "--port", "0", "-t", "1", "-c", "16384", "--max-batch-tokens", "64",
                       "--drain-timeout", "60"});
   const int port = serve.wait_for_port();
   ASSERT_GT(port, 0) << serve.log();
   ASSERT_TRUE(serve.wait_ready(port)) << serve.log();
-  std::thread client([&] { stream_completion(port, 4000, "Once upon a time"); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::thread client([&] { stream_completion(port, 16000, "Once upon a time"); });
+  for (const double t0 = now_s(); requests_taken(port) < 1 && now_s() - t0 < 20;)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_GE(requests_taken(port), 1) << "the stream is inside the server before the signal";
   serve.signal(SIGTERM);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_EQ(serve.wait_exit(0.01), -1) << "still draining after the first signal";
