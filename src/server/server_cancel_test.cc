@@ -11,9 +11,9 @@
 namespace lumen::server::testing {
 namespace {
 
-// Long generations (2000 tokens at a 2048 context) so a request is still running when its
-// client goes, even on a busy machine.
-constexpr int kLongTokens = 2000;
+// Long generations (16000 tokens at a 16384 context) so a request is still running when its
+// client goes, on a busy machine and on a fast one (the tiny model decodes ~15k tokens/s alone).
+constexpr int kLongTokens = 16000;
 
 std::string long_request(bool stream) {
   Json j = {{"prompt", "Once upon a time"}, {"max_tokens", kLongTokens}, {"temperature", 0}, {"ignore_eos", true}};
@@ -25,7 +25,7 @@ class ServerCancel : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     TestServerOptions o;
-    o.n_ctx = 2048;
+    o.n_ctx = 16384;
     o.max_seqs = 1;  // so a second request waits in the queue
     server_ = TestServer::start(o).release();
   }
@@ -76,8 +76,11 @@ TEST_F(ServerCancel, ClientHangsUpWhileQueued) {
   for (const bool stream : {false, true}) {
     SCOPED_TRACE(stream ? "streaming" : "whole response");
     const double cancelled0 = cancelled();
-    // The one sequence slot is taken by a streaming request that runs to its end.
-    std::thread runner([] { post_stream(*server_, "/v1/completions", long_request(true), /*max_events=*/0); });
+    // The one sequence slot is taken by a long streaming request, cancelled by its own hang-up
+    // once the checks are done.
+    RawConnection runner(server_->port);
+    ASSERT_TRUE(runner.ok());
+    ASSERT_TRUE(runner.send_post("/v1/completions", long_request(true)));
     ASSERT_TRUE(wait_until([] { return metric(*server_, "lumen_num_requests_running") == 1; }, 5));
     {
       RawConnection conn(server_->port);
@@ -89,7 +92,8 @@ TEST_F(ServerCancel, ClientHangsUpWhileQueued) {
     EXPECT_TRUE(wait_until([&] { return cancelled() == cancelled0 + 1; }, 5));
     EXPECT_TRUE(wait_until([] { return metric(*server_, "lumen_num_requests_waiting") == 0; }, 5));
     EXPECT_EQ(metric(*server_, "lumen_num_requests_running"), 1);
-    runner.join();
+    runner.hang_up();
+    EXPECT_TRUE(wait_until([&] { return cancelled() == cancelled0 + 2; }, 5)) << "the runner was not cancelled";
     EXPECT_TRUE(idle());
   }
 }

@@ -280,12 +280,13 @@ TEST_F(ServerEdge, RoutingKeys) {
 // running finish, then the listener closes.
 TEST(ServerDrain, RunningStreamsFinishAndNewRequestsGet503) {
   TestServerOptions o;
-  o.n_ctx = 512;
+  o.n_ctx = 4096;
   auto s = TestServer::start(o);
   ASSERT_TRUE(s);
-  // Long enough that the streams still run while the checks below are made, on a quiet
-  // machine (a few hundred ms) and on a loaded one (seconds, inside the drain deadline).
-  const std::string body = R"({"prompt": "Once upon a time", "max_tokens": 400, "temperature": 0, "ignore_eos": true, "stream": true})";
+  // Long enough that the streams still run while the checks below are made, on a fast
+  // machine (the tiny model decodes ~15k tokens/s alone: 400 tokens were ~50 ms of margin) and
+  // on a loaded one (seconds, inside the drain deadline).
+  const std::string body = R"({"prompt": "Once upon a time", "max_tokens": 3000, "temperature": 0, "ignore_eos": true, "stream": true})";
   std::vector<SseReply> replies(4);
   std::vector<std::thread> clients;
   for (int i = 0; i < 4; ++i) clients.emplace_back([&, i] { replies[i] = post_stream(*s, "/v1/completions", body); });
