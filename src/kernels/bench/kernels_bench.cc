@@ -96,6 +96,12 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
     for (int64_t n_tokens : {1, 64, 512})
       for (DType dt : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K})
         b->Args({1, static_cast<int>(dt), 2304, 9216, n_tokens, 2, il});
+  // One thread, the AVX2 interleaved q4_0 / q4_K tiles at the widths of a speculative verify
+  // (k + 1 = 4, 9, 17 tokens) and of prefill: compute-bound from a few columns on, so
+  // `perf stat -e cycles` gives the tile's cost per MAC even on a busy machine.
+  for (int64_t n_tokens : {1, 4, 9, 17, 64, 512})
+    for (DType dt : {DType::kQ4_0, DType::kQ4_K})
+      b->Args({1, static_cast<int>(dt), 2304, 9216, n_tokens, 1, 1});
   // Decode out of cache (~75 MB of q4_0 weights, more than the L3): the memory-bound case.
   for (int threads : {1, 2})
     for (DType dt : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K})
