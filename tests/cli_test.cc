@@ -287,6 +287,31 @@ TEST(CliInfo, MixtureOfExpertsActiveParams) {
   EXPECT_FALSE(nlohmann::json::parse(r.out).contains("n_expert")) << r.out;
 }
 
+// Multi-head latent attention: a token's KV is one row of latent + rope key per layer
+// (tiny-deepseek2: 4 layers x (32 + 16) f16 = 384 bytes), not per-head K and V (4 layers x 2
+// x 4 heads x 32 x 2 = 2048 bytes); the roofline counts the same.
+TEST(CliInfo, LatentAttentionKvBytesPerToken) {
+  const std::string m = std::string(LUMEN_TEST_DATA_DIR) + "/arch/deepseek2-mla/model.gguf";
+  CmdResult r = run_lumen({"info", "-m", m, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["kv_bytes_per_token_f16"], 4 * (32 + 16) * 2) << r.out;
+  EXPECT_EQ(j["kv_bytes_per_token"], 4 * (32 + 16) * 2) << r.out;  // the cache's types (f16 by default)
+  EXPECT_EQ(j["mla"]["kv_lora_rank"], 32);
+  EXPECT_EQ(j["mla"]["kv_row"], 48);
+  EXPECT_EQ(j["n_layer_dense_lead"], 1);
+  r = run_lumen({"info", "-m", m});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("mla:        latent 32 + rope key 16 cached per token and layer"), std::string::npos) << r.out;
+  r = run_lumen({"roofline", "-m", m, "--hw", "a100-80g", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["kv_elems_per_token"], 4 * (32 + 16)) << r.out;
+  // At real shapes: DeepSeek-V2-Lite's 27 layers x (512 + 64).
+  r = run_lumen({"roofline", "--preset", "deepseek-v2-lite", "--hw", "a100-80g", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["kv_elems_per_token"], 27 * (512 + 64)) << r.out;
+}
+
 // `lumen bench --json`: one object per test with the fields; each tg run's % of
 // bandwidth against the readings around it (consecutive runs share one), the test's % their
 // median; a peak RSS that does not count the 512 MiB bandwidth buffers (a tiny model's run

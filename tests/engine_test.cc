@@ -274,7 +274,9 @@ void expect_preemption_keeps_outputs_exact(const std::string& path) {
     ASSERT_TRUE(solo->add_request(greedy_request(*solo, p, 40)).ok());
     want.push_back(drain(*solo).ids[0]);
   }
-  const size_t bytes_per_token = 2ull * solo->hparams().n_layer * solo->hparams().n_kv_dim() * 2;
+  const model::KvLayout& layout = solo->model().kv_layout();  // f16 K/V of every layer (MLA: one row)
+  size_t bytes_per_token = 0;
+  for (int32_t g = 0; g < layout.n_groups(); ++g) bytes_per_token += layout.group_bytes_per_token(g, 2);
   // 10 blocks of 16 tokens: room for 3 sequences of ~45 tokens, not 5.
   auto e = make_engine_cfg({.n_ctx = 64, .max_batch_tokens = 64, .max_seqs = 5,
                             .kv_memory_bytes = static_cast<int64_t>(bytes_per_token * 16 * 10)},
@@ -301,6 +303,29 @@ TEST(EngineServing, PreemptionKeepsOutputsExact) { expect_preemption_keeps_outpu
 // five sequences batched, grouped by expert per step, preempted and recomputed.
 TEST(EngineServing, MixtureOfExpertsPreemptionKeepsOutputsExact) {
   expect_preemption_keeps_outputs_exact(std::string(LUMEN_TEST_DATA_DIR) + "/arch/qwen2moe-shared-expert/model.gguf");
+}
+
+// The same with multi-head latent attention (tests/data/arch: DeepSeek-2 with a q bottleneck):
+// the cache holds latent rows, which preemption drops and recomputes like any K/V.
+TEST(EngineServing, LatentAttentionPreemptionKeepsOutputsExact) {
+  expect_preemption_keeps_outputs_exact(std::string(LUMEN_TEST_DATA_DIR) + "/arch/deepseek2-mla/model.gguf");
+}
+
+// A prefix-cache hit on latent rows gives the tokens a miss gives (DeepSeek-2, MLA).
+TEST(EngineServing, LatentAttentionPrefixCacheHitGivesSameOutput) {
+  auto e = make_engine_cfg({.max_batch_tokens = 64, .max_seqs = 2},
+                           std::string(LUMEN_TEST_DATA_DIR) + "/arch/deepseek2-mla/model.gguf");
+  ASSERT_TRUE(e);
+  const char* prompt = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park "
+                       "with her friends. One day, she saw a big red ball.";
+  ASSERT_TRUE(e->add_request(greedy_request(*e, prompt, 20)).ok());
+  Collected first = drain(*e);
+  EXPECT_EQ(first.usage.cached_tokens, 0);
+  ASSERT_TRUE(e->add_request(greedy_request(*e, prompt, 20)).ok());
+  Collected second = drain(*e);
+  ASSERT_GT(second.usage.prompt_tokens, 32);
+  EXPECT_EQ(second.usage.cached_tokens, (second.usage.prompt_tokens - 1) / 16 * 16);
+  EXPECT_EQ(first.ids, second.ids);
 }
 
 TEST(EngineServing, LogprobsAreConsistent) {

@@ -106,6 +106,7 @@ class TeacherForcer {
       c.n_slots = layout.n_slots(g);
       c.n_kv_head = layout.n_kv_head;
       c.head_dim = layout.head_dim;
+      c.k_only = layout.k_only;
       c.block_size = 16;
       c.n_blocks = n_blocks;
       c.dtypes = kv_dtypes;

@@ -261,8 +261,10 @@ bool run_model(const ArgParser& args, const BenchPlan& plan, const std::string& 
   const model::HParams& hp = eng->hparams();
   const gguf::ModelFile& file = eng->model().file();
   const double weight_bytes = static_cast<double>(model::weight_bytes_per_token(eng->model().weights(), hp));
-  const double kv_bytes_per_ctx_token =
-      static_cast<double>(hp.n_layer) * hp.n_kv_head * kv_token_bytes(c.kv_dtypes, hp.head_dim);
+  const model::KvLayout& kv_layout = eng->model().kv_layout();  // MLA: one latent row per layer
+  double kv_bytes_per_ctx_token = 0;
+  for (int32_t g = 0; g < kv_layout.n_groups(); ++g)
+    kv_bytes_per_ctx_token += static_cast<double>(kv_layout.group_bytes_per_token(g, c.kv_dtypes));
   const std::string label = model_label(model);
   const std::string type = main_weight_type(file);
   uint64_t model_bytes = 0;

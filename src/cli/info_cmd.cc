@@ -163,10 +163,19 @@ int cmd_info(int argc, char** argv, int first) {
       j["n_ff_exp"] = hp->n_ff_exp;
       if (hp->n_ff_shexp > 0) j["n_ff_shexp"] = hp->n_ff_shexp;
       j["expert_weights_norm"] = hp->expert_weights_norm;
+      if (hp->arch == model::Arch::kDeepseek2) {
+        j["expert_gating"] = hp->expert_gating_sigmoid ? "sigmoid" : "softmax";
+        j["expert_weights_scale"] = hp->expert_weights_scale;
+        j["n_layer_dense_lead"] = hp->n_layer_dense_lead;
+      }
       j["active_params"] = active_params;
       j["active_tensor_bytes"] = active_bytes;
     }
     j["tied_output"] = hp->tied_output;
+    if (hp->is_mla()) {  // the cache holds one row of kv_lora_rank + rope dims per token and layer
+      j["mla"] = {{"kv_lora_rank", hp->n_lora_kv}, {"q_lora_rank", hp->n_lora_q}, {"rope_dims", hp->rope_dims},
+                  {"qk_nope_dim", hp->qk_nope_dim()}, {"v_head_dim", hp->head_dim_v}, {"kv_row", hp->mla_row()}};
+    }
     if (layout) {
       // A token's K/V over every layer that stores it (a sliding group's only while the
       // token is in its window), and what a sequence of kv_sequence_tokens holds, f16,
@@ -223,9 +232,17 @@ int cmd_info(int argc, char** argv, int first) {
       std::printf("experts:    %d, %d used per token (weights %s) | expert ffn %d", hp->n_expert, hp->n_expert_used,
                   hp->expert_weights_norm ? "renormalised" : "as routed", hp->n_ff_exp);
       if (hp->n_ff_shexp > 0) std::printf(" | shared expert ffn %d", hp->n_ff_shexp);
+      if (hp->arch == model::Arch::kDeepseek2)
+        std::printf(" | %s router, weights x %g | %d dense leading layer(s)",
+                    hp->expert_gating_sigmoid ? "sigmoid" : "softmax", hp->expert_weights_scale, hp->n_layer_dense_lead);
       std::printf("\n            active per token: %.3f M of %.3f M params, %.2f of %.2f MiB\n", active_params / 1e6,
                   n_params / 1e6, active_bytes / 1048576.0, total_bytes / 1048576.0);
     }
+    if (hp->is_mla())
+      std::printf("mla:        latent %d + rope key %d cached per token and layer (one row, no V) | q bottleneck %s | "
+                  "per head q/k %d + %d, v %d\n",
+                  hp->n_lora_kv, hp->rope_dims, hp->n_lora_q > 0 ? std::to_string(hp->n_lora_q).c_str() : "none",
+                  hp->qk_nope_dim(), hp->rope_dims, hp->head_dim_v);
     if (layout) {
       std::printf("kv cache:   K %s, V %s, per token: %llu bytes over %d group(s); a sequence of %lld tokens holds "
                   "%.2f MiB\n",

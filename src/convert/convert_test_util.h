@@ -49,6 +49,7 @@ inline Result<std::vector<float>> model_logits(const std::string& path, const st
     c.n_slots = layout.n_slots(g);
     c.n_kv_head = layout.n_kv_head;
     c.head_dim = layout.head_dim;
+    c.k_only = layout.k_only;
     c.block_size = 16;
     c.n_blocks = n_blocks;
     c.dtypes = {DType::kF32, DType::kF32};

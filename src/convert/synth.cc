@@ -43,6 +43,7 @@ constexpr RealPreset kRealPresets[] = {
     {"gemma2-2b", kLlama3Tokenizer},    {"gemma3-1b", kLlama3Tokenizer}, {"phi3-mini", kPhi3Vocab},
     {"mistral-7b", kLlamaSpmVocab},     {"olmoe-1b-7b", kLlama3Tokenizer}, {"qwen3-30b-a3b", kQwenTokenizer},
     {"qwen1.5-moe-a2.7b", kQwenTokenizer}, {"mixtral-8x7b", kLlamaSpmVocab},
+    {"deepseek-v2-lite", kLlama3Tokenizer},
 };
 
 // Test models: fields in the order the table's designated initializers name them.
@@ -56,6 +57,10 @@ struct TinyPreset {
   double attn_softcap = 0.0, final_softcap = 0.0, rope_linear_factor = 0.0;
   bool cla_pairs = false;  // odd layers read the K/V of the layer before them
   int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;  // mixture of experts
+  // deepseek2 (SynthConfig): latent attention, shared experts, dense leading layers, YaRN
+  int64_t n_lora_q = 0, n_lora_kv = 0, head_dim_v = 0, n_expert_shared = 0, n_dense_lead = 0;
+  double expert_weights_scale = 1.0, yarn_factor = 0.0;
+  bool expert_weights_norm = false, expert_gating_sigmoid = false;
 };
 
 // Test models ("tiny-*"): a few hundred KiB at f32, vocabulary 512, context 512, windows
@@ -103,6 +108,26 @@ constexpr TinyPreset kTinyPresets[] = {
     {.name = "tiny-qwen2moe", .arch = "qwen2moe", .n_embd = 64, .n_layer = 3, .n_head = 4, .n_kv_head = 2,
      .n_ff = 32, .rope_theta = 1e6, .norm_eps = 1e-6, .tied = false, .n_expert = 8, .n_expert_used = 2,
      .n_ff_exp = 16, .n_ff_shexp = 32},
+    // DeepSeek-2 (multi-head latent attention): heads of 16 + 16 rotated q/k dims, values of
+    // 16, a latent of 32, a dense first layer, then 8 experts (2 per token) + 1 shared one,
+    // YaRN (factor 4 over an original context of 64). tiny-deepseek2 has a q bottleneck of
+    // 24; tiny-deepseek2-lite has none, and so (llama.cpp c392e5094 decides by the layer
+    // count) V2-Lite's 27 layers, kept small with a hidden size of 32 and 4 experts of 8;
+    // tiny-deepseek3 is DeepSeek-V3's router: sigmoid scores, a selection bias per expert,
+    // renormalised and scaled weights.
+    {.name = "tiny-deepseek2", .arch = "deepseek2", .n_embd = 64, .n_layer = 4, .n_head = 4, .n_kv_head = 4,
+     .n_ff = 64, .rope_theta = 10000.0, .norm_eps = 1e-6, .tied = false, .n_head_dim = 32, .n_rot = 16,
+     .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 16, .n_lora_q = 24, .n_lora_kv = 32, .head_dim_v = 16,
+     .n_expert_shared = 1, .n_dense_lead = 1, .expert_weights_scale = 1.0, .yarn_factor = 4.0},
+    {.name = "tiny-deepseek2-lite", .arch = "deepseek2", .n_embd = 32, .n_layer = 27, .n_head = 2, .n_kv_head = 2,
+     .n_ff = 32, .rope_theta = 10000.0, .norm_eps = 1e-6, .tied = false, .n_head_dim = 32, .n_rot = 16,
+     .n_expert = 4, .n_expert_used = 2, .n_ff_exp = 8, .n_lora_kv = 32, .head_dim_v = 16, .n_expert_shared = 1,
+     .n_dense_lead = 1, .expert_weights_scale = 1.0, .yarn_factor = 4.0},
+    {.name = "tiny-deepseek3", .arch = "deepseek2", .n_embd = 64, .n_layer = 4, .n_head = 4, .n_kv_head = 4,
+     .n_ff = 64, .rope_theta = 10000.0, .norm_eps = 1e-6, .tied = false, .n_head_dim = 32, .n_rot = 16,
+     .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 16, .n_lora_q = 24, .n_lora_kv = 32, .head_dim_v = 16,
+     .n_expert_shared = 1, .n_dense_lead = 1, .expert_weights_scale = 2.5, .yarn_factor = 4.0,
+     .expert_weights_norm = true, .expert_gating_sigmoid = true},
 };
 
 // --- deterministic random weights ---
@@ -183,8 +208,20 @@ Result<SynthConfig> synth_preset(std::string_view name, const std::string& share
     if (const model::KnownMoe* m = model::find_known_moe(p.name)) {
       c.n_expert = m->n_expert;
       c.n_expert_used = m->n_expert_used;
-      c.n_ff_exp = c.arch == "qwen2moe" || c.arch == "qwen3moe" ? m->n_ff_exp : 0;  // others: n_ff
-      c.n_ff_shexp = m->n_ff_shexp;
+      c.n_ff_exp = c.arch == "qwen2moe" || c.arch == "qwen3moe" || c.arch == "deepseek2" ? m->n_ff_exp : 0;  // others: n_ff
+      c.n_ff_shexp = c.arch == "deepseek2" ? 0 : m->n_ff_shexp;  // deepseek2: n_expert_shared below
+    }
+    if (const model::KnownMla* m = model::find_known_mla(p.name)) {
+      c.n_rot = m->rope_dims;
+      c.n_lora_q = m->n_lora_q;
+      c.n_lora_kv = m->n_lora_kv;
+      c.head_dim_v = m->head_dim_v;
+      c.n_dense_lead = m->n_dense_lead;
+      c.n_expert_shared = m->n_expert_shared;
+      c.expert_weights_scale = m->expert_weights_scale;
+      c.yarn_factor = m->yarn_factor;
+      c.yarn_original_ctx = m->yarn_original_ctx;
+      c.yarn_log_mul = m->yarn_log_mul;
     }
     c.tokenizer_path = shared_dir + "/" + std::string(p.tokenizer);
     return c;
@@ -218,6 +255,19 @@ Result<SynthConfig> synth_preset(std::string_view name, const std::string& share
     c.n_expert_used = p.n_expert_used;
     c.n_ff_exp = p.n_ff_exp;
     c.n_ff_shexp = p.n_ff_shexp;
+    c.n_lora_q = p.n_lora_q;
+    c.n_lora_kv = p.n_lora_kv;
+    c.head_dim_v = p.head_dim_v;
+    c.n_expert_shared = p.n_expert_shared;
+    c.n_dense_lead = p.n_dense_lead;
+    c.expert_weights_scale = p.expert_weights_scale;
+    c.expert_weights_norm = p.expert_weights_norm;
+    c.expert_gating_sigmoid = p.expert_gating_sigmoid;
+    if (p.yarn_factor > 0) {
+      c.yarn_factor = p.yarn_factor;
+      c.yarn_original_ctx = 64;
+      c.yarn_log_mul = 0.1;
+    }
     c.weight_std = kTinyStd;
     c.norm_std = kTinyNormStd;
     c.tokenizer_path = shared_dir + "/" + std::string(kTinyVocab);

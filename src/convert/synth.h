@@ -6,7 +6,7 @@
 //            1 + N(0, 0.1)); a counter-based generator keyed by (seed, tensor name, row), so
 //            the bytes do not depend on the thread count
 //   archs    synth_arch.h: llama (+ experts: Mixtral), qwen2, qwen3, smollm3, gemma, gemma2,
-//            gemma3, phi3, stablelm, starcoder2, qwen2moe, qwen3moe, olmoe, with llama.cpp's
+//            gemma3, phi3, stablelm, starcoder2, qwen2moe, qwen3moe, olmoe, deepseek2, with llama.cpp's
 //            tensor names and metadata keys
 //   types    type_rules.h (the same mix `lumen quantize` writes)
 //   writing  streamed row by row (GgufStreamWriter + row_writer.h): a 1 GB file needs a few
@@ -19,12 +19,17 @@
 //   original context 8192), smollm2-135m, qwen3-0.6b, qwen3-1.7b, gemma2-2b, gemma3-1b,
 //   phi3-mini (4k: sliding window 2047), mistral-7b (v0.1: sliding window 4096, GGUF "llama"),
 //   and mixtures of experts olmoe-1b-7b, qwen3-30b-a3b, qwen1.5-moe-a2.7b, mixtral-8x7b (GGUF
-//   "llama" with experts; 47 B parameters: for lumen roofline, or synth with fewer --layers)
+//   "llama" with experts; 47 B parameters: for lumen roofline, or synth with fewer --layers),
+//   deepseek-v2-lite (multi-head latent attention, 64 experts of 1408 + 2 shared, YaRN
+//   factor 40; 15.7 B parameters, ~8.9 GB at q4_0; Llama 3's tokenizer truncated to 102400
+//   tokens stands in for DeepSeek's)
 // Test presets (tiny-llama, tiny-mistral (llama + a sliding window), tiny-llama-cla (layers 1
 // and 3 read the K/V of layers 0 and 2), tiny-qwen2, tiny-qwen3,
 // tiny-smollm3, tiny-gemma, tiny-gemma2, tiny-gemma3, tiny-phi3, tiny-phi3-longrope,
-// tiny-stablelm, tiny-starcoder2, and the mixtures of experts tiny-qwen3moe, tiny-olmoe,
-// tiny-mixtral, tiny-qwen2moe: 8 experts of 16, 2 per token): hidden 64, 3-6 layers, GQA, windows of 16, stories260K's
+// tiny-stablelm, tiny-starcoder2, the mixtures of experts tiny-qwen3moe, tiny-olmoe,
+// tiny-mixtral, tiny-qwen2moe: 8 experts of 16, 2 per token, and the DeepSeek-2 latent
+// attention models tiny-deepseek2, tiny-deepseek2-lite (27 layers, no q bottleneck),
+// tiny-deepseek3 (sigmoid router)): hidden 64, 3-6 layers, GQA, windows of 16, stories260K's
 // 512-token vocabulary copied from its GGUF; tests/data/arch/FORMAT.md lists their features.
 // Tokenizers (from the shared dir, $LUMEN_SHARED or ../shared): the Qwen2/3 tokenizer.json
 // for the qwen presets, Llama 3's for llama-3.2-1b and smollm2-135m, Phi-3's vocab-only
@@ -87,6 +92,23 @@ struct SynthConfig {
   int64_t n_expert_used = 0;
   int64_t n_ff_exp = 0;
   int64_t n_ff_shexp = 0;
+  // DeepSeek-2 (arch deepseek2, synth_deepseek2.cc): multi-head latent attention with a
+  // latent of n_lora_kv, a query bottleneck of n_lora_q (0: one attn_q; llama.cpp
+  // c392e5094 then insists on 27 layers, V2-Lite's), n_head_dim = nope + n_rot per head for
+  // q and k, head_dim_v for v; experts of n_ff_exp with n_expert_shared shared ones, the
+  // first n_dense_lead layers dense (n_ff); router weights scaled / renormalised; sigmoid
+  // gating writes an expert selection bias (DeepSeek-V3); YaRN RoPE when yarn_factor > 0.
+  int64_t n_lora_q = 0;
+  int64_t n_lora_kv = 0;
+  int64_t head_dim_v = 0;
+  int64_t n_expert_shared = 0;
+  int64_t n_dense_lead = 0;
+  double expert_weights_scale = 1.0;
+  bool expert_weights_norm = false;
+  bool expert_gating_sigmoid = false;
+  double yarn_factor = 0.0;
+  int64_t yarn_original_ctx = 0;
+  double yarn_log_mul = 0.0;
 
   // Weight values: matrices and biases N(0, weight_std); norm weights 1 + N(0, norm_std)
   // (as stored in the GGUF: a Gemma file stores 1 + w), norm biases N(0, weight_std).

@@ -53,6 +53,8 @@ constexpr ArchTraits kArchs[] = {
     // c392e5094 shapes olmoe's k norm [n_embd]: its KV heads must equal its heads
     {.name = "olmoe", .qk_norm = true, .qk_norm_whole = true, .square_attention = true, .moe = Moe::kRequired,
      .output = Output::kUntiedOnly},
+    // attention and experts: synth_deepseek2.cc
+    {.name = "deepseek2", .moe = Moe::kRequired, .expert_ff_key = true, .output = Output::kUntiedOnly},
 };
 
 const ArchTraits* find_arch(std::string_view name) {
@@ -118,6 +120,7 @@ Status validate_synth_arch(const SynthConfig& c) {
     return error(a + "llama.cpp shapes its k norm [hidden]: --kv-heads must equal --heads");
   if (c.rot_dims() > c.head_dim() || c.rot_dims() % 2 != 0 || c.rot_dims() <= 0)
     return error(a + "rotary dims " + std::to_string(c.rot_dims()) + " must be even and at most the head dim");
+  if (c.arch == "deepseek2") return validate_synth_deepseek2(c);
   if (c.rot_dims() != c.head_dim() && c.arch != "stablelm")
     return error(a + "partial rotary embeddings are stablelm's only");
   if (c.longrope_original_ctx > 0 && c.arch != "phi3") return error(a + "LongRoPE is phi3's only");
@@ -151,6 +154,10 @@ std::vector<std::pair<std::string, MetaValue>> synth_arch_metadata(const SynthCo
   u32(".feed_forward_length", c.n_ff);
   u32(".attention.head_count", c.n_head);
   u32(".attention.head_count_kv", c.n_kv_head);
+  if (c.arch == "deepseek2") {
+    synth_deepseek2_metadata(c, m);
+    return m;
+  }
   if (c.head_dim() != c.n_embd / c.n_head || c.n_embd % c.n_head != 0) {
     u32(".attention.key_length", c.head_dim());
     u32(".attention.value_length", c.head_dim());
@@ -196,6 +203,7 @@ std::vector<std::pair<std::string, MetaValue>> synth_arch_metadata(const SynthCo
 
 std::vector<SynthTensorPlan> synth_arch_tensors(const SynthConfig& c) {
   const ArchTraits& t = *find_arch(c.arch);
+  if (c.arch == "deepseek2") return synth_deepseek2_tensors(c);
   const int64_t e = c.n_embd, hd = c.head_dim(), q = c.n_head * hd, kv = c.n_kv_head * hd;
   std::vector<SynthTensorPlan> ts;
   auto add = [&](std::string name, std::vector<int64_t> ne, SynthInit init) {

@@ -24,6 +24,10 @@
 //   olmoe       RMS            q k v o, q/k RMSNorm over all     router, experts     tied or not
 //                              heads ([hidden] weights)
 //   llama with --experts (Mixtral): router and experts instead of gate/up/down
+//   deepseek2   RMS            multi-head latent attention:       dense leading       untied
+//                              q (or q_a, q_a_norm, q_b),         layers, then router,
+//                              kv_a_mqa, kv_a_norm, kv_b, o       experts, shared
+//                                                                 experts (no gate)
 //
 // Experts as llama.cpp's converter stores them: ffn_gate_inp [hidden, n_expert] (f32, never
 // quantized) and one 3-D tensor per kind, ffn_{gate,up}_exps [hidden, ff_exp, n_expert],
@@ -73,6 +77,12 @@ std::vector<std::pair<std::string, gguf::MetaValue>> synth_arch_metadata(const S
 
 // Every tensor, in writing order.
 std::vector<SynthTensorPlan> synth_arch_tensors(const SynthConfig& config);
+
+// deepseek2's rules, metadata and tensors (synth_deepseek2.cc).
+Status validate_synth_deepseek2(const SynthConfig& config);
+// Its keys after the common ones (block count, context, sizes, head counts), appended to m.
+void synth_deepseek2_metadata(const SynthConfig& config, std::vector<std::pair<std::string, gguf::MetaValue>>& m);
+std::vector<SynthTensorPlan> synth_deepseek2_tensors(const SynthConfig& config);
 
 // Row `row` (of ne[0] values) of tensor t, as the GGUF stores it (synth.cc: a generator
 // keyed by (seed, tensor name, row), so every writer of the same config gets the same values).

@@ -266,13 +266,21 @@ void rope_angles(const RopeParams& p, const int32_t* pos, int64_t n_tokens, floa
   LUMEN_CHECK(r > 0 && r % 2 == 0 && r <= p.head_dim && r <= kMaxRopeDim);
   const int32_t half = r / 2;
   const float theta_scale = std::pow(p.theta, -2.0f / static_cast<float>(r));
+  float mscale = p.attn_factor;
+  if (p.ext_factor != 0.0f) mscale *= 1.0f + 0.1f * std::log(1.0f / p.freq_scale);
   for (int64_t t = 0; t < n_tokens; ++t) {
     float theta = static_cast<float>(pos[t]);
     for (int32_t i = 0; i < half; ++i) {
       const float ff = p.freq_factors ? p.freq_factors[i] : 1.0f;
-      const float angle = p.freq_scale * (theta / ff);
-      cos_out[t * half + i] = std::cos(angle) * p.attn_factor;
-      sin_out[t * half + i] = std::sin(angle) * p.attn_factor;
+      const float extrap = theta / ff;
+      float angle = p.freq_scale * extrap;
+      if (p.ext_factor != 0.0f) {  // YaRN: ramp 1 for the fast pairs (i < corr_low), 0 past corr_high
+        const float y = (static_cast<float>(i) - p.corr_low) / std::max(0.001f, p.corr_high - p.corr_low);
+        const float mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * p.ext_factor;
+        angle = angle * (1.0f - mix) + extrap * mix;
+      }
+      cos_out[t * half + i] = std::cos(angle) * mscale;
+      sin_out[t * half + i] = std::sin(angle) * mscale;
       theta *= theta_scale;
     }
   }
@@ -360,7 +368,7 @@ void kv_store(const KernelTable& kt, const PagedKvView& kv, int64_t pos0, int64_
     LUMEN_DCHECK(pos / kv.block_size < static_cast<int64_t>(kv.block_table.size()));
     for (int32_t h = 0; h < kv.n_kv_head; ++h) {
       store(kv.k_dtype, k + (t * kv.n_kv_head + h) * hd, kv.k_addr(pos, h));
-      store(kv.v_dtype, v + (t * kv.n_kv_head + h) * hd, kv.v_addr(pos, h));
+      if (v != nullptr) store(kv.v_dtype, v + (t * kv.n_kv_head + h) * hd, kv.v_addr(pos, h));  // null: K-only
     }
   }
 }

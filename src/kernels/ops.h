@@ -81,6 +81,11 @@ struct RopeParams {
   const float* freq_factors = nullptr;  // [n_rot/2] or null: theta_i /= factor[i] (llama3, longrope)
   float attn_factor = 1.0f;   // cos and sin are multiplied by it (ggml's mscale; Phi-3 longrope)
   RopeLayout layout = RopeLayout::kInterleaved;
+  // YaRN (ggml's rope_yarn): with ext_factor != 0, pair i's angle mixes the scaled and the
+  // unscaled angle by ramp(i) * ext_factor (ramp 1 below corr_low, 0 above corr_high), and
+  // cos / sin are multiplied by 1 + 0.1 ln(1 / freq_scale) as well.
+  float ext_factor = 0.0f;
+  float corr_low = 0.0f, corr_high = 0.0f;  // ggml_rope_yarn_corr_dims
 
   int32_t rotated_dims() const { return n_rot > 0 ? n_rot : head_dim; }
 };
@@ -122,7 +127,8 @@ bool kv_type_needs_flash(DType dtype);
 // Writes K and V rows of n_tokens tokens at positions pos0.. into the cache, converted to
 // its K and V types as ggml-cpu converts them (F16 / BF16 round to nearest even, q8_0 as
 // the activation quantizer, q4_0 as ggml's reference quantizer).
-// k, v: [n_tokens][n_kv_head][head_dim]. Precondition: kv_cache_supports() both types.
+// k, v: [n_tokens][n_kv_head][head_dim]; v null: K rows only (a K-only cache, whose V
+// aliases K: multi-head latent attention). Precondition: kv_cache_supports() both types.
 void kv_store(const KernelTable& kt, const PagedKvView& kv, int64_t pos0, int64_t n_tokens, const float* k,
               const float* v);
 // One row of n values (a multiple of 32) as q4_0 blocks, as ggml's quantize_row_q4_0_ref.

@@ -10,7 +10,7 @@
 namespace lumen::kv {
 
 size_t KvCacheConfig::bytes_per_token() const {
-  return size_t{1} * n_slots * n_kv_head * (row_bytes(dtypes.k, head_dim) + row_bytes(dtypes.v, head_dim));
+  return size_t{1} * n_slots * n_kv_head * (row_bytes(dtypes.k, head_dim) + (k_only ? 0 : row_bytes(dtypes.v, head_dim)));
 }
 
 Status check_kv_dtypes(KvDTypes dtypes, int32_t head_dim) {
@@ -31,12 +31,13 @@ Result<KvStorage> KvStorage::allocate(const KvCacheConfig& config) {
   if (config.n_slots <= 0 || config.n_kv_head <= 0 || config.head_dim <= 0 ||
       config.block_size <= 0 || config.n_blocks <= 0)
     return error("kv cache: every dimension must be positive");
-  LUMEN_TRY(check_kv_dtypes(config.dtypes, config.head_dim));
   KvStorage s;
   s.config_ = config;
+  if (config.k_only) s.config_.dtypes.v = config.dtypes.k;  // V aliases K
+  LUMEN_TRY(check_kv_dtypes(s.config_.dtypes, config.head_dim));
   LUMEN_ASSIGN_OR_RETURN(s.memory_, HugeBuffer::allocate(config.total_bytes(), "kv cache"));
   KvStorageView& v = s.view_;
-  v.dtypes = config.dtypes;
+  v.dtypes = s.config_.dtypes;
   v.n_slots = config.n_slots;
   v.n_blocks = config.n_blocks;
   v.block_size = config.block_size;
@@ -44,9 +45,9 @@ Result<KvStorage> KvStorage::allocate(const KvCacheConfig& config) {
   v.head_dim = config.head_dim;
   v.base = s.memory_.data();
   v.k_block_stride_bytes = size_t{1} * config.n_kv_head * config.block_size * row_bytes(config.dtypes.k, config.head_dim);
-  v.v_block_stride_bytes = size_t{1} * config.n_kv_head * config.block_size * row_bytes(config.dtypes.v, config.head_dim);
-  v.v_offset_bytes = v.k_block_stride_bytes * config.n_blocks;
-  v.slot_stride_bytes = v.v_offset_bytes + v.v_block_stride_bytes * config.n_blocks;
+  v.v_block_stride_bytes = size_t{1} * config.n_kv_head * config.block_size * row_bytes(v.dtypes.v, config.head_dim);
+  v.v_offset_bytes = config.k_only ? 0 : v.k_block_stride_bytes * config.n_blocks;
+  v.slot_stride_bytes = v.k_block_stride_bytes * config.n_blocks + (config.k_only ? 0 : v.v_block_stride_bytes * config.n_blocks);
   return s;
 }
 
@@ -58,7 +59,7 @@ void KvStorage::copy_block(int32_t src_id, int32_t dst_id) {
     std::byte* v = k + view_.v_offset_bytes;
     const size_t kb = view_.k_block_stride_bytes, vb = view_.v_block_stride_bytes;
     std::memcpy(k + dst_id * kb, k + src_id * kb, kb);
-    std::memcpy(v + dst_id * vb, v + src_id * vb, vb);
+    if (!config_.k_only) std::memcpy(v + dst_id * vb, v + src_id * vb, vb);
   }
 }
 

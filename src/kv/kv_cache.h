@@ -27,6 +27,7 @@ struct KvCacheConfig {
   int32_t head_dim = 0;
   int32_t block_size = 16;  // token slots per block
   int32_t n_blocks = 0;
+  bool k_only = false;  // one row per token and layer, no V (model/kv_layout.h); dtypes.v is then dtypes.k
   KvDTypes dtypes = {};  // K and V element types (F16: llama.cpp's default); rows of head_dim
                     // elements, so head_dim must be a multiple of a quantized type's block
 

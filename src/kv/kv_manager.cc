@@ -24,9 +24,9 @@ Result<std::vector<KvGroupPlan>> plan_kv_memory(const KvManagerConfig& c) {
   if (c.n_kv_head <= 0 || c.head_dim <= 0 || c.block_size <= 0 || c.n_ctx <= 0 || c.max_seqs <= 0 ||
       c.max_batch_tokens <= 0)
     return error("kv cache: every dimension must be positive");
-  LUMEN_TRY(check_kv_dtypes(c.dtypes, c.head_dim));
+  LUMEN_TRY(check_kv_dtypes(c.k_only ? KvDTypes{c.dtypes.k, c.dtypes.k} : c.dtypes, c.head_dim));  // K-only: V is K
   // Bytes of one token's K and V rows in one layer (the types' row sizes).
-  const size_t token_bytes = row_bytes(c.dtypes.k, c.head_dim) + row_bytes(c.dtypes.v, c.head_dim);
+  const size_t token_bytes = row_bytes(c.dtypes.k, c.head_dim) + (c.k_only ? 0 : row_bytes(c.dtypes.v, c.head_dim));
   const int64_t bs = c.block_size;
   const int64_t blocks_ctx = ceil_div(c.n_ctx, bs);
   std::vector<KvGroupPlan> plan(c.groups.size());
@@ -98,6 +98,7 @@ Result<KvManager> KvManager::create(const KvManagerConfig& config) {
     kc.block_size = config.block_size;
     kc.n_blocks = grp.plan.n_blocks;
     kc.dtypes = config.dtypes;
+    kc.k_only = config.k_only;
     LUMEN_ASSIGN_OR_RETURN(grp.storage, KvStorage::allocate(kc));
     grp.pool = BlockPool(kc.n_blocks, kc.block_size);
     // Keep a few blocks in reserve when others are running, so that a new admission does

@@ -57,6 +57,7 @@ struct KvManagerConfig {
   int32_t head_dim = 0;
   int32_t block_size = 16;
   KvDTypes dtypes = {};          // K and V element types (kv_cache.h)
+  bool k_only = false;           // one row per token and layer, no V (model/kv_layout.h)
   int32_t n_ctx = 0;             // longest sequence
   int32_t max_seqs = 1;          // sequences running at once
   int32_t max_batch_tokens = 0;  // tokens per step at most (largest chunk of one sequence)
@@ -66,7 +67,7 @@ struct KvManagerConfig {
 };
 
 // The groups and row shape of a KvManagerConfig from a model's KV layout: any type that
-// lists `groups` (each with `window` and its `layers`) and `n_kv_head` / `head_dim` —
+// lists `groups` (each with `window` and its `layers`), `n_kv_head` / `head_dim` and `k_only` —
 // model::KvLayout is the one (a template, so that kv and model need not know each other).
 // The caller sets the rest (block size, dtype, context, memory, prefix cache).
 template <class Layout>
@@ -75,6 +76,7 @@ KvManagerConfig kv_config_for_layout(const Layout& layout) {
   for (const auto& g : layout.groups) c.groups.push_back({static_cast<int32_t>(g.layers.size()), g.window});
   c.n_kv_head = layout.n_kv_head;
   c.head_dim = layout.head_dim;
+  c.k_only = layout.k_only;
   return c;
 }
 

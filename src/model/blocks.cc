@@ -12,19 +12,23 @@ namespace {
 
 kernels::RopeParams rope_params(const HParams& hp, const RopeSpec& r, const ModelWeights& w) {
   kernels::RopeParams p;
-  p.head_dim = hp.head_dim;
+  p.head_dim = hp.is_mla() ? hp.mla_row() : hp.head_dim;  // MLA: q and k rotated in latent-sized rows
   p.n_rot = r.n_rot;
   p.theta = r.theta;
   p.freq_scale = r.freq_scale;
   p.attn_factor = r.attn_factor;
   p.freq_factors = r.freq_factors && !w.rope_freq_factors.empty() ? w.rope_freq_factors.data() : nullptr;
   p.layout = hp.rope_layout;
+  p.ext_factor = r.ext_factor;
+  p.corr_low = r.corr_low;
+  p.corr_high = r.corr_high;
   return p;
 }
 
 bool same_rope(const kernels::RopeParams& a, const kernels::RopeParams& b) {
   return a.n_rot == b.n_rot && a.theta == b.theta && a.freq_scale == b.freq_scale &&
-         a.attn_factor == b.attn_factor && a.freq_factors == b.freq_factors && a.layout == b.layout;
+         a.attn_factor == b.attn_factor && a.freq_factors == b.freq_factors && a.layout == b.layout &&
+         a.ext_factor == b.ext_factor && a.corr_low == b.corr_low && a.corr_high == b.corr_high;
 }
 
 // Per-head norm of x [T][n_heads][head_dim]: one weight row for all heads, or one per head.
@@ -69,8 +73,10 @@ Workspace make_workspace(const HParams& hp, const std::vector<LayerSpec>& specs,
   ws.q.resize(T * hp.n_q_dim());
   ws.k.resize(T * hp.n_kv_dim());
   ws.v.resize(T * hp.n_kv_dim());
-  ws.attn.resize(T * hp.n_q_dim());
-  const size_t n_ff = hp.is_moe() ? std::max(hp.n_ff_exp, hp.n_ff_shexp) : hp.n_ff;
+  ws.attn.resize(T * std::max(hp.n_q_dim(), hp.n_head * hp.head_dim_v));
+  // MoE: the experts' sizes (and the dense size, when leading layers are dense: DeepSeek-2)
+  const size_t n_ff = hp.is_moe() ? std::max({hp.n_ff_exp, hp.n_ff_shexp, hp.n_layer_dense_lead > 0 ? hp.n_ff : 0})
+                                  : hp.n_ff;
   ws.gate.resize(T * n_ff);
   ws.up.resize(T * n_ff);
   if (hp.is_moe()) {
@@ -81,6 +87,15 @@ Workspace make_workspace(const HParams& hp, const std::vector<LayerSpec>& specs,
     ws.expert_rows.resize(T * hp.n_expert_used);
     ws.xe.resize(T * hp.n_embd);
     ws.ye.resize(T * hp.n_embd);
+  }
+  if (hp.is_mla()) {
+    const size_t row = hp.mla_row(), L = hp.n_lora_kv;
+    ws.mla_ql.resize(T * hp.n_lora_q);
+    ws.mla_kv.resize(T * row);
+    ws.mla_q.resize(T * hp.n_head * row);
+    ws.mla_o.resize(T * hp.n_head * row);
+    ws.mla_in.resize(T * std::max<size_t>(hp.qk_nope_dim(), L));
+    ws.mla_out.resize(T * std::max<size_t>(L, hp.head_dim_v));
   }
   ws.sel.resize(R * hp.n_embd);
   ws.pos.resize(T);
@@ -108,7 +123,11 @@ Workspace make_workspace(const HParams& hp, const std::vector<LayerSpec>& specs,
   for (const TensorView* m : matrices(w))
     scratch = std::max(scratch, kernels::matmul_scratch_bytes(m->dtype, m->ne[0], m == &w.output ? R : T,
                                                               limits.n_threads));
+  for (const LayerWeights& l : w.layers)
+    for (const TensorView& m : l.w_uk)
+      scratch = std::max(scratch, kernels::matmul_scratch_bytes(m.dtype, m.ne[0], T, limits.n_threads));
   kernels::AttentionParams ap{hp.n_head, hp.n_kv_head, hp.head_dim, 1.0f};
+  if (hp.is_mla()) ap = kernels::AttentionParams{hp.n_head, 1, hp.mla_row(), 1.0f};
   scratch = std::max(scratch, kernels::attention_scratch_bytes(ap, T, limits.max_ctx, limits.n_threads));
   ws.scratch.resize(scratch + 64);
   ws.flash_attn = limits.flash_attn;

@@ -50,6 +50,13 @@ struct Workspace {
   std::vector<float> ye;             // [T][n_embd] that expert's outputs
   std::vector<int32_t> pos;        // [T] position of each token
   bool flash_attn = false;         // attention by kernels::flash_attention (ModelLimits)
+  // Multi-head latent attention (empty otherwise): H heads, latent L, rope dims R.
+  std::vector<float> mla_ql;       // [T][n_lora_q] the query bottleneck
+  std::vector<float> mla_kv;       // [T][L + R] normed latent | roped key: the cache rows
+  std::vector<float> mla_q;        // [T][H][L + R] absorbed queries: q_nope W_uk | roped q_pe
+  std::vector<float> mla_o;        // [T][H][L + R] attention over the latent rows
+  std::vector<float> mla_in;       // [T][max(nope, L)] one head's rows, gathered
+  std::vector<float> mla_out;      // [T][max(L, v)] one head's projection
 
   // RoPE: the distinct RopeSpecs of the layers ("sets"), the set of each layer (-1: NoPE),
   // and each set's angles for this pass ([T][n_rot / 2] cos and sin), computed once per
@@ -98,6 +105,11 @@ void norm(const Pass& p, NormKind kind, const float* x, const float* w, const fl
 // projection and bias). Writes this layer's K/V into the cache unless it reads another's.
 void attention_block(Pass& p, int32_t il, const float* xn, float* out);
 
+// out [T][n_embd] = multi-head latent attention of layer il over xn [T][n_embd]
+// (mla_block.cc): the latent and rope key into the cache, attention in the latent space
+// through the absorbed projections, output projection.
+void mla_attention_block(Pass& p, int32_t il, const float* xn, float* out);
+
 // out [T][n_embd] = MLP of layer il over xn [T][n_embd] (gated SiLU / GELU, or plain GELU
 // with biases).
 void mlp_block(Pass& p, int32_t il, const float* xn, float* out);
@@ -123,5 +135,6 @@ std::span<const float> forward_llama(Pass& p);     // llama, mistral, qwen2, qwe
                                                    // and with experts: mixtral, qwen2moe, qwen3moe, olmoe
 std::span<const float> forward_gemma(Pass& p);     // gemma, gemma2, gemma3
 std::span<const float> forward_stablelm(Pass& p);  // stablelm, starcoder2
+std::span<const float> forward_deepseek2(Pass& p); // deepseek2 (multi-head latent attention)
 
 }  // namespace lumen::model

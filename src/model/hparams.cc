@@ -21,6 +21,7 @@ std::string_view arch_name(Arch arch) {
     case Arch::kQwen2Moe: return "qwen2moe";
     case Arch::kQwen3Moe: return "qwen3moe";
     case Arch::kOlmoe: return "olmoe";
+    case Arch::kDeepseek2: return "deepseek2";
   }
   return "?";
 }
@@ -46,6 +47,7 @@ constexpr ArchName kArchNames[] = {
     {"gemma2", Arch::kGemma2},   {"gemma3", Arch::kGemma3},       {"phi3", Arch::kPhi3},
     {"starcoder2", Arch::kStarcoder2}, {"stablelm", Arch::kStablelm},
     {"qwen2moe", Arch::kQwen2Moe},     {"qwen3moe", Arch::kQwen3Moe},     {"olmoe", Arch::kOlmoe},
+    {"deepseek2", Arch::kDeepseek2},
 };
 
 Result<float> get_positive(const gguf::ModelFile& f, const std::string& key, float fallback, float max_value) {
@@ -57,12 +59,65 @@ Result<float> get_positive(const gguf::ModelFile& f, const std::string& key, flo
   return static_cast<float>(*v);
 }
 
+// DeepSeek-2's expert keys, as llama.cpp c392e5094 reads them: the expert size, the shared
+// experts (one MLP of n_ff_exp * expert_shared_count), the dense leading layers, the router
+// weight scale (required), their renormalisation (default off) and the gating function
+// (1 softmax, the default for files without the key; 2 sigmoid, DeepSeek-V3).
+Status read_deepseek2_experts(const gguf::ModelFile& f, const std::string& a, HParams& hp) {
+  LUMEN_ASSIGN_OR_RETURN(hp.n_ff_exp, get_count(f, a + ".expert_feed_forward_length", 1 << 20));
+  LUMEN_ASSIGN_OR_RETURN(const int32_t n_shared, get_count(f, a + ".expert_shared_count", 4096));
+  hp.n_ff_shexp = hp.n_ff_exp * n_shared;
+  const std::string lead_key = a + ".leading_dense_block_count";
+  const std::optional<int64_t> lead = f.get_int(lead_key);
+  if (!lead || *lead < 0 || *lead > hp.n_layer)
+    return error("model metadata: '" + lead_key + "' must be an integer in [0, block_count]");
+  hp.n_layer_dense_lead = static_cast<int32_t>(*lead);
+  const std::string scale_key = a + ".expert_weights_scale";
+  const std::optional<double> scale = f.get_float(scale_key);
+  if (!scale || !(*scale > 0 && *scale < 1e6))
+    return error("model metadata: '" + scale_key + "' must be a positive number");
+  hp.expert_weights_scale = static_cast<float>(*scale);
+  const std::string norm_key = a + ".expert_weights_norm";
+  if (f.find(norm_key)) {
+    const std::optional<int64_t> norm = f.get_int(norm_key);  // a bool reads as 0 / 1
+    if (!norm) return error("model metadata: '" + norm_key + "' must be a bool");
+    hp.expert_weights_norm = *norm != 0;
+  }
+  const std::string gating_key = a + ".expert_gating_func";
+  if (f.find(gating_key)) {
+    const std::optional<int64_t> g = f.get_int(gating_key);
+    if (!g || *g < 0 || *g > 2)
+      return error("model metadata: '" + gating_key + "' must be 0 or 1 (softmax) or 2 (sigmoid)");
+    hp.expert_gating_sigmoid = *g == 2;
+  }
+  return Status();
+}
+
+// Multi-head latent attention (deepseek2): the latent rank, the query bottleneck (present
+// when the file has blk.0.attn_q_a: llama.cpp c392e5094 decides it by the layer count, 27
+// = V2-Lite without one), the value size (default: the key size).
+Status read_mla(const gguf::ModelFile& f, const std::string& a, HParams& hp) {
+  LUMEN_ASSIGN_OR_RETURN(hp.n_lora_kv, get_count(f, a + ".attention.kv_lora_rank", 1 << 16));
+  if (f.find_tensor("blk.0.attn_q_a.weight")) {
+    LUMEN_ASSIGN_OR_RETURN(hp.n_lora_q, get_count(f, a + ".attention.q_lora_rank", 1 << 16));
+  }
+  hp.head_dim_v = hp.head_dim;
+  if (f.find(a + ".attention.value_length")) {
+    LUMEN_ASSIGN_OR_RETURN(hp.head_dim_v, get_count(f, a + ".attention.value_length", 4096));
+  }
+  if (hp.rope_dims >= hp.head_dim)
+    return error("model metadata: deepseek2 rope.dimension_count " + std::to_string(hp.rope_dims) +
+                 " must be smaller than attention.key_length " + std::to_string(hp.head_dim));
+  return Status();
+}
+
 // The experts of a mixture-of-experts file: `<arch>.expert_count` (required for the MoE
 // families, optional for llama: Mixtral), `expert_used_count`, and the inner sizes of an
 // expert and of the shared expert. Whether the top-k router weights are renormalised is the
 // architecture's (as llama.cpp builds it): Mixtral and Qwen3-MoE yes, Qwen2-MoE and OLMoE no.
 Status read_experts(const gguf::ModelFile& f, const std::string& a, HParams& hp) {
-  const bool moe_arch = hp.arch == Arch::kQwen2Moe || hp.arch == Arch::kQwen3Moe || hp.arch == Arch::kOlmoe;
+  const bool moe_arch = hp.arch == Arch::kQwen2Moe || hp.arch == Arch::kQwen3Moe || hp.arch == Arch::kOlmoe ||
+                        hp.arch == Arch::kDeepseek2;
   const std::string count_key = a + ".expert_count";
   const std::optional<int64_t> count = f.get_int(count_key);
   if (!count && f.find(count_key)) return error("model metadata: '" + count_key + "' must be an integer");
@@ -85,6 +140,7 @@ Status read_experts(const gguf::ModelFile& f, const std::string& a, HParams& hp)
     }
   }
   hp.expert_weights_norm = hp.arch == Arch::kLlama || hp.arch == Arch::kQwen3Moe;
+  if (hp.arch == Arch::kDeepseek2) LUMEN_TRY(read_deepseek2_experts(f, a, hp));
   return Status();
 }
 
@@ -142,11 +198,12 @@ Result<HParams> read_hparams(const gguf::ModelFile& f) {
                    " must be even and in [2, head dim " + std::to_string(hp.head_dim) + "]");
     hp.rope_dims = static_cast<int32_t>(*rope_dims);
   }
-  LUMEN_TRY(read_experts(f, a, hp));
   hp.n_ctx_train = 2048;
   if (f.find(a + ".context_length")) {
     LUMEN_ASSIGN_OR_RETURN(hp.n_ctx_train, get_count(f, a + ".context_length", 1 << 24));
   }
+  LUMEN_TRY(read_experts(f, a, hp));
+  if (hp.arch == Arch::kDeepseek2) LUMEN_TRY(read_mla(f, a, hp));
   if (auto eps = f.get_float(a + ".attention.layer_norm_rms_epsilon")) {
     if (!(*eps > 0 && *eps < 1)) return error("model metadata: layer_norm_rms_epsilon out of range");
     hp.rms_eps = static_cast<float>(*eps);
@@ -168,7 +225,8 @@ Result<HParams> read_hparams(const gguf::ModelFile& f) {
   }
   // NeoX-layout RoPE (pairs (i, i + d/2)) for every family but llama and smollm3, whose
   // converters permute q/k rows into the interleaved layout.
-  if (hp.arch != Arch::kLlama && hp.arch != Arch::kSmollm3) hp.rope_layout = kernels::RopeLayout::kNeox;
+  if (hp.arch != Arch::kLlama && hp.arch != Arch::kSmollm3 && hp.arch != Arch::kDeepseek2)
+    hp.rope_layout = kernels::RopeLayout::kNeox;
   if (auto layout = f.get_string("lumen.rope_layout"); layout && *layout == "neox")
     hp.rope_layout = kernels::RopeLayout::kNeox;
 
@@ -186,6 +244,15 @@ Result<HParams> read_hparams(const gguf::ModelFile& f) {
       hp.rope_original_ctx = static_cast<int32_t>(f.get_int(a + ".rope.scaling.original_context_length").value_or(8192));
       if (!(hp.rope_high_freq_factor > hp.rope_low_freq_factor) || hp.rope_original_ctx <= 0)
         return error("model metadata: invalid llama3 rope scaling parameters");
+    } else if (*type == "yarn") {  // ggml's YaRN: LayerSpec::rope (layer_spec.cc)
+      hp.rope_freq_scale = static_cast<float>(1.0 / factor);
+      hp.rope_original_ctx = hp.n_ctx_train;
+      if (f.find(a + ".rope.scaling.original_context_length")) {
+        LUMEN_ASSIGN_OR_RETURN(hp.rope_original_ctx, get_count(f, a + ".rope.scaling.original_context_length", 1 << 24));
+      }
+      const double log_mul = f.get_float(a + ".rope.scaling.yarn_log_multiplier").value_or(0.0);
+      if (!(log_mul >= 0 && log_mul < 100)) return error("model metadata: rope.scaling.yarn_log_multiplier out of range");
+      hp.rope_yarn_log_mul = static_cast<float>(log_mul);
     } else if (*type == "longrope" || *type == "su") {
       hp.rope_freq_scale = 1.0f;  // Phi-3: per-dimension factors (tensors) + attn_factor
     } else if (*type != "none") {

@@ -34,6 +34,9 @@ enum class Arch : uint8_t {
   kQwen3Moe,    // as qwen3 (per-head q/k norms) + experts (softmax top-k, renormalised)
   kOlmoe,       // as llama + q/k RMSNorm over the whole projection, NeoX RoPE, experts
                 // (softmax top-k, not renormalised)
+  kDeepseek2,   // multi-head latent attention (MLA: the KV cache holds a normed latent + one
+                // shared RoPE key per token), experts with shared experts, dense leading
+                // layers, softmax or sigmoid gating with an expert bias, YaRN RoPE
 };
 std::string_view arch_name(Arch arch);
 
@@ -54,6 +57,17 @@ struct HParams {
   int32_t n_ff_exp = 0;         // one expert's MLP inner size (expert_feed_forward_length, else n_ff)
   int32_t n_ff_shexp = 0;       // the shared expert's inner size (qwen2moe; else 0)
   bool expert_weights_norm = false;  // top-k router weights divided by their sum
+  // DeepSeek-2 mixture of experts: the first n_layer_dense_lead layers have a dense MLP of
+  // n_ff; the shared experts are one MLP of n_ff_shexp = n_ff_exp * expert_shared_count
+  // without a gate; the router weights are scaled by expert_weights_scale.
+  int32_t n_layer_dense_lead = 0;
+  float expert_weights_scale = 1.0f;
+  bool expert_gating_sigmoid = false;  // router probabilities sigmoid(logits), not softmax
+  // Multi-head latent attention (deepseek2; 0 otherwise). head_dim is the query/key size
+  // per head (qk_nope + rope_dims), head_dim_v the value size.
+  int32_t n_lora_q = 0;     // q through a low-rank bottleneck of this size (0: one wq)
+  int32_t n_lora_kv = 0;    // the latent: kv_lora_rank
+  int32_t head_dim_v = 0;   // attention.value_length
   float rms_eps = 1e-5f;    // RMSNorm epsilon
   float norm_eps = 1e-5f;   // LayerNorm epsilon (attention.layer_norm_epsilon)
   bool has_qkv_bias = false;  // q/k/v biases required (qwen2)
@@ -74,9 +88,14 @@ struct HParams {
   float rope_scaling_factor = 1.0f;     // llama3
   float rope_low_freq_factor = 1.0f;    // llama3
   float rope_high_freq_factor = 4.0f;   // llama3
-  int32_t rope_original_ctx = 8192;     // llama3; Phi-3: rope.scaling.original_context_length
+  int32_t rope_original_ctx = 8192;     // llama3; Phi-3: rope.scaling.original_context_length;
+                                        // yarn: the training context (n_ctx_orig_yarn)
+  float rope_yarn_log_mul = 0.0f;       // yarn: rope.scaling.yarn_log_multiplier (DeepSeek-2)
 
   bool is_moe() const { return n_expert > 0; }
+  bool is_mla() const { return n_lora_kv > 0; }
+  int32_t qk_nope_dim() const { return head_dim - rope_dims; }  // MLA: per head, not rotated
+  int32_t mla_row() const { return n_lora_kv + rope_dims; }     // MLA: cached floats per token
   int32_t n_q_dim() const { return n_head * head_dim; }
   int32_t n_kv_dim() const { return n_kv_head * head_dim; }
 };

@@ -46,6 +46,8 @@ std::span<const KnownShape> known_shapes() {
       {"qwen3-30b-a3b", "qwen3moe", 2048, 48, 32, 4, 128,  6144, 151936,  40960, 1e6f,  1e-6f, false, false, 0, 1, 0, 0, "Qwen/Qwen3-30B-A3B config.json"},
       {"qwen1.5-moe-a2.7b", "qwen2moe", 2048, 24, 16, 16, 128, 5632, 151936, 8192, 1e6f, 1e-6f, false, true, 0, 1, 0, 0, "Qwen/Qwen1.5-MoE-A2.7B config.json"},
       {"mixtral-8x7b",  "llama",   4096, 32, 32,  8, 128, 14336,  32000,  32768, 1e6f,  1e-5f, false, false, 0, 1, 0, 0, "mistralai/Mixtral-8x7B-v0.1 config.json"},
+      // multi-head latent attention (kMla below): head_dim is q/k's per head (128 + 64 rotated)
+      {"deepseek-v2-lite", "deepseek2", 2048, 27, 16, 16, 192, 10944, 102400, 163840, 1e4f, 1e-6f, false, false, 0, 1, 0, 0, "deepseek-ai/DeepSeek-V2-Lite config.json"},
   };
   return kShapes;
 }
@@ -63,8 +65,21 @@ const KnownMoe* find_known_moe(std::string_view name) {
       {"qwen3-30b-a3b", 128, 8, 768, 0},
       {"qwen1.5-moe-a2.7b", 60, 4, 1408, 5632},
       {"mixtral-8x7b", 8, 2, 14336, 0},
+      {"deepseek-v2-lite", 64, 6, 1408, 2 * 1408},
   };
   for (const KnownMoe& m : kMoe)
+    if (name == m.name) return &m;
+  return nullptr;
+}
+
+const KnownMla* find_known_mla(std::string_view name) {
+  // name, q_lora_rank (null: 0), kv_lora_rank, qk_rope_head_dim, v_head_dim, first_k_dense_replace,
+  // n_shared_experts, routed_scaling_factor, rope_scaling yarn factor /
+  // original_max_position_embeddings, 0.1 * mscale_all_dim (the converter's yarn_log_multiplier)
+  static constexpr KnownMla kMla[] = {
+      {"deepseek-v2-lite", 0, 512, 64, 128, 1, 2, 1.0f, 40.0f, 4096, 0.0707f},
+  };
+  for (const KnownMla& m : kMla)
     if (name == m.name) return &m;
   return nullptr;
 }

@@ -47,4 +47,23 @@ struct KnownMoe {
 };
 const KnownMoe* find_known_moe(std::string_view name);  // nullptr for a dense shape
 
+// Multi-head latent attention and the rest of DeepSeek-2's config (q_lora_rank,
+// kv_lora_rank, qk_rope_head_dim, v_head_dim, first_k_dense_replace, n_shared_experts,
+// routed_scaling_factor, rope_scaling). KnownMoe's n_ff_shexp is n_shared_experts x the
+// expert size.
+struct KnownMla {
+  const char* name;          // a KnownShape's name
+  int32_t n_lora_q;          // 0: no q bottleneck
+  int32_t n_lora_kv;
+  int32_t rope_dims;
+  int32_t head_dim_v;
+  int32_t n_dense_lead;
+  int32_t n_expert_shared;
+  float expert_weights_scale;
+  float yarn_factor;
+  int32_t yarn_original_ctx;
+  float yarn_log_mul;
+};
+const KnownMla* find_known_mla(std::string_view name);  // nullptr without latent attention
+
 }  // namespace lumen::model

@@ -53,16 +53,20 @@ struct KvLayout {
 
   int32_t n_kv_head = 0;  // per stored row (all storing layers alike for now)
   int32_t head_dim = 0;
+  // One row per token and layer instead of a K row and a V row: multi-head latent attention
+  // caches [latent | rope key] (n_kv_head 1, head_dim kv_lora_rank + rope dims) and reads the
+  // values from the same row (KvStorageView: V aliases K).
+  bool k_only = false;
 
   int32_t n_groups() const { return static_cast<int32_t>(groups.size()); }
   int32_t n_slots(int32_t group) const { return static_cast<int32_t>(groups[group].layers.size()); }
   // Bytes of one token's K and V in one group (all its slots), elem_bytes per element.
   size_t group_bytes_per_token(int32_t group, size_t elem_bytes) const {
-    return size_t{2} * n_slots(group) * n_kv_head * head_dim * elem_bytes;
+    return size_t{k_only ? 1u : 2u} * n_slots(group) * n_kv_head * head_dim * elem_bytes;
   }
-  // The same for a cache of these K and V types (their row bytes).
+  // The same for a cache of these K and V types (their row bytes; K-only: K's row).
   size_t group_bytes_per_token(int32_t group, KvDTypes types) const {
-    return size_t{1} * n_slots(group) * n_kv_head * kv_token_bytes(types, head_dim);
+    return size_t{1} * n_slots(group) * n_kv_head * (k_only ? row_bytes(types.k, head_dim) : kv_token_bytes(types, head_dim));
   }
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 
 namespace lumen::model {
 
@@ -102,6 +103,20 @@ Status read_kv_sources(const gguf::ModelFile& f, const HParams& hp, std::vector<
   return Status();
 }
 
+// ggml_rope_yarn_corr_dims: the pairs below `low` keep their unscaled (extrapolated) angle,
+// those above `high` are interpolated, with beta_fast 32 and beta_slow 1 (llama.cpp's
+// defaults) rotations over the original context marking the two ends.
+void yarn_corr_dims(const HParams& hp, int32_t n_rot, RopeSpec& r) {
+  auto corr_dim = [&](float n_rotations) {
+    return static_cast<float>(n_rot) *
+           std::log(static_cast<float>(hp.rope_original_ctx) / (n_rotations * 2.0f * std::numbers::pi_v<float>)) /
+           (2.0f * std::log(hp.rope_theta));
+  };
+  r.ext_factor = 1.0f;
+  r.corr_low = std::max(0.0f, std::floor(corr_dim(32.0f)));
+  r.corr_high = std::min(static_cast<float>(n_rot - 1), std::ceil(corr_dim(1.0f)));
+}
+
 }  // namespace
 
 Result<std::vector<LayerSpec>> read_layer_specs(const gguf::ModelFile& f, const HParams& hp) {
@@ -117,6 +132,12 @@ Result<std::vector<LayerSpec>> read_layer_specs(const gguf::ModelFile& f, const 
   float scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
   if ((hp.arch == Arch::kGemma2 && hp.n_layer == 46) || (hp.arch == Arch::kGemma3 && hp.n_layer == 62))
     scale = 1.0f / std::sqrt(static_cast<float>(hp.n_embd / hp.n_head));
+  if (hp.arch == Arch::kDeepseek2) {
+    // llama.cpp's deepseek2 graph: YaRN's magnitude correction goes into the scale (squared,
+    // for q and k) instead of the rotation, whose cos / sin it divides back out.
+    const float mscale = hp.rope_attn_factor * (1.0f + hp.rope_yarn_log_mul * std::log(1.0f / hp.rope_freq_scale));
+    scale = mscale * mscale / std::sqrt(static_cast<float>(hp.head_dim));
+  }
   LUMEN_ASSIGN_OR_RETURN(scale, read_float(f, a + ".attention.scale", scale));
   float attn_softcap = 0.0f;
   if (hp.arch == Arch::kGemma2) {
@@ -130,6 +151,8 @@ Result<std::vector<LayerSpec>> read_layer_specs(const gguf::ModelFile& f, const 
   rope.attn_factor = hp.rope_attn_factor;
   rope.freq_factors = f.find_tensor("rope_freqs.weight") != nullptr || hp.rope_scaling_type == "llama3" ||
                       (hp.arch == Arch::kPhi3 && f.find_tensor("rope_factors_long.weight") != nullptr);
+  if (hp.rope_scaling_type == "yarn") yarn_corr_dims(hp, rope.n_rot, rope);
+  if (hp.arch == Arch::kDeepseek2) rope.attn_factor = 1.0f / (1.0f + 0.1f * std::log(1.0f / hp.rope_freq_scale));
 
   for (int32_t il = 0; il < hp.n_layer; ++il) {
     LayerSpec& s = specs[il];
@@ -154,6 +177,11 @@ Result<std::vector<LayerSpec>> read_layer_specs(const gguf::ModelFile& f, const 
         break;
       case Arch::kOlmoe:
         s.qk_norm = s.qk_norm_whole = true;
+        break;
+      case Arch::kDeepseek2:
+        s.mla = true;
+        s.moe = il >= hp.n_layer_dense_lead;
+        s.shared_expert = s.moe;
         break;
       case Arch::kSmollm3:
         if ((il + 1) % 4 == 0) s.rope.n_rot = 0;  // NoPE: llama.cpp's n_no_rope_layer_step = 4
@@ -194,7 +222,12 @@ Result<KvLayout> make_kv_layout(const HParams& hp, const std::vector<LayerSpec>&
     attn[il].window = specs[il].attn == AttnKind::kSliding ? specs[il].window : 0;
     attn[il].kv_source_layer = specs[il].kv_source_layer;
   }
-  return build_kv_layout(attn, hp.n_kv_head, hp.head_dim);
+  if (!hp.is_mla()) return build_kv_layout(attn, hp.n_kv_head, hp.head_dim);
+  // MLA: one row per token and layer, the normed latent and the roped shared key; the
+  // attention reads its values from the same row (KvLayout::k_only).
+  LUMEN_ASSIGN_OR_RETURN(KvLayout layout, build_kv_layout(attn, 1, hp.mla_row()));
+  layout.k_only = true;
+  return layout;
 }
 
 }  // namespace lumen::model

@@ -49,6 +49,8 @@ struct RopeSpec {
   float freq_scale = 1.0f;    // linear position scaling
   float attn_factor = 1.0f;   // cos/sin magnitude factor (Phi-3 longrope)
   bool freq_factors = false;  // divide theta_i by ModelWeights::rope_freq_factors[i]
+  float ext_factor = 0.0f;    // YaRN (kernels::RopeParams): 1 for rope.scaling.type yarn
+  float corr_low = 0.0f, corr_high = 0.0f;
 
   bool operator==(const RopeSpec&) const = default;
 };
@@ -67,7 +69,9 @@ struct LayerSpec {
                                    // to x (StableLM files without ffn_norm)
   MlpKind mlp = MlpKind::kSiluGated;
   bool moe = false;                // the MLP is a mixture of experts (moe_mlp, blocks.h)
-  bool shared_expert = false;      // moe: + a shared expert with a sigmoid gate (Qwen2-MoE)
+  bool shared_expert = false;      // moe: + a shared expert, with a sigmoid gate (Qwen2-MoE)
+                                   // or without (DeepSeek-2's shared experts)
+  bool mla = false;                // multi-head latent attention (mla_attention_block, blocks.h)
   float attn_scale = 0.0f;         // multiplies q.k: 1/sqrt(head_dim) or the file's override
   bool scale_q = false;            // apply attn_scale to q (f32) before the product, as the
                                    // ggml graphs of Gemma and Phi-3 do, rather than to the

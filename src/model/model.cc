@@ -165,6 +165,10 @@ std::span<const float> Model::embeddings() const {
 
 bool Model::can_move_kv(DType k_dtype) const {
   if (k_dtype != DType::kF16 && k_dtype != DType::kF32) return false;
+  // Latent attention rows (K-only) hold the rope key after the latent, and V aliases K:
+  // moving them is not kv_move's row rotation. They are recomputed (as llama.cpp cannot
+  // shift deepseek2 either).
+  if (kv_layout_.k_only) return false;
   for (const KvLayout::Group& g : kv_layout_.groups)
     if (g.window != 0) return false;
   return true;
@@ -199,6 +203,7 @@ std::span<const float> Model::forward(const kernels::KernelTable& k, ThreadPool&
   for (int32_t g = 0; g < kvl.n_groups(); ++g) {
     const KvStorageView& v = kv_groups[g];
     LUMEN_CHECK(v.n_slots == kvl.n_slots(g) && v.n_kv_head == kvl.n_kv_head && v.head_dim == kvl.head_dim);
+    LUMEN_CHECK_MSG(kvl.k_only == (v.v_offset_bytes == 0), "forward: KV storage with and without V rows mixed up");
   }
   LUMEN_CHECK_MSG(pool.n_threads() <= limits_.n_threads, "forward: more threads than the scratch was sized for");
   for (const ForwardSeq& s : batch.seqs) {
@@ -221,6 +226,7 @@ std::span<const float> Model::forward(const kernels::KernelTable& k, ThreadPool&
     case Arch::kGemma3: return forward_gemma(p);
     case Arch::kStablelm:
     case Arch::kStarcoder2: return forward_stablelm(p);
+    case Arch::kDeepseek2: return forward_deepseek2(p);
   }
   LUMEN_CHECK_MSG(false, "forward: unknown architecture");
   return {};

@@ -128,7 +128,8 @@ class Model {
   // Context shift by re-RoPE (engine/context_shift.h). Whether moving cached rows to new
   // positions (kernels::kv_move) gives what the layers would have stored there: every KV
   // group is full attention (a sliding group has released rows the moved ones would need)
-  // and the K rows are F16 or F32 (V is copied as it is). RoPE variants (NeoX, partial rotary, linear / llama3 /
+  // and the K rows are F16 or F32 (V is copied as it is), and the rows are not latent
+  // attention's K-only rows. RoPE variants (NeoX, partial rotary, linear / llama3 /
   // longrope scaling) and NoPE layers all rotate linearly in the position, so all qualify.
   bool can_move_kv(DType k_dtype) const;
   // Copies the rows of positions src_pos0 .. src_pos0 + n - 1 to dst_pos0 .. of every layer

@@ -1,11 +1,14 @@
-// The mixture-of-experts MLP (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE):
+// The mixture-of-experts MLP (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-2):
 //
 //   r      = xn Wrouter^T                       [T][n_expert] router logits
-//   p      = softmax(r)                         per token
-//   S(t)   = the K experts of largest p         K = n_expert_used (ties: lower index)
+//   p      = softmax(r)                         per token (DeepSeek-V3: sigmoid(r))
+//   S(t)   = the K experts of largest p         K = n_expert_used (ties: lower index;
+//                                               DeepSeek-V3: of largest p + exp_probs_b)
 //   g(t,e) = p[e]            e in S(t)          (Mixtral, Qwen3-MoE: / sum of p over S(t))
+//                                               (DeepSeek-2: * expert_weights_scale)
 //   out[t] = sum over e in S(t) of g(t,e) * down_e(silu(gate_e(xn[t])) * up_e(xn[t]))
 //   Qwen2-MoE: out[t] += sigmoid(xn[t] . w_shexp_gate) * down_s(silu(gate_s(xn[t])) * up_s(xn[t]))
+//   DeepSeek-2: out[t] += down_s(silu(gate_s(xn[t])) * up_s(xn[t]))   (shared experts, no gate)
 //
 // Batched by expert, not by token: the (token, slot) pairs of the step are grouped by the
 // expert they chose (a counting sort), then each expert with at least one token runs once
@@ -29,33 +32,51 @@
 namespace lumen::model {
 namespace {
 
+// How a layer's router turns logits into weights (HParams).
+struct Router {
+  int32_t n = 0, k = 0;
+  bool sigmoid = false;           // probabilities sigmoid(logit) instead of softmax
+  const float* bias = nullptr;    // [n] added to the probabilities for the selection only
+  bool normalise = false;         // the k weights divided by their sum
+  float scale = 1.0f;             // then multiplied by it
+};
+
 // probs [n] = softmax(logits [n]) (in place; ggml's order: max, exp(x - max), sum in double,
-// scale); ids [k] = the k largest (ties: the lower index first), w [k] = their probabilities,
-// divided by their sum when `normalise`.
-void route_token(float* probs, int32_t n, int32_t k, bool normalise, int32_t* ids, float* w) {
-  float max_logit = probs[0];
-  for (int32_t e = 1; e < n; ++e) max_logit = std::max(max_logit, probs[e]);
-  double sum = 0.0;
-  for (int32_t e = 0; e < n; ++e) {
-    probs[e] = std::exp(probs[e] - max_logit);
-    sum += probs[e];
+// scale) or sigmoid(logits); ids [k] = the k largest (plus the bias, if any; ties: the lower
+// index first), w [k] = their probabilities, divided by their sum when `normalise`, times
+// `scale`.
+void route_token(const Router& r, float* probs, int32_t* ids, float* w) {
+  const int32_t n = r.n, k = r.k;
+  if (r.sigmoid) {
+    for (int32_t e = 0; e < n; ++e) probs[e] = 1.0f / (1.0f + std::exp(-probs[e]));
+  } else {
+    float max_logit = probs[0];
+    for (int32_t e = 1; e < n; ++e) max_logit = std::max(max_logit, probs[e]);
+    double sum = 0.0;
+    for (int32_t e = 0; e < n; ++e) {
+      probs[e] = std::exp(probs[e] - max_logit);
+      sum += probs[e];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int32_t e = 0; e < n; ++e) probs[e] *= inv;
   }
-  const float inv = static_cast<float>(1.0 / sum);
-  for (int32_t e = 0; e < n; ++e) probs[e] *= inv;
+  auto score = [&](int32_t e) { return r.bias ? probs[e] + r.bias[e] : probs[e]; };
   for (int32_t j = 0; j < k; ++j) {  // k selection passes: k and n are small (8 of 128)
     int32_t best = -1;
     for (int32_t e = 0; e < n; ++e) {
       if (std::find(ids, ids + j, e) != ids + j) continue;
-      if (best < 0 || probs[e] > probs[best]) best = e;
+      if (best < 0 || score(e) > score(best)) best = e;
     }
     ids[j] = best;
     w[j] = probs[best];
   }
-  if (normalise) {
+  if (r.normalise) {
     float w_sum = 0.0f;
     for (int32_t j = 0; j < k; ++j) w_sum += w[j];
     for (int32_t j = 0; j < k; ++j) w[j] /= w_sum;
   }
+  if (r.scale != 1.0f)
+    for (int32_t j = 0; j < k; ++j) w[j] *= r.scale;
 }
 
 // out [n] += w * y [n]
@@ -90,9 +111,10 @@ void moe_mlp(Pass& p, int32_t il, const float* xn, float* out) {
   // Router: logits, probabilities, each token's K experts and their weights.
   kernels::matmul(p.k, p.pool, l.ffn_gate_inp, xn, T, ws.router.data(), ws.scratch.data());
   p.tap("ffn_moe_logits", il, ws.router.data(), T * n_expert);
+  const Router router{n_expert, K, hp.expert_gating_sigmoid, l.exp_probs_b, hp.expert_weights_norm,
+                      hp.expert_weights_scale};
   for (int64_t t = 0; t < T; ++t)
-    route_token(ws.router.data() + t * n_expert, n_expert, K, hp.expert_weights_norm, ws.expert_ids.data() + t * K,
-                ws.expert_w.data() + t * K);
+    route_token(router, ws.router.data() + t * n_expert, ws.expert_ids.data() + t * K, ws.expert_w.data() + t * K);
 
   // Group the T * K (token, slot) pairs by expert: a counting sort into expert_rows.
   int32_t* begin = ws.expert_begin.data();
@@ -118,10 +140,11 @@ void moe_mlp(Pass& p, int32_t il, const float* xn, float* out) {
     }
   }
 
-  // Qwen2-MoE's shared expert: every token, scaled by a sigmoid gate of its own.
+  // The shared expert: every token; Qwen2-MoE's scaled by a sigmoid gate of its own.
   if (s.shared_expert) {
     swiglu(p, l.w_gate_shexp, l.w_up_shexp, l.w_down_shexp, xn, T, ws.ye.data());
-    for (int64_t t = 0; t < T; ++t) {
+    if (l.gate_inp_shexp == nullptr) kernels::add_in_place(p.k, out, ws.ye.data(), T * E);
+    for (int64_t t = 0; t < T && l.gate_inp_shexp != nullptr; ++t) {
       float g = 0.0f;
       for (int64_t i = 0; i < E; ++i) g += xn[t * E + i] * l.gate_inp_shexp[i];
       add_scaled(out + t * E, ws.ye.data() + t * E, 1.0f / (1.0f + std::exp(-g)), E);

@@ -12,6 +12,7 @@
 #include "base/check.h"
 #include "kernels/ops.h"
 #include "kernels/type_table.h"
+#include "base/fp16.h"
 
 namespace lumen::model {
 namespace {
@@ -172,6 +173,60 @@ Status bind_mlp(Binder& b, const gguf::ModelFile& f, const HParams& hp, const La
   return Status();
 }
 
+// w_uk[h] (LayerWeights): head h's k_nope rows of wkv_b, transposed into a [L][nope]
+// matrix of its own, f32 when wkv_b is f32 (the test files) and f16 otherwise.
+Status make_absorbed_uk(const HParams& hp, const std::string& p, LayerWeights& l, ModelWeights& w) {
+  const int64_t H = hp.n_head, L = hp.n_lora_kv, nope = hp.qk_nope_dim(), stride = nope + hp.head_dim_v;
+  if (!kernels::can_dequantize(l.wkv_b.dtype))
+    return error("model: tensor '" + p + "attn_kv_b.weight' has type " + std::string(dtype_name(l.wkv_b.dtype)) +
+                 ", which lumen cannot read");
+  const DType dt = l.wkv_b.dtype == DType::kF32 ? DType::kF32 : DType::kF16;
+  const size_t head_bytes = row_bytes(dt, nope) * L;
+  std::vector<std::byte>& buf = w.owned_matrices.emplace_back(head_bytes * H);
+  std::vector<float> row(L);
+  for (int64_t h = 0; h < H; ++h) {
+    std::byte* dst = buf.data() + h * head_bytes;
+    for (int64_t d = 0; d < nope; ++d) {
+      kernels::dequantize_row(l.wkv_b.dtype, l.wkv_b.row(h * stride + d), row.data(), L);
+      for (int64_t c = 0; c < L; ++c) {
+        if (dt == DType::kF32) reinterpret_cast<float*>(dst)[c * nope + d] = row[c];
+        else reinterpret_cast<uint16_t*>(dst)[c * nope + d] = f32_to_fp16(row[c]);
+      }
+    }
+    TensorView v;
+    v.dtype = dt;
+    v.n_dims = 2;
+    v.ne[0] = nope;
+    v.ne[1] = L;
+    v.data = dst;
+    v.n_bytes = head_bytes;
+    l.w_uk.push_back(v);
+    l.w_uv.push_back(Binder::rows(l.wkv_b, h * stride + nope, hp.head_dim_v));
+  }
+  return Status();
+}
+
+// Multi-head latent attention (deepseek2): q (one matrix, or the bottleneck a -> norm -> b),
+// the latent and rope-key projection with the latent's norm, wkv_b and its absorbed forms,
+// the output.
+Status bind_mla(Binder& b, const HParams& hp, const std::string& p, LayerWeights& l, ModelWeights& w) {
+  const int64_t e = hp.n_embd, q = hp.n_q_dim(), L = hp.n_lora_kv;
+  if (hp.n_lora_q > 0) {
+    LUMEN_ASSIGN_OR_RETURN(l.wq_a, b.matrix(p + "attn_q_a.weight", e, hp.n_lora_q));
+    LUMEN_ASSIGN_OR_RETURN(l.q_a_norm, b.vector(p + "attn_q_a_norm.weight", hp.n_lora_q));
+    LUMEN_ASSIGN_OR_RETURN(l.wq_b, b.matrix(p + "attn_q_b.weight", hp.n_lora_q, q));
+  } else {
+    LUMEN_ASSIGN_OR_RETURN(l.wq, b.matrix(p + "attn_q.weight", e, q));
+  }
+  LUMEN_ASSIGN_OR_RETURN(l.wkv_a, b.matrix(p + "attn_kv_a_mqa.weight", e, L + hp.rope_dims));
+  LUMEN_ASSIGN_OR_RETURN(l.kv_a_norm, b.vector(p + "attn_kv_a_norm.weight", L));
+  LUMEN_ASSIGN_OR_RETURN(l.wkv_b,
+                         b.matrix(p + "attn_kv_b.weight", L, int64_t{hp.n_head} * (hp.qk_nope_dim() + hp.head_dim_v)));
+  LUMEN_TRY(make_absorbed_uk(hp, p, l, w));
+  LUMEN_ASSIGN_OR_RETURN(l.wo, b.matrix(p + "attn_output.weight", int64_t{hp.n_head} * hp.head_dim_v, e));
+  return Status();
+}
+
 // The MoE weights: router, experts (views into the 3-D tensors), shared expert.
 Status bind_moe(Binder& b, const HParams& hp, const LayerSpec& spec, const std::string& p, LayerWeights& l) {
   const int64_t e = hp.n_embd, ff = hp.n_ff_exp, n = hp.n_expert;
@@ -179,9 +234,11 @@ Status bind_moe(Binder& b, const HParams& hp, const LayerSpec& spec, const std::
   LUMEN_ASSIGN_OR_RETURN(l.w_gate_exp, b.experts(p + "ffn_gate_exps.weight", e, ff, n));
   LUMEN_ASSIGN_OR_RETURN(l.w_up_exp, b.experts(p + "ffn_up_exps.weight", e, ff, n));
   LUMEN_ASSIGN_OR_RETURN(l.w_down_exp, b.experts(p + "ffn_down_exps.weight", ff, e, n));
+  LUMEN_ASSIGN_OR_RETURN(l.exp_probs_b, b.vector(p + "exp_probs_b.bias", n, true));
   if (spec.shared_expert) {
     const int64_t fs = hp.n_ff_shexp;
-    LUMEN_ASSIGN_OR_RETURN(l.gate_inp_shexp, b.vector(p + "ffn_gate_inp_shexp.weight", e));
+    const bool gated = hp.arch != Arch::kDeepseek2;
+    LUMEN_ASSIGN_OR_RETURN(l.gate_inp_shexp, b.vector(p + "ffn_gate_inp_shexp.weight", e, !gated));
     LUMEN_ASSIGN_OR_RETURN(l.w_gate_shexp, b.matrix(p + "ffn_gate_shexp.weight", e, fs));
     LUMEN_ASSIGN_OR_RETURN(l.w_up_shexp, b.matrix(p + "ffn_up_shexp.weight", e, fs));
     LUMEN_ASSIGN_OR_RETURN(l.w_down_shexp, b.matrix(p + "ffn_down_shexp.weight", fs, e));
@@ -239,7 +296,11 @@ Result<ModelWeights> bind_weights(const gguf::ModelFile& f, const HParams& hp, c
     const bool layer_norm = spec.norm == NormKind::kLayer;
     LUMEN_ASSIGN_OR_RETURN(l.attn_norm, b.vector(p + "attn_norm.weight", e));
     LUMEN_ASSIGN_OR_RETURN(l.attn_norm_b, b.vector(p + "attn_norm.bias", e, !layer_norm));
-    LUMEN_TRY(bind_attention(b, f, hp, spec, p, l));
+    if (spec.mla) {
+      LUMEN_TRY(bind_mla(b, hp, p, l, w));
+    } else {
+      LUMEN_TRY(bind_attention(b, f, hp, spec, p, l));
+    }
     if (spec.post_attn_norm) {
       LUMEN_ASSIGN_OR_RETURN(l.attn_post_norm, b.vector(p + "post_attention_norm.weight", e));
     }
@@ -281,7 +342,10 @@ template <typename View, typename Weights>
 std::vector<View*> matrices_of(Weights& w) {
   std::vector<View*> out;
   for (auto& l : w.layers) {
-    for (View* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.ffn_gate_inp})
+    for (View* t : {&l.wq, &l.wq_a, &l.wq_b, &l.wkv_a, &l.wk, &l.wv})
+      if (t->data != nullptr) out.push_back(t);
+    for (View& t : l.w_uv) out.push_back(&t);  // MLA: w_uk are copies (ModelWeights::owned_matrices)
+    for (View* t : {&l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.ffn_gate_inp})
       if (t->data != nullptr) out.push_back(t);
     for (size_t e = 0; e < l.w_gate_exp.size(); ++e)
       for (View* t : {&l.w_gate_exp[e], &l.w_up_exp[e], &l.w_down_exp[e]}) out.push_back(t);
@@ -378,6 +442,8 @@ void bind_interleaved(const InterleavePlan& plan, const std::byte* base) {
 uint64_t weight_bytes_per_token(const ModelWeights& w, const HParams& hp) {
   uint64_t n = w.tok_embd.row_stride_bytes();
   for (const TensorView* t : matrices(w)) n += read_bytes(*t);
+  for (const LayerWeights& l : w.layers)
+    for (const TensorView& t : l.w_uk) n += read_bytes(t);
   // A token reads n_expert_used of each MoE layer's experts (experts of a layer have equal
   // sizes): take the others out again.
   for (const LayerWeights& l : w.layers)

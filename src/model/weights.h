@@ -57,7 +57,22 @@ struct LayerWeights {
   TensorView w_gate_shexp;             // [n_embd] -> [n_ff_shexp]
   TensorView w_up_shexp;               // [n_embd] -> [n_ff_shexp]
   TensorView w_down_shexp;             // [n_ff_shexp] -> [n_embd]
-  const float* gate_inp_shexp = nullptr;  // [n_embd]
+  const float* gate_inp_shexp = nullptr;  // [n_embd]; null: the shared expert has no gate (DeepSeek-2)
+  const float* exp_probs_b = nullptr;  // [n_expert] expert selection bias (DeepSeek-V3), or null
+
+  // Multi-head latent attention (LayerSpec::mla; wk, wv are then empty). H heads, q/k size
+  // head_dim = nope + rope, value size v, latent L = kv_lora_rank, R = rope dims.
+  TensorView wq_a;                     // [n_embd] -> [n_lora_q] (with a q bottleneck; else wq)
+  const float* q_a_norm = nullptr;     // [n_lora_q]
+  TensorView wq_b;                     // [n_lora_q] -> [H * head_dim]
+  TensorView wkv_a;                    // [n_embd] -> [L + R]: the latent, then the rope key
+  const float* kv_a_norm = nullptr;    // [L]
+  TensorView wkv_b;                    // [L] -> [H * (nope + v)]: per head k_nope rows, then v rows
+  // The absorbed projections, per head: w_uk[h] = head h's k_nope rows of wkv_b transposed
+  // ([nope] -> [L], a copy made at load: f32 for an f32 wkv_b, else f16), w_uv[h] = head
+  // h's v rows of wkv_b ([L] -> [v], a view into it).
+  std::vector<TensorView> w_uk;
+  std::vector<TensorView> w_uv;
 };
 
 struct ModelWeights {
@@ -71,6 +86,9 @@ struct ModelWeights {
 
   // f32 copies of the small tensors (kept alive here).
   std::vector<std::vector<float>> owned_f32;
+  // Matrices made at load (MLA's w_uk), one buffer per layer. Not in matrices(): they are
+  // not views of the file (nothing may release their pages); weight_bytes_per_token counts them.
+  std::vector<std::vector<std::byte>> owned_matrices;
 };
 
 // Binds every tensor the layers' specs need, by llama.cpp's names (blk.N.attn_q, attn_qkv,
@@ -119,8 +137,8 @@ void release_pages(const std::byte* p, size_t n);
 void bind_interleaved(const InterleavePlan& plan, const std::byte* base);
 
 // Bytes of weights read per generated token (every matrix once, in the layout the kernels
-// read it, + one embedding row). MoE layers count n_expert_used experts (a token reads only
-// the experts it is routed to), not all of them.
+// read it, + one embedding row, + MLA's w_uk copies). MoE layers count n_expert_used experts
+// (a token reads only the experts it is routed to), not all of them.
 uint64_t weight_bytes_per_token(const ModelWeights& w, const HParams& hp);
 
 }  // namespace lumen::model

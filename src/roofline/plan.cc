@@ -100,6 +100,10 @@ nlohmann::json plan_to_json(const Plan& plan) {
                 {"expert_ffn", plan.shape.n_ff_exp},
                 {"shared_expert_ffn", plan.shape.n_ff_shexp},
                 {"params_from", plan.params_source}};
+  if (plan.shape.is_mla())
+    j["model"]["mla"] = {{"kv_lora_rank", plan.shape.kv_lora_rank}, {"q_lora_rank", plan.shape.q_lora_rank},
+                         {"rope_dims", plan.shape.rope_dims}, {"v_head_dim", plan.shape.head_dim_v},
+                         {"dense_leading_layers", plan.shape.n_dense_lead}};
   j["params"] = {{"decoder", plan.params.decoder},
                  {"lm_head", plan.params.lm_head},
                  {"embedding", plan.params.embedding},

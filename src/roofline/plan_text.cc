@@ -49,7 +49,7 @@ void append_header(std::string& out, const Plan& plan) {
          hw.measured ? (hw.int8_for_quantized ? " (int8 dot products for quantized weights, f32 FMA otherwise)" : "")
                      : (plan.tensor_cores ? " (tensor cores)" : " (no tensor cores; --tensor-cores to use them)"),
          w.matmul_flop_rate / w.read_bytes_per_s);
-  const char* attn = s.n_kv_head == s.n_head ? "MHA" : s.n_kv_head == 1 ? "MQA" : "GQA";
+  const char* attn = s.is_mla() ? "MLA" : s.n_kv_head == s.n_head ? "MHA" : s.n_kv_head == 1 ? "MQA" : "GQA";
   append(out, "model      hidden %lld | %lld layers | %lld heads, %lld KV heads (%s), head dim %lld | ffn %lld%s | "
               "vocab %lld, lm_head %s%s\n",
          static_cast<long long>(s.n_embd), static_cast<long long>(s.n_layer), static_cast<long long>(s.n_head),
@@ -96,10 +96,17 @@ void append_params(std::string& out, const Plan& plan) {
            format_count_at(static_cast<double>(c.decoder - c.mlp_inactive), u, 3, 2).c_str(),
            format_count_at(static_cast<double>(c.decoder), u, 3, 2).c_str());
   const int64_t kv = kv_elems_per_token(plan.shape);
-  append(out, "kv cache   %s elements per token (%s) = %lld layers x 2 x %lld KV heads x %lld\n",
-         format_grouped(kv).c_str(), format_count_at(static_cast<double>(kv), u, 2).c_str(),
-         static_cast<long long>(plan.shape.n_layer), static_cast<long long>(plan.shape.n_kv_head),
-         static_cast<long long>(plan.shape.head_dim));
+  if (plan.shape.is_mla()) {
+    append(out, "kv cache   %s elements per token (%s) = %lld layers x (latent %lld + rope key %lld): latent attention\n",
+           format_grouped(kv).c_str(), format_count_at(static_cast<double>(kv), u, 2).c_str(),
+           static_cast<long long>(plan.shape.n_layer), static_cast<long long>(plan.shape.kv_lora_rank),
+           static_cast<long long>(plan.shape.rope_dims));
+  } else {
+    append(out, "kv cache   %s elements per token (%s) = %lld layers x 2 x %lld KV heads x %lld\n",
+           format_grouped(kv).c_str(), format_count_at(static_cast<double>(kv), u, 2).c_str(),
+           static_cast<long long>(plan.shape.n_layer), static_cast<long long>(plan.shape.n_kv_head),
+           static_cast<long long>(plan.shape.head_dim));
+  }
   if (plan.shape.n_local_layers > 0) {
     const int64_t n_global = plan.shape.n_layer - plan.shape.n_local_layers;
     append(out, "           %lld local layers keep only the last %s tokens (sliding window), %lld global layers all "

@@ -269,9 +269,10 @@ TEST(RooflinePresets, AllValid) {
     ASSERT_TRUE(s.ok()) << p.name;
     EXPECT_TRUE(validate_shape(*s).ok()) << p.name << ": " << validate_shape(*s).message();
     // head_dim x heads is the hidden size, except where the config gives head_dim (Qwen3,
-    // Gemma: the attention is wider or narrower than the residual stream).
+    // Gemma: the attention is wider or narrower than the residual stream; DeepSeek-2: q/k
+    // heads of nope + rope dims).
     const std::string_view arch = p.arch;
-    if (!arch.starts_with("qwen3") && !arch.starts_with("gemma")) {
+    if (!arch.starts_with("qwen3") && !arch.starts_with("gemma") && !arch.starts_with("deepseek")) {
       EXPECT_EQ(s->n_head * s->head_dim, s->n_embd) << p.name;
     }
     EXPECT_EQ(s->name, p.name);

@@ -35,6 +35,12 @@ Status validate_shape(const ModelShape& s) {
     return error("model shape: experts = " + std::to_string(s.n_expert) + ", used = " +
                  std::to_string(s.n_expert_used) + ", expert ffn = " + std::to_string(s.n_ff_exp) +
                  ": need 1 <= used <= experts <= 4096 and a positive expert ffn");
+  if (s.kv_lora_rank < 0 || s.kv_lora_rank > kMaxDim || s.q_lora_rank < 0 || s.q_lora_rank > kMaxDim ||
+      (s.kv_lora_rank > 0 && (s.rope_dims <= 0 || s.rope_dims >= s.head_dim || s.head_dim_v <= 0)) ||
+      s.n_dense_lead < 0 || s.n_dense_lead > s.n_layer)
+    return error("model shape: latent attention kv_lora_rank = " + std::to_string(s.kv_lora_rank) + ", rope dims = " +
+                 std::to_string(s.rope_dims) + ", v head dim = " + std::to_string(s.head_dim_v) +
+                 ", dense leading layers = " + std::to_string(s.n_dense_lead) + " do not fit together");
   if (s.n_local_layers < 0 || s.n_local_layers > s.n_layer)
     return error("model shape: local (sliding-window) layers = " + std::to_string(s.n_local_layers) +
                  " is out of range [0, layers]");
@@ -55,21 +61,21 @@ double window_pairs(double d, double n, double w) {
 }  // namespace
 
 double kv_elems_at(const ModelShape& s, double n_ctx) {
-  const double per_layer = 2.0 * static_cast<double>(s.n_kv_head * s.head_dim);
+  const double per_layer = static_cast<double>(s.kv_elems_per_layer());
   const double local = s.n_local_layers > 0 ? std::min(n_ctx, static_cast<double>(s.window)) : 0.0;
   return per_layer * (static_cast<double>(s.n_layer - s.n_local_layers) * n_ctx +
                       static_cast<double>(s.n_local_layers) * local);
 }
 
 double attn_macs_at(const ModelShape& s, double n_ctx) {
-  const double per_layer = static_cast<double>(s.n_head * s.head_dim);
+  const double per_layer = static_cast<double>(attn_macs_per_pair(s) / s.n_layer);
   const double local = s.n_local_layers > 0 ? std::min(n_ctx, static_cast<double>(s.window)) : 0.0;
   return per_layer * (static_cast<double>(s.n_layer - s.n_local_layers) * n_ctx +
                       static_cast<double>(s.n_local_layers) * local);
 }
 
 double attn_macs_prefill(const ModelShape& s, double n_depth, double n_new) {
-  const double per_layer = static_cast<double>(s.n_head * s.head_dim);
+  const double per_layer = static_cast<double>(attn_macs_per_pair(s) / s.n_layer);
   const double full = n_new * n_depth + n_new * (n_new + 1) / 2;
   const double local = s.n_local_layers > 0 ? window_pairs(n_depth, n_new, static_cast<double>(s.window)) : 0.0;
   return per_layer * (static_cast<double>(s.n_layer - s.n_local_layers) * full +
@@ -83,6 +89,12 @@ LayerParams layer_params(const ModelShape& s) {
   p.attn_v = s.n_embd * s.n_kv_dim();
   p.attn_qkv_bias = s.has_qkv_bias ? s.n_q_dim() + 2 * s.n_kv_dim() : 0;
   p.attn_o = s.n_q_dim() * s.n_embd;
+  if (s.is_mla()) {
+    p.attn_q = s.q_lora_rank > 0 ? s.n_embd * s.q_lora_rank + s.q_lora_rank * s.n_q_dim() : s.n_embd * s.n_q_dim();
+    p.attn_k = s.n_embd * (s.kv_lora_rank + s.rope_dims);
+    p.attn_v = s.kv_lora_rank * s.n_head * (s.head_dim - s.rope_dims + s.head_dim_v);
+    p.attn_o = s.n_head * s.head_dim_v * s.n_embd;
+  }
   if (s.is_moe()) {
     const int64_t expert = s.n_embd * s.n_ff_exp;  // one of an expert's three matrices
     p.mlp_gate = s.n_expert * expert + s.n_embd * s.n_ff_shexp;
@@ -109,6 +121,13 @@ ParamCounts count_params(const ModelShape& s) {
   c.attention = s.n_layer * layer.attention();
   c.mlp = s.n_layer * layer.mlp();
   c.mlp_inactive = s.n_layer * layer.mlp_inactive;
+  if (s.is_moe() && s.n_dense_lead > 0) {  // DeepSeek-2: the leading layers' MLPs are dense
+    ModelShape dense = s;
+    dense.n_expert = 0;
+    const LayerParams d = layer_params(dense);
+    c.mlp += s.n_dense_lead * (d.mlp() - layer.mlp());
+    c.mlp_inactive -= s.n_dense_lead * layer.mlp_inactive;
+  }
   c.decoder = c.attention + c.mlp;
   c.lm_head = s.n_vocab * s.n_embd;
   c.embedding = s.n_vocab * s.n_embd;
@@ -150,6 +169,13 @@ Result<ModelShape> model_preset(std::string_view name, std::string_view flag) {
       s.n_expert_used = m->n_expert_used;
       s.n_ff_exp = m->n_ff_exp;
       s.n_ff_shexp = m->n_ff_shexp;
+    }
+    if (const model::KnownMla* m = model::find_known_mla(p.name)) {
+      s.kv_lora_rank = m->n_lora_kv;
+      s.q_lora_rank = m->n_lora_q;
+      s.rope_dims = m->rope_dims;
+      s.head_dim_v = m->head_dim_v;
+      s.n_dense_lead = m->n_dense_lead;
     }
     if (p.sliding_window > 0) {  // layer il slides iff il % period < period - 1 (or every layer)
       for (int32_t il = 0; il < p.n_layer; ++il)
@@ -253,6 +279,13 @@ Result<ModelShape> shape_from_model_file(const gguf::ModelFile& file) {
   s.n_expert_used = hp->n_expert_used;
   s.n_ff_exp = hp->n_ff_exp;
   s.n_ff_shexp = hp->n_ff_shexp;
+  s.n_dense_lead = hp->n_layer_dense_lead;
+  if (hp->is_mla()) {
+    s.kv_lora_rank = hp->n_lora_kv;
+    s.q_lora_rank = hp->n_lora_q;
+    s.rope_dims = hp->rope_dims;
+    s.head_dim_v = hp->head_dim_v;
+  }
   // Local layers from the layer specs (every sliding layer of the known architectures has
   // the same window).
   LUMEN_ASSIGN_OR_RETURN(const std::vector<model::LayerSpec> specs, model::read_layer_specs(file, *hp));

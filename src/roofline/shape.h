@@ -13,6 +13,9 @@
 //   MLP        gated (SwiGLU): gate d x ffn, up d x ffn, down ffn x d; plain: up + down
 //   norms      two RMSNorm vectors of d: counted apart (`norms`), not in `decoder`
 //
+//   MLA        (DeepSeek-2) q: d x (h*hd) or d x q_lora + q_lora x (h*hd) (attn_q),
+//              kv_a: d x (kv_lora + rope) (attn_k), kv_b: kv_lora x h*(hd - rope + v) (attn_v),
+//              o: (h*v) x d; the first n_dense_lead layers have a dense MLP of ffn
 //   MoE MLP    router d x n_expert; n_expert experts of ffn_exp (gate, up, down each d x
 //              ffn_exp); a shared expert of ffn_shexp (+ its gate vector d) if the model has
 //              one. A token goes through n_expert_used experts: the other experts' parameters
@@ -63,8 +66,18 @@ struct ModelShape {
   int64_t n_expert_used = 0;   // experts a token goes through
   int64_t n_ff_exp = 0;        // one expert's inner size
   int64_t n_ff_shexp = 0;      // the shared expert's inner size (0: none)
+  int64_t n_dense_lead = 0;    // leading layers with a dense MLP of n_ff (DeepSeek-2)
+  // Multi-head latent attention (DeepSeek-2; kv_lora_rank 0: none). head_dim is q/k's size
+  // per head, rope_dims of it rotated; the cache holds kv_lora_rank + rope_dims per token and
+  // layer, no V.
+  int64_t kv_lora_rank = 0;
+  int64_t q_lora_rank = 0;     // 0: one q matrix
+  int64_t rope_dims = 0;
+  int64_t head_dim_v = 0;
 
   bool is_moe() const { return n_expert > 0; }
+  bool is_mla() const { return kv_lora_rank > 0; }
+  int64_t kv_elems_per_layer() const { return is_mla() ? kv_lora_rank + rope_dims : 2 * n_kv_head * head_dim; }
   int64_t n_q_dim() const { return n_head * head_dim; }
   int64_t n_kv_dim() const { return n_kv_head * head_dim; }
 };
@@ -113,16 +126,16 @@ ParamCounts count_params(const ModelShape& shape);
 double expert_share_touched(int64_t n_expert, int64_t n_expert_used, double n_tokens);
 
 // K and V of one token over all layers: n_layer x 2 x n_kv_head x head_dim (the rate at
-// which a sequence's KV grows while it is shorter than every window).
-inline int64_t kv_elems_per_token(const ModelShape& shape) {
-  return shape.n_layer * 2 * shape.n_kv_head * shape.head_dim;
-}
+// which a sequence's KV grows while it is shorter than every window); latent attention:
+// n_layer x (kv_lora_rank + rope_dims).
+inline int64_t kv_elems_per_token(const ModelShape& shape) { return shape.n_layer * shape.kv_elems_per_layer(); }
 
 // Multiply-adds of attention for one (query, key) position pair over all layers and
 // heads, for QK^T; PV costs the same again. GQA does not reduce it (every query head
 // still scores every key).
+// Latent attention scores in the latent space: kv_lora_rank + rope_dims per head.
 inline int64_t attn_macs_per_pair(const ModelShape& shape) {
-  return shape.n_layer * shape.n_head * shape.head_dim;
+  return shape.n_layer * shape.n_head * (shape.is_mla() ? shape.kv_lora_rank + shape.rope_dims : shape.head_dim);
 }
 
 // Sliding windows, counted per layer group: a global layer holds (and a query of it

@@ -86,6 +86,9 @@ namespace lumen {
 // Region layout: [n_slots][2 (K, V)][n_blocks][n_kv_head][block_size][row of its type]
 //   slot s, K block b at: base + s * slot_stride_bytes + b * k_block_stride_bytes
 //   slot s, V block b at: base + s * slot_stride_bytes + v_offset_bytes + b * v_block_stride_bytes
+// A K-only region (multi-head latent attention: one row per token, the values are read from
+// it too) is [n_slots][n_blocks][n_kv_head][block_size][row]: v_offset_bytes is 0 and V has
+// K's type and strides, so V aliases K.
 struct KvStorageView {
   KvDTypes dtypes = {};
   int32_t n_slots = 0;            // layers stored in this group
@@ -96,8 +99,8 @@ struct KvStorageView {
   std::byte* base = nullptr;
   size_t k_block_stride_bytes = 0;  // n_kv_head * block_size * row_bytes(dtypes.k, head_dim)
   size_t v_block_stride_bytes = 0;  // n_kv_head * block_size * row_bytes(dtypes.v, head_dim)
-  size_t v_offset_bytes = 0;        // n_blocks * k_block_stride_bytes
-  size_t slot_stride_bytes = 0;     // n_blocks * (k_block_stride_bytes + v_block_stride_bytes)
+  size_t v_offset_bytes = 0;        // n_blocks * k_block_stride_bytes (0: K-only, V aliases K)
+  size_t slot_stride_bytes = 0;     // n_blocks * (k_block_stride_bytes + v_block_stride_bytes), K-only: n_blocks * k_block_stride_bytes
 
   // The view of one slot (a layer of this group) through one sequence's block table of
   // this group.

@@ -1,0 +1,114 @@
+// Multi-head latent attention (DeepSeek-V2/V3), in the absorbed form.
+//
+// H heads; per head a query/key of head_dim = nope + R dims (R rotated by RoPE) and a value
+// of v dims; a latent of L = kv_lora_rank dims. Per token x (normed):
+//
+//   q      = x Wq^T                 or  rmsnorm(x Wq_a^T) * q_a_norm  Wq_b^T      [H][nope + R]
+//   c | kr = x Wkv_a^T                                                            [L] | [R]
+//   c      = rmsnorm(c) * kv_a_norm        kr = rope(kr)        one kr for all heads
+//
+// The paper's (and llama.cpp c392e5094's) expanded form makes each head's key and value
+// from the latent, k_h = [c Wuk_h^T | kr], v_h = c Wuv_h^T (Wuk_h, Wuv_h: head h's rows of
+// wkv_b), and caches them: H * (nope + R + v) floats per token and layer. Since
+//
+//   q_h . k_h = (q_nope_h Wuk_h) . c + rope(q_pe_h) . kr
+//   sum_j p_j v_h(j) = (sum_j p_j c(j)) Wuv_h^T
+//
+// the cache need only hold [c | kr] (L + R floats per token and layer) and the attention
+// runs over those rows directly, MQA-like: one "kv head" of L + R dims read by all H heads,
+//
+//   qa_h  = [q_nope_h Wuk_h | rope(q_pe_h)]                                       [H][L + R]
+//   o_h   = softmax(scale * qa_h . row(j)) . row(j)       over the cached rows     [H][L + R]
+//   a_h   = o_h[0:L] Wuv_h^T                                                      [H][v]
+//   out   = a Wo^T
+//
+// (o_h's last R dims, the attention-weighted rope keys, are not used). The rows go through
+// the paged cache like any K row (KvLayout::k_only: V aliases K), so prefix sharing,
+// copy-on-write and preemption work on them unchanged; the attention kernel is the common
+// one (kernels::attention with n_kv_head 1 and head_dim L + R: flash-decoding, flash
+// attention with -fa, the cache types of --kv-type; V takes K's type).
+// Wuk_h is a transposed copy made at load (ModelWeights::owned_matrices), Wuv_h a view of
+// wkv_b's rows.
+#include <cstring>
+
+#include "base/check.h"
+#include "model/blocks.h"
+
+namespace lumen::model {
+namespace {
+
+// dst [T][n] (contiguous) = columns [off, off + n) of src [T][stride]
+void gather_cols(const float* src, int64_t T, int64_t stride, int64_t off, int64_t n, float* dst) {
+  for (int64_t t = 0; t < T; ++t) std::memcpy(dst + t * n, src + t * stride + off, n * sizeof(float));
+}
+
+// columns [off, off + n) of dst [T][stride] = src [T][n]
+void scatter_cols(const float* src, int64_t T, int64_t n, float* dst, int64_t stride, int64_t off) {
+  for (int64_t t = 0; t < T; ++t) std::memcpy(dst + t * stride + off, src + t * n, n * sizeof(float));
+}
+
+}  // namespace
+
+void mla_attention_block(Pass& p, int32_t il, const float* xn, float* out) {
+  const HParams& hp = p.hp;
+  const LayerSpec& s = p.specs[il];
+  const LayerWeights& l = p.w.layers[il];
+  Workspace& ws = p.ws;
+  const int64_t T = p.n_tokens, H = hp.n_head, L = hp.n_lora_kv, R = hp.rope_dims, row = hp.mla_row();
+  const int64_t qk = hp.head_dim, nope = hp.qk_nope_dim(), V = hp.head_dim_v;
+  std::byte* scratch = ws.scratch.data();
+  LUMEN_DCHECK(s.mla && s.kv_source_layer < 0);
+
+  // q [T][H][nope + R] and the cache rows [T][L + R].
+  if (l.wq_a.data != nullptr) {
+    matmul_group(p.k, p.pool, {{&l.wq_a, ws.mla_ql.data()}, {&l.wkv_a, ws.mla_kv.data()}}, xn, T, scratch);
+    norm(p, NormKind::kRms, ws.mla_ql.data(), l.q_a_norm, nullptr, T, ws.mla_ql.data(), hp.n_lora_q);
+    kernels::matmul(p.k, p.pool, l.wq_b, ws.mla_ql.data(), T, ws.q.data(), scratch);
+  } else {
+    matmul_group(p.k, p.pool, {{&l.wq, ws.q.data()}, {&l.wkv_a, ws.mla_kv.data()}}, xn, T, scratch);
+  }
+  for (int64_t t = 0; t < T; ++t) {  // the latent's norm, in place (the rope key follows it)
+    float* c = ws.mla_kv.data() + t * row;
+    norm(p, NormKind::kRms, c, l.kv_a_norm, nullptr, 1, c, L);
+  }
+
+  // Absorbed queries: qa_h = [q_nope_h Wuk_h | q_pe_h], then RoPE on the q_pe parts and on
+  // the key (rows of L + R, rotating dims [L, L + R)).
+  for (int64_t h = 0; h < H; ++h) {
+    gather_cols(ws.q.data(), T, H * qk, h * qk, nope, ws.mla_in.data());
+    kernels::matmul(p.k, p.pool, l.w_uk[h], ws.mla_in.data(), T, ws.mla_out.data(), scratch);
+    scatter_cols(ws.mla_out.data(), T, L, ws.mla_q.data(), H * row, h * row);
+    for (int64_t t = 0; t < T; ++t)
+      std::memcpy(ws.mla_q.data() + (t * H + h) * row + L, ws.q.data() + (t * H + h) * qk + nope, R * sizeof(float));
+  }
+  const int32_t set = ws.rope_set_of_layer[il];
+  LUMEN_CHECK(set >= 0);
+  const kernels::RopeParams& rp = ws.rope_sets[set];
+  kernels::rope_rotate(rp, ws.rope_cos[set].data(), ws.rope_sin[set].data(), ws.mla_q.data() + L, T,
+                       static_cast<int32_t>(H));
+  kernels::rope_rotate(rp, ws.rope_cos[set].data(), ws.rope_sin[set].data(), ws.mla_kv.data() + L, T, 1);
+  p.tap("kv_latent", il, ws.mla_kv.data(), T * row);
+
+  // Attention over the cached rows: one kv head of L + R dims, its values the same rows.
+  kernels::AttentionParams ap{static_cast<int32_t>(H), 1, static_cast<int32_t>(row), s.attn_scale};
+  ap.flash = ws.flash_attn;
+  const KvLayout::LayerKv& lkv = p.kv_layout.layers[il];
+  for (const ForwardSeq& seq : p.batch.seqs) {
+    const PagedKvView view = p.kv_groups[lkv.group].layer_view(lkv.slot, seq.block_tables[lkv.group]);
+    const int64_t t0 = seq.token_begin;
+    kernels::kv_store(p.k, view, seq.pos0, seq.n_tokens, ws.mla_kv.data() + t0 * row, nullptr);
+    kernels::attention(p.k, p.pool, ap, view, ws.mla_q.data() + t0 * H * row, seq.pos0, seq.n_tokens,
+                       ws.mla_o.data() + t0 * H * row, scratch);
+  }
+
+  // Back from the latent: a_h = o_h[0:L] Wuv_h^T, then out = a Wo^T.
+  for (int64_t h = 0; h < H; ++h) {
+    gather_cols(ws.mla_o.data(), T, H * row, h * row, L, ws.mla_in.data());
+    kernels::matmul(p.k, p.pool, l.w_uv[h], ws.mla_in.data(), T, ws.mla_out.data(), scratch);
+    scatter_cols(ws.mla_out.data(), T, V, ws.attn.data(), H * V, h * V);
+  }
+  p.tap("attn_out", il, ws.attn.data(), T * H * V);
+  kernels::matmul(p.k, p.pool, l.wo, ws.attn.data(), T, out, scratch);
+}
+
+}  // namespace lumen::model
