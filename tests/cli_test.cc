@@ -300,9 +300,18 @@ TEST(CliInfo, LatentAttentionKvBytesPerToken) {
   EXPECT_EQ(j["mla"]["kv_lora_rank"], 32);
   EXPECT_EQ(j["mla"]["kv_row"], 48);
   EXPECT_EQ(j["n_layer_dense_lead"], 1);
+  EXPECT_TRUE(j["kv_k_only"].get<bool>()) << r.out;  // the cache holds no V rows, so no V type
+  EXPECT_EQ(j["kv_type_k"], "f16") << r.out;
+  EXPECT_TRUE(j["kv_type_v"].is_null()) << r.out;
   r = run_lumen({"info", "-m", m});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("mla:        latent 32 + rope key 16 cached per token and layer"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("kv cache:   K f16 only (no V rows), per token: 384 bytes"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("V f16"), std::string::npos) << r.out;
+  // A model with per-head K and V prints both.
+  r = run_lumen({"info", "-m", std::string(LUMEN_TEST_DATA_DIR) + "/arch/llama-gqa/model.gguf"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("kv cache:   K f16, V f16, per token:"), std::string::npos) << r.out;
   r = run_lumen({"roofline", "-m", m, "--hw", "a100-80g", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["kv_elems_per_token"], 4 * (32 + 16)) << r.out;

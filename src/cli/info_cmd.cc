@@ -185,7 +185,9 @@ int cmd_info(int argc, char** argv, int first) {
       j["kv_sequence_tokens"] = n_seq_tokens;
       j["kv_bytes_per_sequence_f16"] = kv_bytes_per_sequence_f16;
       j["kv_type_k"] = std::string(dtype_name(kv_types.k));
-      j["kv_type_v"] = std::string(dtype_name(kv_types.v));
+      // A K-only cache (MLA) holds no V rows: attention reads V from the K row, so there is no V type.
+      j["kv_type_v"] = layout->k_only ? nlohmann::json(nullptr) : nlohmann::json(std::string(dtype_name(kv_types.v)));
+      j["kv_k_only"] = layout->k_only;
       j["kv_bytes_per_token"] = kv_bytes_per_token;
       j["kv_bytes_per_sequence"] = kv_bytes_per_sequence;
       for (const KvGroupInfo& gi : kv_groups)
@@ -244,9 +246,12 @@ int cmd_info(int argc, char** argv, int first) {
                   hp->n_lora_kv, hp->rope_dims, hp->n_lora_q > 0 ? std::to_string(hp->n_lora_q).c_str() : "none",
                   hp->qk_nope_dim(), hp->rope_dims, hp->head_dim_v);
     if (layout) {
-      std::printf("kv cache:   K %s, V %s, per token: %llu bytes over %d group(s); a sequence of %lld tokens holds "
-                  "%.2f MiB\n",
-                  std::string(dtype_name(kv_types.k)).c_str(), std::string(dtype_name(kv_types.v)).c_str(),
+      // What the cache holds: K and V rows, or (MLA) one K row per token and layer that V is read from.
+      const std::string kv_held = layout->k_only ? "K " + std::string(dtype_name(kv_types.k)) + " only (no V rows)"
+                                                 : "K " + std::string(dtype_name(kv_types.k)) + ", V " +
+                                                       std::string(dtype_name(kv_types.v));
+      std::printf("kv cache:   %s, per token: %llu bytes over %d group(s); a sequence of %lld tokens holds %.2f MiB\n",
+                  kv_held.c_str(),
                   static_cast<unsigned long long>(kv_bytes_per_token), layout->n_groups(),
                   static_cast<long long>(n_seq_tokens), kv_bytes_per_sequence / 1048576.0);
       for (const KvGroupInfo& gi : kv_groups) {
