@@ -13,6 +13,7 @@
 
 #include "base/shared_dir.h"
 #include "engine/engine.h"
+#include "run_lumen.h"
 
 namespace lumen::engine {
 namespace {
@@ -234,6 +235,20 @@ TEST(Embeddings, MatchLlamaCppGolden) {
       EXPECT_LT(max_abs_diff(got[i], want), 1e-5) << name << " input " << i;
     }
   }
+}
+
+// lumen embed prints the same vector (one JSON array) as the engine request, i.e. llama.cpp's.
+TEST(Embeddings, CliEmbedPrintsTheVector) {
+  std::ifstream f(std::string(LUMEN_TEST_DATA_DIR) + "/embeddings/llamacpp_tinystories656k.json");
+  const nlohmann::json golden = nlohmann::json::parse(f);
+  testing::CmdResult r = testing::run_lumen({"embed", "-m", model_path(), "-p", golden["inputs"][0].get<std::string>(),
+                                             "--pooling", "last", "-t", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<float> got = nlohmann::json::parse(r.out).get<std::vector<float>>();
+  EXPECT_LT(max_abs_diff(got, golden["pooling"]["last"][0].get<std::vector<float>>()), 1e-5);
+  testing::CmdResult bad = testing::run_lumen({"embed", "-m", model_path(), "-p", "x", "--pooling", "max"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--pooling"), std::string::npos) << bad.err;
 }
 
 TEST(Embeddings, ModelPoolingFromMetadata) {

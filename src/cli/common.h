@@ -57,6 +57,7 @@ std::unique_ptr<engine::Engine> load_engine_or_report(const std::string& model_p
 int cmd_run(int argc, char** argv, int first);
 int cmd_chat(int argc, char** argv, int first);
 int cmd_tokenize(int argc, char** argv, int first);
+int cmd_embed(int argc, char** argv, int first);
 int cmd_info(int argc, char** argv, int first);
 int cmd_perplexity(int argc, char** argv, int first);
 

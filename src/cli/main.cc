@@ -25,6 +25,7 @@ void print_usage() {
       "  chat        interactive chat with the model's chat template\n"
       "  serve       OpenAI-compatible HTTP server (continuous batching, prefix cache)\n"
       "  tokenize    text -> token ids (--vectors FILE.inp for conformance files)\n"
+      "  embed       text -> its embedding (pooled, L2-normalised; as /v1/embeddings)\n"
       "  info        what a model file holds\n"
       "  perplexity  llama-perplexity's method over a text file (and its KL-divergence mode)\n"
       "  imatrix     an importance matrix from calibration text (llama.cpp's file format)\n"
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
   if (cmd == "run") return cmd_run(argc, argv, 2);
   if (cmd == "chat") return cmd_chat(argc, argv, 2);
   if (cmd == "tokenize") return cmd_tokenize(argc, argv, 2);
+  if (cmd == "embed") return cmd_embed(argc, argv, 2);
   if (cmd == "info") return cmd_info(argc, argv, 2);
   if (cmd == "perplexity") return cmd_perplexity(argc, argv, 2);
   if (cmd == "imatrix") return cmd_imatrix(argc, argv, 2);

@@ -147,10 +147,9 @@ Result<ServeOptions> serve_options_from_args(const ArgParser& args) {
   o.engine.enable_embeddings = s.embeddings;
   if (auto pooling = args.get("--pooling")) {
     if (!s.embeddings) return error("--pooling: only with --embeddings");
-    if (*pooling == "mean") s.pooling = engine::Pooling::kMean;
-    else if (*pooling == "cls") s.pooling = engine::Pooling::kCls;
-    else if (*pooling == "last") s.pooling = engine::Pooling::kLast;
-    else return error("--pooling: '" + pooling->substr(0, 40) + "' is not one of mean, cls, last");
+    auto p = engine::parse_pooling(*pooling);
+    if (!p.ok()) return error("--pooling: " + p.message());
+    s.pooling = *p;
   }
   s.cors_origins = args.get_all("--cors-origin");
   if (auto cors = server::CorsPolicy::parse(s.cors_origins); !cors.ok()) return cors.status();

@@ -53,6 +53,13 @@ Result<Pooling> model_pooling(const model::HParams& hp) {
   }
 }
 
+Result<Pooling> parse_pooling(std::string_view name) {
+  if (name == "mean") return Pooling::kMean;
+  if (name == "cls") return Pooling::kCls;
+  if (name == "last") return Pooling::kLast;
+  return error("'" + std::string(name.substr(0, 40)) + "' is not one of mean, cls, last");
+}
+
 Engine::Engine(model::Model model, tok::Tokenizer tokenizer)
     : model_(std::move(model)), tokenizer_(std::move(tokenizer)) {}
 Engine::~Engine() = default;

@@ -112,6 +112,8 @@ struct EngineMetrics {
 // The pooling a model's metadata asks for (<arch>.pooling_type), kLast for a decoder LLM
 // that names none; an error for one lumen does not do (rank).
 Result<Pooling> model_pooling(const model::HParams& hp);
+// "mean" | "cls" | "last" (a --pooling value); the error names the value.
+Result<Pooling> parse_pooling(std::string_view name);
 
 class Engine {
  public:
