@@ -380,6 +380,25 @@ TEST(CliBench, JsonReportsEachTestAndTheBandwidthAroundItsRuns) {
   }
 }
 
+// A tg test's depth is prefilled in batches of --batch-size (default 512), whatever -p is:
+// with -p 0 the batch used to be 1 token, so a depth of 4096 took 4096 decode steps (minutes
+// on qwen2.5-0.5b, for every cache type). The steps are reported per run.
+TEST(CliBench, DepthIsPrefilledInBatchesNotOneTokenPerStep) {
+  CmdResult r = run_lumen({"bench", "-m", shared(kTiny), "-t", "1", "-p", "0", "-n", "2", "-d", "40", "-r", "2", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json a = nlohmann::json::parse(r.out);
+  ASSERT_EQ(a.size(), 2u) << r.out;
+  EXPECT_FALSE(a[0].contains("depth_prefill_steps")) << a[0].dump();  // tg2: no depth
+  EXPECT_EQ(a[1]["test"], "tg2@d40");
+  EXPECT_EQ(a[1]["depth_prefill_steps"], nlohmann::json::array({1, 1})) << a[1].dump();
+  EXPECT_GT(a[1]["depth_prefill_tok_s"].get<double>(), 0);
+  r = run_lumen({"bench", "-m", shared(kTiny), "-t", "1", "-p", "0", "-n", "2", "-d", "40", "-r", "1", "-b", "16", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  a = nlohmann::json::parse(r.out);
+  ASSERT_EQ(a.size(), 2u) << r.out;
+  EXPECT_EQ(a[1]["depth_prefill_steps"], nlohmann::json::array({3})) << a[1].dump();  // 16 + 16 + 8
+}
+
 // `--vs-roofline`: every test carries the prediction, its ratio and the binding roof; pp's
 // ratio is its tok/s over the prediction, tg's the median of its runs' (each against the
 // roof at its own bandwidth readings).

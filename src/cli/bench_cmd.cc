@@ -4,7 +4,11 @@
 //   tgN       one request generating N tokens one step at a time (after a 1-token prompt);
 //             rate = N / time of the N decode steps.
 //   tgN@dD    the same after D random tokens are already in the KV cache (attention over a
-//             long cache is its own cost); the prefill is not timed.
+//             long cache is its own cost). The depth's prefill is not part of the tg rate; it
+//             runs in chunks of --batch-size (default 512, or the largest -p if larger, as
+//             llama-bench's ubatch), and its steps and rate are reported beside the test
+//             (depth_prefill_steps, depth_prefill_tok_s): a depth prefilled one token per step
+//             (a batch of 1, what -p 0 used to give) is visible there.
 //
 // Each test runs -r times after one warm-up; the median is reported with min and max.
 // Every run uses fresh random tokens and the prefix cache is off, so a repeated prompt is
@@ -53,6 +57,9 @@ struct TestResult {
   // k + 1 (or one reading for all runs, where they could not be bracketed).
   std::vector<double> membw_gb_s;
   int64_t n_prompt = 0, n_gen = 0, depth = 0;  // the test's shape (pp: n_prompt; tg: n_gen at depth)
+  // tg at depth: each run's prefill of the depth (engine steps, tok/s); not in tok_s.
+  std::vector<int64_t> depth_prefill_steps = {};
+  std::vector<double> depth_prefill_tok_s = {};
   double median() const;
   // The roof of run k: the higher of the readings around it.
   double roof_gb_s(size_t k) const {
@@ -89,6 +96,7 @@ std::vector<int32_t> random_tokens(int64_t n, int32_t n_vocab, uint64_t seed) {
 struct RunOutcome {
   engine::RequestTimings timings;
   uint64_t logits_hash = 0;
+  int64_t n_steps_prompt = 0;  // engine steps until the first token was sampled (the prefill)
   bool ok = false;
   std::string error;
 };
@@ -106,8 +114,11 @@ RunOutcome run_request(engine::Engine& eng, std::vector<int32_t> prompt, int32_t
     out.error = id.message();
     return out;
   }
+  bool first_token = false;
   while (eng.has_work()) {
+    if (!first_token) ++out.n_steps_prompt;
     for (engine::RequestEvent& ev : eng.step()) {
+      if (!ev.new_token_ids.empty()) first_token = true;
       if (ev.logits_hash) out.logits_hash = ev.logits_hash;
       if (ev.finish_reason == engine::FinishReason::kError) out.error = ev.error;
     }
@@ -253,7 +264,8 @@ bool run_model(const ArgParser& args, const BenchPlan& plan, const std::string& 
   const int64_t max_d = *std::max_element(plan.depths.begin(), plan.depths.end());
   const int64_t need_ctx = std::max<int64_t>({max_p, max_d + max_n + 2, max_n + 2, 16});
   if (c.n_ctx <= 0 || c.n_ctx < need_ctx) c.n_ctx = static_cast<int32_t>(need_ctx);
-  if (!args.has("--batch-size")) c.max_batch_tokens = static_cast<int32_t>(std::max<int64_t>(max_p, 1));
+  // A pp test is one step; a depth's prefill is chunked at the default (or given) batch.
+  if (!args.has("--batch-size")) c.max_batch_tokens = static_cast<int32_t>(std::max<int64_t>(max_p, c.max_batch_tokens));
   const double load_t0 = now_ms();
   std::unique_ptr<engine::Engine> eng = load_engine_or_report(model, c);
   if (!eng) return false;
@@ -329,8 +341,13 @@ bool run_model(const ArgParser& args, const BenchPlan& plan, const std::string& 
       if (bracket && !reading_is_fresh) take_reading();
       if (bracket && r == 0) t.membw_gb_s.push_back(readings.back());
       reading_is_fresh = false;
+      const double t0 = now_ms();
       RunOutcome o = run_request(*eng, random_tokens(std::max<int64_t>(d, 1), hp.n_vocab, 7 + r), static_cast<int32_t>(n_gen + 1));
       if (!o.ok) error = o.error;
+      if (d > 0) {
+        t.depth_prefill_steps.push_back(o.n_steps_prompt);
+        t.depth_prefill_tok_s.push_back(d / ((o.timings.first_token_ms - t0) / 1000.0));
+      }
       const double ms = o.timings.finish_ms - o.timings.first_token_ms;  // n_gen decode steps
       plan.run_done(label + " t" + std::to_string(n_threads) + " " + t.name);
       t.tok_s.push_back(n_gen / (ms / 1000.0));
@@ -428,6 +445,10 @@ bool run_model(const ArgParser& args, const BenchPlan& plan, const std::string& 
                         {"logits_hash", hash_hex}, {"kernels", std::string(eng->kernel_name())}};
     j["gb_s"] = is_tg ? nlohmann::json(gb_s) : nlohmann::json(nullptr);
     j["pct_bandwidth"] = pct > 0 ? nlohmann::json(pct) : nlohmann::json(nullptr);
+    if (!t.depth_prefill_steps.empty()) {
+      j["depth_prefill_steps"] = t.depth_prefill_steps;
+      j["depth_prefill_tok_s"] = median_of(t.depth_prefill_tok_s);
+    }
     if (membw_gb_s > 0) {
       j["membw_gb_s"] = membw_gb_s;  // the highest reading of the whole run
       if (is_tg) {
@@ -446,6 +467,10 @@ bool run_model(const ArgParser& args, const BenchPlan& plan, const std::string& 
     if (is_tg) {
       std::snprintf(line, sizeof line, " | %s %.1f tok/s, %.1f GB/s", t.name.c_str(), med, gb_s);
       summary += line;
+      if (!t.depth_prefill_tok_s.empty()) {
+        std::snprintf(line, sizeof line, " (depth prefilled at %.1f tok/s)", median_of(t.depth_prefill_tok_s));
+        summary += line;
+      }
       if (pct > 0) {
         const auto [lo, hi] = std::minmax_element(t.membw_gb_s.begin(), t.membw_gb_s.end());
         std::snprintf(line, sizeof line, " (%.0f%% of the bandwidth read around its runs, %.1f-%.1f GB/s)", pct, *lo,
