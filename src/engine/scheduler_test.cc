@@ -43,6 +43,8 @@ struct Harness {
                    std::vector<kv::KvGroupSpec> sliding = {}, int32_t kv_max_seqs = 0)
       : kv(make_kv(n_blocks, budget, max_seqs, std::move(sliding), kv_max_seqs)),
         sched(SchedulerConfig{budget, max_seqs}) {}
+  Harness(kv::KvManager kv_manager, int32_t budget, int32_t max_seqs)
+      : kv(std::move(kv_manager)), sched(SchedulerConfig{budget, max_seqs}) {}
 
   SchedSeq* add(std::vector<int32_t> tokens, int32_t priority = 0, std::string_view salt = "") {
     auto& toks = token_store[next_id];
@@ -234,6 +236,69 @@ TEST(Scheduler, PriorityOrdersAdmission) {
   SchedulerOutput o = h.step();
   ASSERT_EQ(o.admitted.size(), 1u);
   EXPECT_EQ(o.admitted[0], urgent->seq_id);
+}
+
+// Issue 16, acceptance 4 on plain data: at the same KV memory, how many long sequences run
+// at once with each cache type. qwen2.5-0.5b's KV layout (24 full-attention layers, 2 kv
+// heads of 64), 4096-token prompts generating 64 tokens each, memory for exactly 8 such f16
+// sequences. Bytes per 64-element row: f16 128, q8_0 2 x 34 = 68, q4_0 2 x 18 = 36, so the
+// layouts bound the gain at 16 / 8.5 = 1.88x and 16 / 4.5 = 3.56x. Counted: the most
+// sequences holding their whole prompt at once (decoding together) and the preemptions.
+struct AdmissionReading {
+  int32_t peak_decoding = 0;
+  int32_t n_preempted = 0;
+  int32_t n_finished = 0;
+};
+
+AdmissionReading long_sequences_at_once(KvDTypes dtypes) {
+  constexpr int32_t kPrompt = 4096, kGen = 64, kSeqs = 40, kF16Seqs = 8;
+  kv::KvManagerConfig c;
+  c.groups.push_back({24, 0});
+  c.n_kv_head = 2;
+  c.head_dim = 64;
+  c.block_size = kBs;  // the harness's (the engine's 16 gives the same counts)
+  c.n_ctx = kPrompt + kGen;
+  c.max_seqs = kSeqs;
+  c.max_batch_tokens = kPrompt;
+  const int64_t f16_block_bytes = int64_t{24} * 2 * (128 + 128) * kBs;
+  c.memory_bytes = kF16Seqs * ((kPrompt + kGen) / kBs) * f16_block_bytes;
+  c.dtypes = dtypes;
+  auto m = kv::KvManager::create(c);
+  EXPECT_TRUE(m.ok()) << m.message();
+  Harness h(std::move(m).value(), /*budget=*/kPrompt, /*max_seqs=*/kSeqs);
+  for (int i = 0; i < kSeqs; ++i) h.add(iota_tokens(kPrompt, i * kPrompt));
+  AdmissionReading r;
+  for (int step = 0; step < 5000 && r.n_finished < kSeqs; ++step) {
+    const SchedulerOutput o = h.step();
+    r.n_preempted += static_cast<int32_t>(o.preempted.size());
+    int32_t decoding = 0;
+    for (SchedSeq* s : h.running) decoding += s->n_tokens_computed >= kPrompt;
+    r.peak_decoding = std::max(r.peak_decoding, decoding);
+    for (SchedSeq* s : std::vector<SchedSeq*>(h.running))
+      if (s->n_tokens_target() >= kPrompt + kGen) h.finish(s), ++r.n_finished;
+  }
+  return r;
+}
+
+TEST(SchedulerAdmission, QuantizedKvRunsMoreLongSequencesInTheSameMemory) {
+  const AdmissionReading f16 = long_sequences_at_once({DType::kF16, DType::kF16});
+  const AdmissionReading q8 = long_sequences_at_once({DType::kQ8_0, DType::kQ8_0});
+  const AdmissionReading q4 = long_sequences_at_once({DType::kQ4_0, DType::kQ4_0});
+  const AdmissionReading mixed = long_sequences_at_once({DType::kQ8_0, DType::kQ4_0});
+  std::printf("  4096-token sequences at once: f16 %d, q8_0 %d (%.2fx), q4_0 %d (%.2fx), q8_0/q4_0 %d (%.2fx); "
+              "preemptions %d %d %d %d\n",
+              f16.peak_decoding, q8.peak_decoding, 1.0 * q8.peak_decoding / f16.peak_decoding, q4.peak_decoding,
+              1.0 * q4.peak_decoding / f16.peak_decoding, mixed.peak_decoding,
+              1.0 * mixed.peak_decoding / f16.peak_decoding, f16.n_preempted, q8.n_preempted, q4.n_preempted,
+              mixed.n_preempted);
+  for (const AdmissionReading* r : {&f16, &q8, &q4, &mixed}) {
+    EXPECT_EQ(r->n_finished, 40);
+    EXPECT_EQ(r->n_preempted, 0);
+  }
+  EXPECT_EQ(f16.peak_decoding, 8);
+  EXPECT_EQ(q8.peak_decoding, 15);  // 8 x 1.88 = 15.06
+  EXPECT_EQ(q4.peak_decoding, 28);  // 8 x 3.56 = 28.4
+  EXPECT_EQ(mixed.peak_decoding, 19);  // 8 x 256 / 104 = 19.7
 }
 
 TEST(Scheduler, SlidingGroupSizedForMaxSeqsStaysBoundedWithoutPreemption) {
