@@ -262,6 +262,46 @@ TEST(EngineServing, PrefixCacheHitGivesSameLogitsWithQuantizedCache) {
   }
 }
 
+// --rotate-k: q and k rotated alike, so the model computes the same attention: with a q8_0
+// K cache the greedy ids stay those of the f16 cache and the logprobs move no more than the
+// unrotated q8_0 cache moves them (a rotation of q or k alone, or with other signs,
+// scrambles every score). It is refused for a K type it cannot help.
+TEST(EngineServing, RotatedKeysKeepTheLogits) {
+  const std::string path = std::string(LUMEN_TEST_DATA_DIR) + "/fa/fa-llama-hd32-f16/model.gguf";
+  const char* prompt =
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her "
+      "friends. One day, she saw a big red ball.";
+  auto run = [&](KvDTypes t, bool rotate) {
+    auto e = make_engine_cfg({.max_batch_tokens = 512, .max_seqs = 1, .kv_dtypes = t, .rotate_k = rotate}, path);
+    EXPECT_TRUE(e);
+    Request r = greedy_request(*e, prompt, 24);
+    r.params.logprobs = 1;
+    EXPECT_TRUE(e->add_request(r).ok());
+    return drain(*e);
+  };
+  auto max_diff = [](const Collected& a, const Collected& b) {
+    double d = 0;
+    for (size_t i = 0; i < a.logprobs.size(); ++i)
+      d = std::max(d, std::abs(double{a.logprobs[i].logprob} - b.logprobs[i].logprob));
+    return d;
+  };
+  const Collected base = run({DType::kF16, DType::kF16}, false);
+  const Collected plain = run({DType::kQ8_0, DType::kF16}, false);
+  const Collected rotated = run({DType::kQ8_0, DType::kF16}, true);
+  ASSERT_EQ(base.logprobs.size(), 24u);
+  ASSERT_EQ(plain.logprobs.size(), 24u);
+  ASSERT_EQ(rotated.logprobs.size(), 24u);
+  EXPECT_EQ(rotated.ids, base.ids);
+  EXPECT_GT(max_diff(plain, base), 0.0) << "a q8_0 cache moves the logprobs a little";
+  EXPECT_LT(max_diff(rotated, base), 2 * max_diff(plain, base) + 1e-3);
+  EngineConfig c;
+  c.rotate_k = true;
+  c.kv_dtypes = {DType::kF16, DType::kQ8_0};
+  auto refused = Engine::create(path, c);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("--rotate-k"), std::string::npos) << refused.message();
+}
+
 // With a KV cache too small for every request at once, the engine preempts and
 // recomputes instead of failing; every request still gets exactly its solo output.
 void expect_preemption_keeps_outputs_exact(const std::string& path) {

@@ -25,6 +25,8 @@ std::vector<OptionSpec> engine_option_specs() {
       {{"-ctv", "--cache-type-v"}, "TYPE", "KV cache type of V (overrides --kv-type)"},
       {{"-fa", "--flash-attn"}, "on|off|auto", "flash attention (default auto: on for bf16 / q8_0 / q4_0 caches, "
                                                "which only it reads)"},
+      {{"--rotate-k"}, "", "rotate K and Q per head (randomized Hadamard) before K is cached: less error in a "
+                           "q8_0 / q4_0 K cache, same q.k"},
       {{"--reference-kernels"}, "", "use the scalar reference kernels (debugging)"},
       {{"--no-interleave"}, "", "keep the matrices in the file's layout (no copy; slower decode)"},
       {{"--cache-dir"}, "DIR", "where interleaved weights are cached, '' = in memory only (default "
@@ -157,7 +159,9 @@ Status kv_config_from_args(const ArgParser& args, engine::EngineConfig* c) {
   else if (fa == "off" || fa == "0") c->flash_attn = engine::FlashAttn::kOff;
   else if (fa == "auto") c->flash_attn = engine::FlashAttn::kAuto;
   else return error("-fa/--flash-attn: '" + fa + "' is not on, off or auto");
-  // The same check the engine makes, before a model is loaded.
+  c->rotate_k = args.has("--rotate-k");
+  // The same checks the engine makes, before a model is loaded.
+  LUMEN_TRY(engine::check_rotate_k(c->rotate_k, c->kv_dtypes));
   return engine::resolve_flash_attn(c->flash_attn, c->kv_dtypes).status();
 }
 

@@ -35,6 +35,8 @@ int cmd_synth(int argc, char** argv, int first) {
                      {{"--expert-ffn"}, "N", "override one expert's inner size (qwen2moe, qwen3moe; others: --ffn)"},
                      {{"--weight-std"}, "X", "standard deviation of the weights (default: the preset's)"},
                      {{"--norm-std"}, "X", "norm weights are 1 + N(0, X) (default: the preset's)"},
+                     {{"--k-outliers"}, "N", "N outlier key channels per KV head in every layer (default 0)"},
+                     {{"--k-outlier-scale"}, "X", "their attn_k rows scaled by X (default 16)"},
                      {{"--seed"}, "N", "random seed (default 42)"},
                      {{"--tokenizer"}, "PATH", "tokenizer.json to embed (default: the preset's, under $LUMEN_SHARED)"},
                      {{"--output-type"}, "TYPE", "type of the output matrix (default: q6_k for q4_k, else --type)"},
@@ -84,6 +86,13 @@ int cmd_synth(int argc, char** argv, int first) {
     if (!v.ok()) return fail(v.message());
     *value = *v;
   }
+  Result<int64_t> k_outliers = args.get_int("--k-outliers", 0, 0, 1 << 16);
+  if (!k_outliers.ok()) return fail(k_outliers.message());
+  c.k_outliers = *k_outliers;
+  Result<double> k_scale = args.get_float("--k-outlier-scale", 16.0, 0.0, 1000.0);
+  if (!k_scale.ok()) return fail(k_scale.message());
+  c.k_outlier_scale = *k_scale;
+  if (c.k_outliers == 0 && args.has("--k-outlier-scale")) return fail("--k-outlier-scale: needs --k-outliers N");
   Result<int64_t> seed = args.get_int("--seed", 42, 0, INT64_MAX);
   if (!seed.ok()) return fail(seed.message());
   c.seed = static_cast<uint64_t>(*seed);

@@ -295,6 +295,9 @@ Status validate_synth_config(const SynthConfig& c) {
                  std::to_string(c.n_kv_head));
   if (c.sliding_window < 0 || c.sliding_window > c.n_ctx)
     return error("--sliding-window " + std::to_string(c.sliding_window) + " is out of range [0, --ctx]");
+  if (c.k_outliers < 0 || c.k_outliers > c.head_dim() || !(c.k_outlier_scale > 0 && c.k_outlier_scale <= 1000))
+    return error("--k-outliers: at most the head size (" + std::to_string(c.head_dim()) +
+                 ") channels, scaled by a factor in (0, 1000]");
   if (!(c.weight_std > 0 && c.weight_std < 10) || !(c.norm_std >= 0 && c.norm_std < 10))
     return error("--weight-std / --norm-std out of range");
   if (!c.rules.mix || !can_quantize_to(c.rules.mix->base))
@@ -338,11 +341,24 @@ Result<TokenizerGguf> tokenizer_metadata(const SynthConfig& c) {
 
 // The values of one row of tensor t (see SynthConfig: weights and biases N(0, weight_std),
 // norms 1 + N(0, norm_std)), from a generator keyed by (seed, tensor name, row).
+int64_t synth_k_outlier_dim(const SynthConfig& c, int64_t j) {
+  const int64_t hd = c.head_dim();
+  return (hd / std::max<int64_t>(c.k_outliers, 1) * j + 5) % hd;
+}
+
 void synth_make_row(const SynthConfig& c, const SynthTensorPlan& t, int64_t row, float* out) {
   const int64_t n = t.ne[0];
   const uint64_t key = fnv1a(t.name) ^ (c.seed * 0x9E3779B97F4A7C15ull);
   switch (t.init) {
     case SynthInit::kWeight:
+      gaussian_row(key, row, static_cast<float>(c.weight_std), out, n);
+      if (c.k_outliers > 0 && t.name.ends_with(".attn_k.weight")) {
+        const int64_t d = row % c.head_dim();
+        for (int64_t j = 0; j < c.k_outliers; ++j)
+          if (synth_k_outlier_dim(c, j) == d)
+            for (int64_t i = 0; i < n; ++i) out[i] *= static_cast<float>(c.k_outlier_scale);
+      }
+      break;
     case SynthInit::kBias: gaussian_row(key, row, static_cast<float>(c.weight_std), out, n); break;
     case SynthInit::kNorm:
       if (c.norm_std > 0) {
@@ -370,7 +386,11 @@ Status synth_model(const SynthConfig& c, const std::string& out_path, SynthRepor
   char desc[160];
   std::snprintf(desc, sizeof desc, "lumen synth: random weights N(0, %g), norms 1 + N(0, %g), seed %llu", c.weight_std,
                 c.norm_std, static_cast<unsigned long long>(c.seed));
-  w.set("general.description", MetaValue::of_string(desc));
+  std::string description = desc;
+  if (c.k_outliers > 0)
+    description += ", " + std::to_string(c.k_outliers) + " outlier K channels per head x " +
+                   std::to_string(c.k_outlier_scale);
+  w.set("general.description", MetaValue::of_string(description));
   w.set("general.file_type", MetaValue::of_u32(static_cast<uint32_t>(c.rules.mix->ftype)));
   w.set("general.quantization_version", MetaValue::of_u32(2));
   for (auto& [key, value] : synth_arch_metadata(c)) w.set(key, value);

@@ -114,6 +114,11 @@ struct SynthConfig {
   // (as stored in the GGUF: a Gemma file stores 1 + w), norm biases N(0, weight_std).
   double weight_std = 0.02;
   double norm_std = 0.0;
+  // Outlier key channels, as trained models have: in every layer, k_outliers dims of each
+  // KV head (synth_k_outlier_dim) have their attn_k rows scaled by k_outlier_scale. What a
+  // quantized K cache and --rotate-k are measured against.
+  int64_t k_outliers = 0;
+  double k_outlier_scale = 1.0;
 
   uint64_t seed = 42;
   // A tokenizer.json (tokenizer_config.json beside it is read too), or a .gguf whose
@@ -134,6 +139,8 @@ Result<SynthConfig> synth_preset(std::string_view name, const std::string& share
 // Checks shapes (after overrides): every count positive and bounded, an even head size,
 // n_head a multiple of n_kv_head, and the architecture's own rules (synth_arch.h).
 Status validate_synth_config(const SynthConfig& config);
+// The head dim of outlier channel j < k_outliers (spread over the head, distinct).
+int64_t synth_k_outlier_dim(const SynthConfig& config, int64_t j);
 
 struct SynthReport {
   uint64_t file_bytes = 0;

@@ -84,6 +84,13 @@ Result<bool> resolve_flash_attn(FlashAttn mode, KvDTypes types) {
   return needs_flash;
 }
 
+Status check_rotate_k(bool rotate_k, KvDTypes types) {
+  if (rotate_k && (types.k == DType::kF16 || types.k == DType::kF32 || types.k == DType::kBF16))
+    return error("--rotate-k: a " + std::string(dtype_name(types.k)) +
+                 " K cache has nothing to gain from the rotation; it is for a quantized K cache (-ctk q8_0 or q4_0)");
+  return {};
+}
+
 Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path, const EngineConfig& config_in,
                                                std::unique_ptr<spec::Proposer> proposer) {
   const double t0 = now_ms();
@@ -95,6 +102,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path, co
 
   LUMEN_ASSIGN_OR_RETURN(const bool flash, resolve_flash_attn(config.flash_attn, config.kv_dtypes));
   config.flash_attn = flash ? FlashAttn::kOn : FlashAttn::kOff;
+  LUMEN_TRY(check_rotate_k(config.rotate_k, config.kv_dtypes));
 
   LUMEN_ASSIGN_OR_RETURN(gguf::ModelFile file, gguf::open_model(model_path));
   LUMEN_ASSIGN_OR_RETURN(tok::Tokenizer tokenizer, tok::Tokenizer::from_model_file(file));
@@ -124,6 +132,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path, co
   limits.n_threads = config.n_threads;
   limits.max_embd_rows = config.enable_embeddings ? config.max_batch_tokens : 0;
   limits.flash_attn = flash;
+  limits.rotate_qk = config.rotate_k;
   LUMEN_ASSIGN_OR_RETURN(model::Model model, model::Model::load(std::move(file), limits));
 
   std::unique_ptr<Engine> e(new Engine(std::move(model), std::move(tokenizer)));
@@ -217,6 +226,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path, co
       dc.block_size = config.block_size;
       dc.kv_dtypes = config.kv_dtypes;
       dc.flash_attn = config.flash_attn == FlashAttn::kOn;
+      dc.rotate_k = config.rotate_k;
       dc.n_threads = config.n_threads;
       dc.interleave_weights = config.interleave_weights;
       dc.interleave_cache_dir = config.interleave_cache_dir;

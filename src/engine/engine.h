@@ -45,6 +45,8 @@ enum class FlashAttn : uint8_t { kOff, kOn, kAuto };
 // kOff as given (kOff with a type only flash attention reads is an error naming the
 // flags), kAuto chosen from measurements (engine.cc).
 Result<bool> resolve_flash_attn(FlashAttn mode, KvDTypes types);
+// An error naming --rotate-k when the rotation is asked for with a K type it cannot help.
+Status check_rotate_k(bool rotate_k, KvDTypes types);
 
 struct EngineConfig {
   int n_threads = 0;               // 0: all cores
@@ -57,6 +59,9 @@ struct EngineConfig {
   // Flash attention (kernels::flash_attention): on, off, or auto (create() resolves it to
   // on or off: on for a cache type that needs it, see resolve_flash_attn).
   FlashAttn flash_attn = FlashAttn::kAuto;
+  // A Hadamard rotation of q and k before K is cached (model::ModelLimits::rotate_qk):
+  // less quantization error in a q8_0 / q4_0 K cache. Needs a quantized K type.
+  bool rotate_k = false;
   int32_t max_logit_rows = 0;      // 0: max_seqs (set to max_batch_tokens for prompt logprobs)
   bool use_reference_kernels = false;
   // Copy the matrices at load into the kernels' row-interleaved layout (kernel_table.h):

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 
 #include "base/check.h"
 #include "base/fp16.h"
@@ -335,6 +336,34 @@ void softcap(const KernelTable& k, float* s, int64_t n, float cap) {
 
 void scale_in_place(float* x, int64_t n, float scale) {
   for (int64_t i = 0; i < n; ++i) x[i] *= scale;
+}
+
+std::vector<float> hadamard_signs(int64_t head_dim) {
+  std::mt19937 rng(0x6c756d65u);  // std::mt19937's sequence is fixed by the standard
+  std::vector<float> signs(static_cast<size_t>(head_dim));
+  for (float& s : signs) s = (rng() >> 31) != 0 ? -1.0f : 1.0f;
+  return signs;
+}
+
+void hadamard_rotate(float* x, int64_t n_rows, int64_t head_dim, const float* signs) {
+  const int64_t block = head_dim & -head_dim;  // the largest power of two dividing head_dim
+  const float norm = 1.0f / std::sqrt(static_cast<float>(block));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    float* row = x + r * head_dim;
+    for (int64_t i = 0; i < head_dim; ++i) row[i] *= signs[i];
+    for (int64_t b0 = 0; b0 < head_dim; b0 += block) {
+      float* v = row + b0;
+      // Fast Walsh-Hadamard transform: log2(B) butterfly passes.
+      for (int64_t h = 1; h < block; h *= 2)
+        for (int64_t i = 0; i < block; i += 2 * h)
+          for (int64_t j = i; j < i + h; ++j) {
+            const float a = v[j], c = v[j + h];
+            v[j] = a + c;
+            v[j + h] = a - c;
+          }
+      for (int64_t i = 0; i < block; ++i) v[i] *= norm;
+    }
+  }
 }
 
 void add_in_place(const KernelTable& k, float* x, const float* y, int64_t n) { k.add(x, y, n); }

@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/thread_pool.h"
 #include "tensor/paged_kv_view.h"
@@ -112,6 +113,15 @@ void layer_norm(const KernelTable& k, const float* x, const float* weight, const
 void softcap(const KernelTable& k, float* s, int64_t n, float cap);
 // x[i] *= scale
 void scale_in_place(float* x, int64_t n, float scale);
+
+// A randomized Hadamard rotation of rows of head_dim values (the heads of q and k): each
+// run of B dims (B = the largest power of two dividing head_dim) becomes H_B D x / sqrt(B),
+// D = diag(signs[0 .. head_dim)) of +-1. The map is orthogonal, so the dot product of two
+// rows rotated alike is unchanged (q k^T, up to rounding), while an outlier dim of k is
+// spread over B dims: a q8_0 / q4_0 K cache then quantizes it with less error.
+// hadamard_signs() gives the fixed signs (the same in every process and on every host).
+std::vector<float> hadamard_signs(int64_t head_dim);
+void hadamard_rotate(float* x, int64_t n_rows, int64_t head_dim, const float* signs);
 // x[i] += y[i]
 void add_in_place(const KernelTable& k, float* x, const float* y, int64_t n);
 // x [n_rows][n] += bias[n]

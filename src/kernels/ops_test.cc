@@ -160,6 +160,42 @@ TEST(KernelsMatmul, ScratchSizes) {
   EXPECT_FALSE(matmul_supports(DType::kI32));
 }
 
+// The rotation is orthogonal (dot products and norms kept, to rounding), mixes dims (an
+// outlier is spread over the block), and its signs are fixed (a cache written by one process
+// is read by another).
+TEST(KernelsOps, HadamardRotationKeepsDotProductsAndSpreadsOutliers) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t head_dim : {32, 64, 96, 128, 256}) {
+    SCOPED_TRACE(head_dim);
+    const std::vector<float> signs = hadamard_signs(head_dim);
+    EXPECT_EQ(signs, hadamard_signs(head_dim));
+    EXPECT_NE(std::count(signs.begin(), signs.end(), -1.0f), 0);
+    EXPECT_NE(std::count(signs.begin(), signs.end(), 1.0f), 0);
+    const int64_t n_rows = 6;
+    std::vector<float> x(n_rows * head_dim);
+    for (float& v : x) v = nd(rng);
+    x[3] = 40.0f;  // an outlier dim in row 0
+    std::vector<float> y = x;
+    hadamard_rotate(y.data(), n_rows, head_dim, signs.data());
+    for (int64_t a = 0; a < n_rows; ++a)
+      for (int64_t b = 0; b < n_rows; ++b) {
+        double dx = 0, dy = 0;
+        for (int64_t i = 0; i < head_dim; ++i) {
+          dx += double{x[a * head_dim + i]} * x[b * head_dim + i];
+          dy += double{y[a * head_dim + i]} * y[b * head_dim + i];
+        }
+        EXPECT_NEAR(dy, dx, 1e-4 * (1.0 + std::abs(dx))) << a << " " << b;
+      }
+    // Row 0's largest magnitude falls from the outlier's 40 to about 40 / sqrt(B).
+    const int64_t block = head_dim & -head_dim;
+    float amax = 0;
+    for (int64_t i = 0; i < head_dim; ++i) amax = std::max(amax, std::abs(y[i]));
+    EXPECT_LT(amax, 40.0f / std::sqrt(static_cast<float>(block)) + 4.0f);
+    EXPECT_NE(x, y);
+  }
+}
+
 TEST(KernelsOps, GetRowsDequantizes) {
   std::mt19937 rng(5);
   const std::vector<std::byte> data = testing::random_weights(rng, DType::kQ4_K, 9, 512);

@@ -131,6 +131,7 @@ Workspace make_workspace(const HParams& hp, const std::vector<LayerSpec>& specs,
   scratch = std::max(scratch, kernels::attention_scratch_bytes(ap, T, limits.max_ctx, limits.n_threads));
   ws.scratch.resize(scratch + 64);
   ws.flash_attn = limits.flash_attn;
+  if (limits.rotate_qk) ws.qk_rotation_signs = kernels::hadamard_signs(hp.head_dim);
   return ws;
 }
 
@@ -192,6 +193,10 @@ void attention_block(Pass& p, int32_t il, const float* xn, float* out) {
   }
   p.tap("q_rope", il, ws.q.data(), T * Q);
   if (own_kv) p.tap("k_rope", il, ws.k.data(), T * KV);
+  if (!ws.qk_rotation_signs.empty()) {  // the same rotation of q and k: q k^T stays
+    kernels::hadamard_rotate(ws.q.data(), T * hp.n_head, hp.head_dim, ws.qk_rotation_signs.data());
+    if (own_kv) kernels::hadamard_rotate(ws.k.data(), T * hp.n_kv_head, hp.head_dim, ws.qk_rotation_signs.data());
+  }
 
   // softmax(q k^T * scale [soft-capped], causal [window]) v per sequence, GQA head mapping.
   kernels::AttentionParams ap{hp.n_head, hp.n_kv_head, hp.head_dim, s.attn_scale};

@@ -57,6 +57,7 @@ struct Workspace {
   std::vector<float> mla_o;        // [T][H][L + R] attention over the latent rows
   std::vector<float> mla_in;       // [T][max(nope, L)] one head's rows, gathered
   std::vector<float> mla_out;      // [T][max(L, v)] one head's projection
+  std::vector<float> qk_rotation_signs;  // [head_dim] when ModelLimits::rotate_qk, else empty
 
   // RoPE: the distinct RopeSpecs of the layers ("sets"), the set of each layer (-1: NoPE),
   // and each set's angles for this pass ([T][n_rot / 2] cos and sin), computed once per

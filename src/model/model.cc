@@ -152,6 +152,9 @@ Result<Model> Model::load(gguf::ModelFile file, const ModelLimits& limits) {
   LUMEN_ASSIGN_OR_RETURN(m.hp_, read_hparams(*m.file_));
   LUMEN_ASSIGN_OR_RETURN(m.specs_, read_layer_specs(*m.file_, m.hp_));
   LUMEN_ASSIGN_OR_RETURN(m.kv_layout_, make_kv_layout(m.hp_, m.specs_));
+  if (limits.rotate_qk && m.kv_layout_.k_only)
+    return error("--rotate-k: latent attention (" + m.hp_.arch_key +
+                 ") caches a compressed latent, not per-head keys; it cannot be rotated");
   LUMEN_ASSIGN_OR_RETURN(m.weights_, bind_weights(*m.file_, m.hp_, m.specs_, limits.max_ctx));
   advise_weight_pages(*m.file_, limits.refresh_page_cache_for_huge_pages);
   m.limits_ = limits;
@@ -169,6 +172,7 @@ bool Model::can_move_kv(DType k_dtype) const {
   // moving them is not kv_move's row rotation. They are recomputed (as llama.cpp cannot
   // shift deepseek2 either).
   if (kv_layout_.k_only) return false;
+  if (limits_.rotate_qk) return false;  // cached keys are rotated: RoPE no longer applies to them
   for (const KvLayout::Group& g : kv_layout_.groups)
     if (g.window != 0) return false;
   return true;

@@ -62,6 +62,10 @@ struct ModelLimits {
   // Attention by kernels::flash_attention (an online softmax, llama.cpp's -fa numerics)
   // instead of ggml's non-flash numerics; needed for KV types other than f16 / f32.
   bool flash_attn = false;
+  // Rotate q and k of every head by kernels::hadamard_rotate after RoPE, so the cache holds
+  // rotated keys (q k^T is unchanged; a quantized K cache loses less). The cached keys can
+  // then not be re-RoPEd: can_move_kv() is false.
+  bool rotate_qk = false;
   // The weights of an mmapped file are always advised onto 2 MiB pages (MADV_HUGEPAGE);
   // the kernel maps them so where the page cache holds the file in 2 MiB folios, which it
   // does when the file was first read through such a mapping. A file already cached in
@@ -131,6 +135,7 @@ class Model {
   // and the K rows are F16 or F32 (V is copied as it is), and the rows are not latent
   // attention's K-only rows. RoPE variants (NeoX, partial rotary, linear / llama3 /
   // longrope scaling) and NoPE layers all rotate linearly in the position, so all qualify.
+  // Keys rotated by ModelLimits::rotate_qk do not.
   bool can_move_kv(DType k_dtype) const;
   // Copies the rows of positions src_pos0 .. src_pos0 + n - 1 to dst_pos0 .. of every layer
   // that stores K/V, from the src block tables to the dst ones ([n_groups] each), rotating

@@ -43,6 +43,7 @@ Result<std::unique_ptr<DraftModelProposer>> DraftModelProposer::create(const Dra
   limits.max_ctx = config.n_ctx + config.draft_max;
   limits.n_threads = config.n_threads;
   limits.flash_attn = config.flash_attn;
+  limits.rotate_qk = config.rotate_k;
   auto m = model::Model::load(std::move(*file), limits);
   if (!m.ok()) return error(what + m.message());
   if (config.interleave_weights) m->interleave_weights(kernels, pool, config.interleave_cache_dir);

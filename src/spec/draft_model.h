@@ -44,6 +44,7 @@ struct DraftModelConfig {
   int32_t block_size = 16;
   KvDTypes kv_dtypes = {};
   bool flash_attn = false;
+  bool rotate_k = false;  // model::ModelLimits::rotate_qk (the target's setting)
   int n_threads = 1;
   bool interleave_weights = true;
   std::string interleave_cache_dir;
