@@ -97,5 +97,26 @@ TEST(KvRotation, OutlierKeysLoseLessInAQuantizedCache) {
   fs::remove_all(dir);
 }
 
+// Latent attention caches a compressed latent shared by all heads, not per-head keys:
+// --rotate-k would do nothing there, so it is refused by name.
+TEST(KvRotation, LatentAttentionRefusesIt) {
+  const fs::path dir = fs::temp_directory_path() / ("lumen-kv-rotation-mla-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  auto c = convert::synth_preset("tiny-deepseek2", shared_dir());
+  ASSERT_TRUE(c.ok()) << c.message();
+  c->rules = *convert::make_type_rules("f16", "", "");
+  const std::string path = (dir / "mla.gguf").string();
+  ASSERT_TRUE(convert::synth_model(*c, path, nullptr).ok());
+  engine::EngineConfig ec;
+  ec.n_threads = 1;
+  ec.n_ctx = 128;
+  ec.kv_dtypes = {DType::kQ8_0, DType::kF16};
+  ec.rotate_k = true;
+  auto e = engine::Engine::create(path, ec);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.message().find("--rotate-k"), std::string::npos) << e.message();
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace lumen
