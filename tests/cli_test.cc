@@ -399,6 +399,28 @@ TEST(CliBench, DepthIsPrefilledInBatchesNotOneTokenPerStep) {
   EXPECT_EQ(a[1]["depth_prefill_steps"], nlohmann::json::array({3})) << a[1].dump();  // 16 + 16 + 8
 }
 
+// `lumen bench --grammar-file` / `--json-schema`: TPOT with and without the grammar, the
+// mask's cost replayed per step; a bad grammar is a clear error.
+TEST(CliBench, GrammarReportsTpotRatioAndMaskCost) {
+  const std::string g = ::testing::TempDir() + "bench_letters.gbnf";
+  std::ofstream(g) << "root ::= [a-z ]+\n";
+  CmdResult r = run_lumen({"bench", "-m", shared(kStories), "-t", "1", "-n", "12", "-r", "2", "--grammar-file", g, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out)[0];
+  EXPECT_EQ(j["test"], "grammar") << r.out;
+  EXPECT_EQ(j["runs"], 4) << r.out;  // 2 repetitions x 2 prompts
+  EXPECT_GT(j["tpot_ms_plain"].get<double>(), 0) << r.out;
+  EXPECT_GT(j["tpot_ms_grammar"].get<double>(), 0) << r.out;
+  EXPECT_NEAR(j["tpot_ratio"].get<double>(), j["tpot_ms_grammar"].get<double>() / j["tpot_ms_plain"].get<double>(), 1e-9);
+  EXPECT_EQ(j["mask_steps"], 4 * 12) << r.out;  // every token of every constrained run replayed
+  EXPECT_LE(j["mask_us_p50"].get<double>(), j["mask_us_p99"].get<double>());
+  EXPECT_LE(j["mask_us_p99"].get<double>(), j["mask_us_max"].get<double>());
+  std::ofstream(g) << "root ::= [a-z\n";
+  r = run_lumen({"bench", "-m", shared(kStories), "-t", "1", "-n", "4", "--grammar-file", g});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--grammar-file"), std::string::npos) << r.err;
+}
+
 // `--vs-roofline`: every test carries the prediction, its ratio and the binding roof; pp's
 // ratio is its tok/s over the prediction, tg's the median of its runs' (each against the
 // roof at its own bandwidth readings).

@@ -39,6 +39,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/timer.h"
+#include "cli/bench_grammar.h"
 #include "cli/bench_spec.h"
 #include "cli/common.h"
 #include "cli/progress_bar.h"
@@ -593,6 +594,12 @@ int cmd_bench(int argc, char** argv, int first) {
     specs.push_back(s);
   }
   specs.push_back({{"-f", "--file"}, "PATH", "with --spec: prompts, one per line (default: story beginnings)"});
+  for (OptionSpec& s : grammar_option_specs()) {
+    s.help = s.names[0] == "--json-schema" ? "TPOT with and without this JSON Schema's grammar, alternating, and the mask's cost (bench_grammar.cc)"
+                                           : "the same with a GBNF grammar";
+    specs.push_back(s);
+  }
+  specs.push_back({{"--temp"}, "T", "with --json-schema / --grammar-file: sampling temperature (default 1.0)"});
   ArgParser args("bench", "lumen bench -m MODEL [-m MODEL2] [-t 1,2] [-p 512] [-n 128] [-d D] [-r 3] [--membw] [-o md|json|jsonl|csv]", specs);
   int rc = 0;
   if (!parse_or_report(args, argc, argv, first, rc)) return rc;
@@ -644,9 +651,16 @@ int cmd_bench(int argc, char** argv, int first) {
     return 2;
   }
 
-  if (args.has("--spec") || args.has("--draft-model")) {
+  const bool spec = args.has("--spec") || args.has("--draft-model");
+  const bool grammar = args.has("--json-schema") || args.has("--grammar-file");
+  if (spec || grammar) {  // one engine, one request at a time, alternating runs
+    const char* what = spec ? "--spec" : "--json-schema / --grammar-file";
+    if (spec && grammar) {
+      std::fprintf(stderr, "error: lumen bench: give --spec or --json-schema / --grammar-file, not both\n");
+      return 2;
+    }
     if (plan.models.size() > 1 || plan.threads.size() > 1 || plan.n_gens.size() > 1) {
-      std::fprintf(stderr, "error: lumen bench --spec takes one -m, one -t and one -n\n");
+      std::fprintf(stderr, "error: lumen bench %s takes one -m, one -t and one -n\n", what);
       return 2;
     }
     auto config = engine_config_from_args(args, false);
@@ -659,7 +673,8 @@ int cmd_bench(int argc, char** argv, int first) {
     c.max_seqs = 1;
     c.enable_prefix_cache = false;
     if (c.n_ctx <= 0) c.n_ctx = static_cast<int32_t>(std::max<int64_t>(512, plan.n_gens[0] + 256));
-    return run_spec_bench(args, c, plan.n_gens[0], plan.reps, json);
+    return spec ? run_spec_bench(args, c, plan.n_gens[0], plan.reps, json)
+                : run_grammar_bench(args, c, plan.n_gens[0], plan.reps, json);
   }
 
   std::vector<nlohmann::json> rows;

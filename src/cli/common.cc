@@ -8,8 +8,11 @@
 #include <thread>
 
 #include "base/log.h"
+#include "base/mapped_file.h"
 #include "cli/cache_cmd.h"
 #include "cli/progress_bar.h"
+#include "grammar/compiled_grammar.h"
+#include "grammar/json_schema.h"
 #include "kernels/ops.h"
 
 namespace lumen::cli {
@@ -259,6 +262,35 @@ std::unique_ptr<engine::Engine> load_engine_or_report(const std::string& model_p
                  "RoPE scaling: expect output to degrade past token %d (use -c %d or less)\n",
                  n_ctx, hp.n_ctx_train, hp.n_ctx_train, hp.n_ctx_train);
   return std::move(e).value();
+}
+
+std::vector<OptionSpec> grammar_option_specs() {
+  return {
+      {{"--json-schema"}, "PATH", "constrain the output to JSON valid under this JSON Schema"},
+      {{"--grammar-file"}, "PATH", "constrain the output to this GBNF grammar (llama.cpp's syntax)"},
+  };
+}
+
+// The grammar --json-schema or --grammar-file asks for (null: neither), compiled for the model.
+Result<std::shared_ptr<const grammar::CompiledGrammar>> grammar_from_args(const ArgParser& args,
+                                                                          const engine::Engine& eng) {
+  const auto schema = args.get("--json-schema");
+  const auto gfile = args.get("--grammar-file");
+  if (schema && gfile) return error("--json-schema and --grammar-file: give one of them");
+  if (!schema && !gfile) return std::shared_ptr<const grammar::CompiledGrammar>();
+  const std::string flag = schema ? "--json-schema" : "--grammar-file";
+  const std::string path = schema ? *schema : *gfile;
+  auto text = read_text_file(path);
+  if (!text.ok()) return error(flag + ": " + text.message());
+  std::string gbnf = std::move(text).value();
+  if (schema) {
+    auto converted = grammar::json_schema_to_gbnf(gbnf);
+    if (!converted.ok()) return error(flag + " " + path + ": " + converted.message());
+    gbnf = std::move(converted).value();
+  }
+  auto g = grammar::CompiledGrammar::from_gbnf(gbnf, grammar::TokenTable::build(eng.tokenizer(), eng.hparams().n_vocab));
+  if (!g.ok()) return error(flag + " " + path + ": " + g.message());
+  return std::move(g).value();
 }
 
 }  // namespace lumen::cli

@@ -38,6 +38,11 @@ Result<engine::EngineConfig> engine_config_from_args(const ArgParser& args, bool
 // $XDG_CACHE_HOME/lumen, else $HOME/.cache/lumen, else "" (in memory).
 std::string default_cache_dir();
 Result<engine::GenerationParams> generation_params_from_args(const ArgParser& args);
+// --json-schema PATH / --grammar-file PATH (run, bench) and the grammar they ask for,
+// compiled for the engine's vocabulary (null: neither given).
+std::vector<OptionSpec> grammar_option_specs();
+Result<std::shared_ptr<const grammar::CompiledGrammar>> grammar_from_args(const ArgParser& args,
+                                                                          const engine::Engine& eng);
 
 // Parses argv, handling --help and -v; returns false (with exit_code set) when the
 // command should stop (help printed or an error reported).

@@ -7,7 +7,6 @@
 #include "base/mapped_file.h"
 #include "base/timer.h"
 #include "cli/common.h"
-#include "grammar/json_schema.h"
 
 namespace lumen::cli {
 namespace {
@@ -15,38 +14,14 @@ namespace {
 std::vector<OptionSpec> run_specs() {
   std::vector<OptionSpec> s = concat(concat(engine_option_specs(), spec_option_specs()), sampling_option_specs());
   s = concat(s, context_shift_option_specs());
-  return concat(s, {
+  return concat(concat(s, {
       {{"-p", "--prompt"}, "TEXT", "prompt text"},
       {{"-f", "--file"}, "PATH", "read the prompt from a file"},
       {{"--no-bos"}, "", "do not add BOS/EOS to the prompt even if the model asks for it"},
       {{"--no-parse-special"}, "", "treat special-token texts in the prompt as plain text"},
       {{"--json"}, "", "print one JSON object instead of streaming text"},
       {{"--top-logits"}, "K", "with --json: the K largest logits of every step"},
-      {{"--json-schema"}, "PATH", "constrain the output to JSON valid under this JSON Schema"},
-      {{"--grammar-file"}, "PATH", "constrain the output to this GBNF grammar (llama.cpp's syntax)"},
-  });
-}
-
-// The grammar --json-schema or --grammar-file asks for (null: neither), compiled for the model.
-Result<std::shared_ptr<const grammar::CompiledGrammar>> grammar_from_args(const ArgParser& args,
-                                                                          const engine::Engine& eng) {
-  const auto schema = args.get("--json-schema");
-  const auto gfile = args.get("--grammar-file");
-  if (schema && gfile) return error("--json-schema and --grammar-file: give one of them");
-  if (!schema && !gfile) return std::shared_ptr<const grammar::CompiledGrammar>();
-  const std::string flag = schema ? "--json-schema" : "--grammar-file";
-  const std::string path = schema ? *schema : *gfile;
-  auto text = read_text_file(path);
-  if (!text.ok()) return error(flag + ": " + text.message());
-  std::string gbnf = std::move(text).value();
-  if (schema) {
-    auto converted = grammar::json_schema_to_gbnf(gbnf);
-    if (!converted.ok()) return error(flag + " " + path + ": " + converted.message());
-    gbnf = std::move(converted).value();
-  }
-  auto g = grammar::CompiledGrammar::from_gbnf(gbnf, grammar::TokenTable::build(eng.tokenizer(), eng.hparams().n_vocab));
-  if (!g.ok()) return error(flag + " " + path + ": " + g.message());
-  return std::move(g).value();
+  }), grammar_option_specs());
 }
 
 void print_timings(const engine::RequestTimings& t, double load_ms, bool to_json, nlohmann::json* j) {

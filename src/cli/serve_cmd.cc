@@ -17,6 +17,7 @@
 
 #include "base/cpu_affinity.h"
 #include "base/log.h"
+#include "base/mapped_file.h"
 #include "base/timer.h"
 #include "cli/common.h"
 #include "engine/async_engine.h"
@@ -25,6 +26,7 @@
 #include "server/cors.h"
 #include "server/server.h"
 #include "tensor/dtype.h"
+#include "tokenizer/chat_template.h"
 
 namespace lumen::cli {
 namespace {
@@ -61,6 +63,9 @@ std::vector<OptionSpec> serve_option_specs() {
       {{"--cpus"}, "LIST", "run on these CPUs only, e.g. 0-7,16-23 (default -t: their count); memory prefers their NUMA nodes"},
       {{"--numa-node"}, "N", "run on the CPUs of NUMA node N, with memory from it (instead of --cpus)"},
       {{"--replica-id"}, "ID", "sent back as the X-Replica-Id header of every response (letters, digits, . _ -)"},
+      {{"--chat-template-file"}, "PATH", "use this Jinja chat template instead of the model's"},
+      {{"--reasoning-format"}, "F", "auto (default: when the chat template is a thinking one), deepseek (always) or none: "
+                                    "<think>...</think> goes to reasoning_content"},
       {{"--allowed-host"}, "NAME", "without --api-key, a Host / Origin name to serve besides loopback names (repeatable; '*': any)", true},
       {{"--cors-origin"}, "ORIGIN", "let pages from ORIGIN (scheme://host[:port], a comma list, or '*') call the API from a browser (repeatable; default: off)", true},
       {{"--drain-timeout"}, "SECONDS", "on SIGTERM / SIGINT, finish running requests for up to this long (default 30)"},
@@ -136,6 +141,18 @@ Result<ServeOptions> serve_options_from_args(const ArgParser& args) {
     if (*bytes < 1024 || *bytes > (int64_t{1} << 30)) return error("--max-body: must be in [1KiB, 1GiB]");
     s.max_body_bytes = *bytes;
   }
+  if (auto path = args.get("--chat-template-file")) {
+    auto text = read_text_file(*path);
+    if (!text.ok()) return error("--chat-template-file: " + text.message());
+    if (auto t = tok::ChatTemplate::parse(*text); !t.ok()) return error("--chat-template-file " + *path + ": " + t.message());
+    s.chat_template = std::move(text).value();
+  }
+  const std::string reasoning = args.get_or("--reasoning-format", "auto");
+  using Reasoning = server::ServerConfig::ReasoningFormat;
+  if (reasoning == "auto") s.reasoning_format = Reasoning::kAuto;
+  else if (reasoning == "deepseek") s.reasoning_format = Reasoning::kDeepseek;
+  else if (reasoning == "none") s.reasoning_format = Reasoning::kNone;
+  else return error("--reasoning-format: '" + reasoning.substr(0, 40) + "' is not auto, deepseek or none");
   s.replica_id = args.get_or("--replica-id", "");
   if (args.has("--replica-id") && !is_replica_id(s.replica_id))
     return error("--replica-id: '" + s.replica_id.substr(0, 80) + "' must be 1..64 letters, digits, '.', '_' or '-'");

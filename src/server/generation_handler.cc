@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/timer.h"
 #include "server/openai_response.h"
+#include "server/reasoning.h"
 #include "server/routing_key.h"
 #include "server/serving_state.h"
 
@@ -160,13 +161,16 @@ void log_request(const HandlerEnv& env, Endpoint endpoint, bool stream, int stat
 struct StreamJob {
   StreamJob(RequestRun r, ResponseHeader h, const ServingState* s, HandlerEnv e, ToolRequest t)
       : run(std::move(r)), header(std::move(h)), state(s), env(e), text_offset(run.choices().size(), 0),
-        tools(std::move(t)) {}
+        tools(std::move(t)) {
+    if (header.reasoning) splitters.assign(text_offset.size(), ReasoningSplitter(header.reasoning_open));
+  }
   RequestRun run;
   ResponseHeader header;
   const ServingState* state;
   HandlerEnv env;
   std::vector<int64_t> text_offset;
   ToolRequest tools;  // header.tools: each choice's text is held in run.choices() until it ends
+  std::vector<ReasoningSplitter> splitters;  // header.reasoning: one per choice
 };
 
 // A finished choice's text -> its tool calls and the content around them.
@@ -194,16 +198,30 @@ std::string event_chunks(StreamJob& job, const RequestEvent& ev) {
     return sse_error_event(api_error_json(e));
   }
   if (ev.seq_index < 0 || ev.seq_index >= static_cast<int32_t>(job.text_offset.size())) return "";
+  std::string out;
+  std::string text = ev.text_delta;
+  if (job.header.reasoning) {  // the <think> part goes out as reasoning_content deltas
+    ReasoningSplitter& sp = job.splitters[ev.seq_index];
+    ReasoningText d = sp.feed(ev.text_delta);
+    if (ev.finished) {
+      ReasoningText rest = sp.finish();
+      d.reasoning += rest.reasoning;
+      d.content += rest.content;
+    }
+    if (!d.reasoning.empty()) out = sse_reasoning_chunk(job.header, ev.seq_index, d.reasoning);
+    text = std::move(d.content);
+  }
   if (job.header.tools) {
     ChoiceResult& c = job.run.choices()[ev.seq_index];
-    c.text += ev.text_delta;
-    if (!ev.finished) return "";
+    c.text += text;
+    if (!ev.finished) return out;
     parse_choice_tools(c, job.tools, job.state->template_tools.format);
-    return sse_tool_choice_end(job.header, ev.seq_index, c);
+    return out + sse_tool_choice_end(job.header, ev.seq_index, c);
   }
-  if (ev.text_delta.empty() && ev.logprobs.empty() && !ev.finished) return "";
-  return sse_token_chunk(job.header, ev.seq_index, ev.text_delta, ev.logprobs,
-                         ev.finished ? ev.finish_reason : FinishReason::kNone, tk, &job.text_offset[ev.seq_index]);
+  if (text.empty() && ev.logprobs.empty() && !ev.finished) return out;
+  return out + sse_token_chunk(job.header, ev.seq_index, text, ev.logprobs,
+                               ev.finished ? ev.finish_reason : FinishReason::kNone, tk,
+                               &job.text_offset[ev.seq_index]);
 }
 
 // Writes the SSE events of a running request until its end, the client's hang-up or the
@@ -272,17 +290,23 @@ void serve_whole(RequestRun& run, const ResponseHeader& header, const ServingSta
     send_error(res, ApiError{503, "the request was cancelled: the server is shutting down", "server_error", "", ""});
     return;
   }
-  if (header.tools)
-    for (ChoiceResult& c : run.choices()) parse_choice_tools(c, tools, state.template_tools.format);
+  for (ChoiceResult& c : run.choices()) {
+    if (header.reasoning) {
+      ReasoningText r = split_reasoning(c.text, header.reasoning_open);
+      c.reasoning = std::move(r.reasoning);
+      c.text = std::move(r.content);
+    }
+    if (header.tools) parse_choice_tools(c, tools, state.template_tools.format);
+  }
   res.status = 200;
   res.set_content(completion_response_json(header, run.choices(), run.usage(), state.engine->tokenizer()),
                   "application/json");
 }
 
 // The prompt's token ids, or a 400 naming the field.
-Result<std::vector<int32_t>> prompt_ids(const ServingState& state, const ParsedRequest& pr) {
+Result<std::vector<int32_t>> prompt_ids(const ServingState& state, const ParsedRequest& pr, bool* opens_reasoning) {
   const tok::Tokenizer& tk = state.engine->tokenizer();
-  if (pr.endpoint == Endpoint::kChatCompletions) return chat_prompt_ids(state, pr);
+  if (pr.endpoint == Endpoint::kChatCompletions) return chat_prompt_ids(state, pr, opens_reasoning);
   if (pr.prompt_is_ids) return pr.prompt_ids;
   // Special-token texts in the prompt are recognised, as llama.cpp's and vLLM's servers do.
   return tk.encode(pr.prompt_text, /*add_special=*/true, /*parse_special=*/true);
@@ -377,10 +401,14 @@ Result<std::vector<int32_t>> chat_prompt_ids(const ServingState& state, std::spa
                                                        state.eos_text));
 }
 
-Result<std::vector<int32_t>> chat_prompt_ids(const ServingState& state, const ParsedRequest& pr) {
-  if (!needs_tool_rendering(pr)) return chat_prompt_ids(state, pr.messages);
-  const std::string ctx = tool_chat_context(pr, state.template_tools, state.bos_text, state.eos_text);
-  return encode_chat(state, state.chat_template.render_json(ctx));
+Result<std::vector<int32_t>> chat_prompt_ids(const ServingState& state, const ParsedRequest& pr,
+                                             bool* opens_reasoning) {
+  const bool json = needs_tool_rendering(pr) || !pr.template_kwargs_json.empty();
+  const Result<std::string> text =
+      json ? state.chat_template.render_json(tool_chat_context(pr, state.template_tools, state.bos_text, state.eos_text))
+           : state.chat_template.render(pr.messages, /*add_generation_prompt=*/true, state.bos_text, state.eos_text);
+  if (opens_reasoning) *opens_reasoning = text.ok() && prompt_opens_reasoning(*text);
+  return encode_chat(state, text);
 }
 
 void handle_generation(const ServingState& state, const HandlerEnv& env, Endpoint endpoint,
@@ -394,7 +422,8 @@ void handle_generation(const ServingState& state, const HandlerEnv& env, Endpoin
   if (!grammar.ok()) return send_error(res, api_error_from_status(grammar.status()));
   pr.params.grammar = std::move(grammar).value();
   if (Status st = tool_grammar(state, pr); !st.ok()) return send_error(res, api_error_from_status(st));
-  auto ids = prompt_ids(state, pr);
+  bool opens_reasoning = false;
+  auto ids = prompt_ids(state, pr, &opens_reasoning);
   if (!ids.ok()) return send_error(res, api_error_from_status(ids.status()));
   if (Status st = truncate_prompt(state, pr, &*ids); !st.ok()) return send_error(res, api_error_from_status(st));
   const int32_t n_prompt = static_cast<int32_t>(ids->size());
@@ -421,6 +450,8 @@ void handle_generation(const ServingState& state, const HandlerEnv& env, Endpoin
   header.logprobs = pr.params.logprobs;
   header.include_usage = pr.include_usage;
   header.tools = pr.tools.active();
+  header.reasoning = endpoint == Endpoint::kChatCompletions && state.reasoning;
+  header.reasoning_open = opens_reasoning;
   RequestRun run(std::move(stream).value(), n_choices, n_prompt, t_arrival);
 
   if (!pr.stream) {

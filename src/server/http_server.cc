@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "server/cors.h"
 #include "server/http_transport.h"
+#include "server/reasoning.h"
 #include "server/routing_key.h"
 #include "server/serving_state.h"
 
@@ -500,7 +501,7 @@ void HttpServer::attach_engine(std::unique_ptr<engine::AsyncEngine> engine) {
   if (impl_->stopped) return;  // shutting down: the engine is dropped here
   auto st = std::make_unique<ServingState>();
   const tok::Tokenizer& tk = engine->tokenizer();
-  std::string source = tk.chat_template();
+  std::string source = impl_->config.chat_template.empty() ? tk.chat_template() : impl_->config.chat_template;
   if (!source.empty()) {
     auto t = tok::ChatTemplate::parse(source);
     if (t.ok()) st->chat_template = std::move(t).value();
@@ -513,6 +514,9 @@ void HttpServer::attach_engine(std::unique_ptr<engine::AsyncEngine> engine) {
     st->chat_template = std::move(t).value();
   }
   st->template_tools = template_tools(source);  // "" (ChatML): no tool support of its own
+  using Reasoning = ServerConfig::ReasoningFormat;
+  const Reasoning rf = impl_->config.reasoning_format;
+  st->reasoning = rf == Reasoning::kDeepseek || (rf == Reasoning::kAuto && template_thinks(source));
   st->bos_text = tk.bos_id() >= 0 ? std::string(tk.token_text(tk.bos_id())) : "";
   st->eos_text = tk.eos_id() >= 0 ? std::string(tk.token_text(tk.eos_id())) : "";
   ParserLimits& l = st->limits;

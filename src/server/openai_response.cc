@@ -142,6 +142,7 @@ std::string completion_response_json(const ResponseHeader& h, std::span<const Ch
                    {"finish_reason", choice_finish_json(c)}};
     if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (!c.reasoning.empty()) choice["message"]["reasoning_content"] = c.reasoning;
       if (!c.tool_calls.empty()) {
         if (c.text.empty()) choice["message"]["content"] = nullptr;
         choice["message"]["tool_calls"] = tool_calls_json(h, i, c.tool_calls);
@@ -205,6 +206,15 @@ std::string sse_tool_choice_end(const ResponseHeader& h, int32_t index, const Ch
   }
   chunk(Json::object(), choice_finish_json(c));
   return out;
+}
+
+std::string sse_reasoning_chunk(const ResponseHeader& h, int32_t index, const std::string& text) {
+  Json j = chunk_base(h);
+  j["choices"] = Json::array({Json{{"index", index},
+                                   {"delta", {{"reasoning_content", text}}},
+                                   {"logprobs", nullptr},
+                                   {"finish_reason", nullptr}}});
+  return sse(j);
 }
 
 std::string sse_usage_chunk(const ResponseHeader& h, const engine::Usage& usage) {

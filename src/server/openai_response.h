@@ -30,6 +30,8 @@ struct ResponseHeader {
   int32_t logprobs = -1;     // the request's logprobs: -1 none, else top-K
   bool include_usage = false;
   bool tools = false;        // tool calling is on: completions are parsed for calls
+  bool reasoning = false;    // chat: <think> text goes to reasoning_content (reasoning.h)
+  bool reasoning_open = false;  // ... and the prompt opened the <think> block
 };
 
 // OpenAI's finish_reason for an engine reason: "stop" (EOS or stop string), "length"
@@ -43,6 +45,7 @@ struct ChoiceResult {
   engine::FinishReason finish_reason = engine::FinishReason::kNone;
   std::vector<engine::TokenLogprob> logprobs;
   std::vector<ToolCall> tool_calls;  // with tools: the calls parsed from text (text: the rest)
+  std::string reasoning;             // with reasoning: the <think> part (text: the answer)
 };
 
 std::string completion_response_json(const ResponseHeader& header, std::span<const ChoiceResult> choices,
@@ -59,6 +62,8 @@ std::string sse_token_chunk(const ResponseHeader& header, int32_t index, const s
 // then one with the arguments), any content before them as one content chunk, then the
 // finish chunk ("tool_calls" when there were calls and the choice stopped).
 std::string sse_tool_choice_end(const ResponseHeader& header, int32_t index, const ChoiceResult& choice);
+// A chat delta of reasoning text: {"reasoning_content": text}.
+std::string sse_reasoning_chunk(const ResponseHeader& header, int32_t index, const std::string& text);
 std::string sse_usage_chunk(const ResponseHeader& header, const engine::Usage& usage);
 std::string sse_error_event(const std::string& error_json);
 inline constexpr const char* kSseDone = "data: [DONE]\n\n";

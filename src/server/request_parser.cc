@@ -393,6 +393,19 @@ Status parse_tools(const ObjectReader& r, ToolRequest* out) {
   return Status();
 }
 
+// chat_template_kwargs: an object of extra template variables; the ones the server sets
+// itself cannot be replaced.
+Status parse_template_kwargs(const ObjectReader& r, std::string* out) {
+  const Json* v = r.get("chat_template_kwargs");
+  if (!v) return Status();
+  if (!v->is_object()) return r.type_error("chat_template_kwargs", "an object", *v);
+  for (const char* key : {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
+    if (v->contains(key))
+      return field_error(std::string("chat_template_kwargs.") + key, "set by the server, cannot be given");
+  if (!v->empty()) *out = v->dump();
+  return Status();
+}
+
 Status parse_messages(const Json* v, const ParserLimits& limits, std::vector<tok::ChatMessage>* out,
                       std::vector<ParsedRequest::ToolTurn>* turns = nullptr) {
   if (!v) return field_error("messages", "required");
@@ -574,6 +587,7 @@ Status parse_generation(const Json& j, Endpoint endpoint, const ParserLimits& li
   LUMEN_TRY(r.read_bool("cache_prompt", &cache_prompt));
   LUMEN_TRY(parse_constraint(r, &out->constraint));
   if (endpoint == Endpoint::kChatCompletions) {
+    LUMEN_TRY(parse_template_kwargs(r, &out->template_kwargs_json));
     LUMEN_TRY(parse_tools(r, &out->tools));
     if (out->tools.active() && out->constraint.kind != OutputConstraint::Kind::kNone)
       return field_error(out->constraint.field.substr(0, out->constraint.field.find('.')),

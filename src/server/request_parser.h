@@ -86,6 +86,9 @@ struct ParsedRequest {
   engine::GenerationParams params;            // max_tokens is only meaningful if given
   OutputConstraint constraint;                // compiled by the handler into params.grammar
   ToolRequest tools;                          // chat only
+  // chat_template_kwargs (vLLM's, llama.cpp's): extra template variables as a JSON object's
+  // text ("" when none), e.g. {"enable_thinking": false} for Qwen3.
+  std::string template_kwargs_json;
   bool max_tokens_given = false;
   bool seed_given = false;                    // else the caller draws a random seed
   bool stream = false;

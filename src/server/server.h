@@ -33,6 +33,11 @@ struct ServerConfig {
   int port = 8080;                  // 0: any free port (read it back with port())
   std::string api_key;              // empty: no authentication
   std::string model_alias;          // served model name; empty: the engine's model id
+  std::string chat_template;        // Jinja source used instead of the model's ("": the model's)
+  // <think>...</think> -> reasoning_content (reasoning.h): kAuto when the chat template is a
+  // thinking one, kDeepseek always, kNone never (llama-server's --reasoning-format).
+  enum class ReasoningFormat : uint8_t { kAuto, kDeepseek, kNone };
+  ReasoningFormat reasoning_format = ReasoningFormat::kAuto;
   int32_t n_http_threads = 0;       // 0: enough for every running and queued request + 8
   int64_t max_body_bytes = 4 << 20; // larger bodies get 413
   int32_t max_messages = 1024;

@@ -26,6 +26,7 @@ struct ServingState {
   std::unique_ptr<engine::AsyncEngine> engine;
   tok::ChatTemplate chat_template;   // the model's, or ChatML when it has none
   TemplateTools template_tools;      // what the template does with tools (tool_calls.h)
+  bool reasoning = false;            // chat output's <think> part -> reasoning_content (reasoning.h)
   std::string bos_text, eos_text;    // template variables bos_token / eos_token
   ParserLimits limits;
   std::string model_name;            // what /v1/models lists (--alias, else general.name)
@@ -54,8 +55,11 @@ void send_error(HttpResponse& res, const ApiError& error);
 // The chat prompt: template rendered with the generation prompt, encoded with special
 // tokens recognised, BOS prepended when the model wants it and the template did not write it.
 Result<std::vector<int32_t>> chat_prompt_ids(const ServingState& state, std::span<const tok::ChatMessage> messages);
-// The same for a whole chat request: with tools or tool turns, rendered as tool_calls.h says.
-Result<std::vector<int32_t>> chat_prompt_ids(const ServingState& state, const ParsedRequest& pr);
+// The same for a whole chat request: with tools, tool turns or chat_template_kwargs,
+// rendered as tool_calls.h says. *opens_reasoning (if given): the rendered prompt ends
+// inside a <think> block (reasoning.h).
+Result<std::vector<int32_t>> chat_prompt_ids(const ServingState& state, const ParsedRequest& pr,
+                                             bool* opens_reasoning = nullptr);
 
 // POST /v1/embeddings (embeddings_handler.cc).
 void handle_embeddings(const ServingState& state, const HandlerEnv& env, const HttpRequest& req, HttpResponse& res);

@@ -202,6 +202,10 @@ std::string tool_chat_context(const ParsedRequest& pr, const TemplateTools& tt, 
               {"bos_token", std::string(bos)},
               {"eos_token", std::string(eos)}};
   if (tt.takes_tools && pr.tools.active()) ctx["tools"] = parse(pr.tools.tools_json);
+  if (!pr.template_kwargs_json.empty()) {
+    const Json kwargs = parse(pr.template_kwargs_json);
+    for (const auto& [k, v] : kwargs.items()) ctx[k] = v;
+  }
   return dump(ctx);
 }
 

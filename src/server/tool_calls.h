@@ -43,7 +43,7 @@ TemplateTools template_tools(std::string_view template_source);
 bool needs_tool_rendering(const ParsedRequest& pr);
 
 // The render_json context for the chat template (messages, tools, add_generation_prompt,
-// bos_token, eos_token), as described above.
+// bos_token, eos_token, and the request's chat_template_kwargs), as described above.
 std::string tool_chat_context(const ParsedRequest& pr, const TemplateTools& tt, std::string_view bos,
                               std::string_view eos);
 
