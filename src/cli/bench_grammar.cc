@@ -43,20 +43,16 @@ Run generate(engine::Engine& eng, const std::vector<int32_t>& prompt, int32_t n_
   req.params.sampling.temperature = temp;
   req.params.sampling.seed = seed;
   req.params.grammar = std::move(g);
-  auto id = eng.add_request(std::move(req));
-  if (!id.ok()) {
-    out.error = id.message();
+  auto timings = run_until_idle(eng, std::move(req), [&](const engine::RequestEvent& ev) {
+    out.generated.insert(out.generated.end(), ev.new_token_ids.begin(), ev.new_token_ids.end());
+  });
+  if (!timings.ok()) {
+    out.error = timings.message();
     return out;
   }
-  while (eng.has_work()) {
-    for (engine::RequestEvent& ev : eng.step()) {
-      out.generated.insert(out.generated.end(), ev.new_token_ids.begin(), ev.new_token_ids.end());
-      if (ev.finish_reason == engine::FinishReason::kError) out.error = ev.error;
-    }
-  }
-  const engine::RequestTimings t = eng.timings(*id).value_or(engine::RequestTimings{});
+  const engine::RequestTimings& t = *timings;
   if (t.n_generated < 2) {
-    if (out.error.empty()) out.error = "a run generated fewer than 2 tokens: no TPOT (is the grammar that short?)";
+    out.error = "a run generated fewer than 2 tokens: no TPOT (is the grammar that short?)";
     return out;
   }
   out.tpot_ms = (t.finish_ms - t.first_token_ms) / (t.n_generated - 1);

@@ -238,6 +238,21 @@ int threads_or_all_cores(int64_t requested) {
   return requested > 0 ? static_cast<int>(requested) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+Result<engine::RequestTimings> run_until_idle(engine::Engine& eng, engine::Request req,
+                                              const std::function<void(const engine::RequestEvent&)>& on_event) {
+  auto id = eng.add_request(std::move(req));
+  if (!id.ok()) return id.status();
+  std::string err;
+  while (eng.has_work()) {
+    for (const engine::RequestEvent& ev : eng.step()) {
+      on_event(ev);
+      if (ev.finish_reason == engine::FinishReason::kError) err = ev.error;
+    }
+  }
+  if (!err.empty()) return error(err);
+  return eng.timings(*id).value_or(engine::RequestTimings{});
+}
+
 std::unique_ptr<engine::Engine> load_engine_or_report(const ArgParser& args,
                                                       const engine::EngineConfig& config) {
   return load_engine_or_report(*args.get("--model"), config);

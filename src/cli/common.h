@@ -1,6 +1,7 @@
 // Options and helpers shared by the subcommands.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +58,11 @@ std::unique_ptr<engine::Engine> load_engine_or_report(const ArgParser& args,
 // The same for a model path of the caller's choice (lumen bench with several -m).
 std::unique_ptr<engine::Engine> load_engine_or_report(const std::string& model_path,
                                                       const engine::EngineConfig& config);
+
+// A benchmark's run: adds `req`, steps the engine until it is idle and passes each event to
+// on_event. The request's timings, or the error of adding it or of an event.
+Result<engine::RequestTimings> run_until_idle(engine::Engine& eng, engine::Request req,
+                                              const std::function<void(const engine::RequestEvent&)>& on_event);
 
 // Commands (argv[first] is the first argument after the subcommand name).
 int cmd_run(int argc, char** argv, int first);
