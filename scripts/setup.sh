@@ -11,6 +11,7 @@ PACKAGES=(
   # test references: chat templates rendered by jinja2 (tests/data/chat_templates),
   # numpy forward passes (tests/ref)
   python3 python3-jinja2 python3-numpy
+  python3-jsonschema  # structured output validated independently (tests/structured_output_test.cc)
   libnuma-dev   # NUMA-aware placement of `lumen serve --cpus` (optional at build)
   haproxy       # deploy/haproxy.cfg and its integration test (ctest -L haproxy)
   yamllint      # the Kubernetes manifests under deploy/ (ctest -L deploy)

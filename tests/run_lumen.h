@@ -32,6 +32,19 @@ inline std::string sh_quote(const std::string& s) {
   return q + "'";
 }
 
+// Runs a shell command line: its exit code (-1 if it did not exit) and stdout.
+inline CmdResult run_shell(const std::string& cmd) {
+  CmdResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
 inline CmdResult run_lumen(const std::vector<std::string>& args, const std::string& stdin_text = "") {
   static int counter = 0;  // one per test binary (inline)
   const std::string err_path = ::testing::TempDir() + "lumen_stderr_" + std::to_string(getpid()) +
@@ -44,14 +57,7 @@ inline CmdResult run_lumen(const std::vector<std::string>& args, const std::stri
   } else {
     cmd = "printf '%s' " + sh_quote(stdin_text) + " | " + cmd;
   }
-  CmdResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  CmdResult r = run_shell(cmd);
   std::ifstream e(err_path);
   r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
   std::remove(err_path.c_str());

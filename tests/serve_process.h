@@ -22,15 +22,11 @@
 #include <httplib.h>
 
 #include "base/shared_dir.h"
+#include "run_lumen.h"  // lumen_bin()
 
 extern char** environ;
 
 namespace lumen::testing {
-
-inline std::string lumen_bin() {
-  const char* env = std::getenv("LUMEN_BIN");
-  return env && *env ? env : LUMEN_BIN_PATH;
-}
 
 inline std::string tiny_model() { return shared_dir() + "/models/TinyStories-656K/TinyStories-656K-Q8_0.gguf"; }
 

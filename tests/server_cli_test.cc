@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/shared_dir.h"
+#include "run_lumen.h"
 #include "serve_process.h"
 
 extern char** environ;
@@ -28,22 +29,7 @@ extern char** environ;
 namespace lumen::testing {
 namespace {
 
-struct CmdResult {
-  int exit_code = -1;
-  std::string out;
-};
-
-CmdResult run(const std::string& cmd) {
-  CmdResult r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+CmdResult run(const std::string& cmd) { return run_shell(cmd + " 2>&1"); }
 
 TEST(ServerCli, ServeBenchAndShutDown) {
   ServeProcess serve({"-m", tiny_model(), "--port", "0", "-t", "1", "-c", "256", "--max-seqs", "4",
