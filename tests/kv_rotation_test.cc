@@ -98,8 +98,9 @@ TEST(KvRotation, OutlierKeysLoseLessInAQuantizedCache) {
 }
 
 // Latent attention caches a compressed latent shared by all heads, not per-head keys:
-// --rotate-k would do nothing there, so it is refused by name.
-TEST(KvRotation, LatentAttentionRefusesIt) {
+// --rotate-k would do nothing there, so it is refused by name; so is a -ctv, as the cache
+// has no V rows.
+TEST(KvRotation, LatentAttentionRefusesItAndAVType) {
   const fs::path dir = fs::temp_directory_path() / ("lumen-kv-rotation-mla-" + std::to_string(getpid()));
   fs::create_directories(dir);
   auto c = convert::synth_preset("tiny-deepseek2", shared_dir());
@@ -115,6 +116,15 @@ TEST(KvRotation, LatentAttentionRefusesIt) {
   auto e = engine::Engine::create(path, ec);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.message().find("--rotate-k"), std::string::npos) << e.message();
+  // Nor is a V type taken that its cache (no V rows) would ignore.
+  ec.rotate_k = false;
+  ec.kv_dtypes = {DType::kF16, DType::kQ8_0};
+  auto v = engine::Engine::create(path, ec);
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.message().find("-ctv q8_0"), std::string::npos) << v.message();
+  ec.kv_dtypes = {DType::kF32, DType::kF16};  // -ctk alone: fine
+  auto k_only = engine::Engine::create(path, ec);
+  EXPECT_TRUE(k_only.ok()) << k_only.message();
   fs::remove_all(dir);
 }
 

@@ -134,6 +134,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path, co
   limits.flash_attn = flash;
   limits.rotate_qk = config.rotate_k;
   LUMEN_ASSIGN_OR_RETURN(model::Model model, model::Model::load(std::move(file), limits));
+  // A latent-attention cache has no V rows: a V type other than K's (and not the default)
+  // would be a flag that does nothing.
+  if (model.kv_layout().k_only && config.kv_dtypes.v != config.kv_dtypes.k && config.kv_dtypes.v != DType::kF16)
+    return error("-ctv " + std::string(dtype_name(config.kv_dtypes.v)) + ": the latent-attention cache of '" +
+                 hp.arch_key + "' holds no V rows; its type is K's (-ctk / --kv-type)");
 
   std::unique_ptr<Engine> e(new Engine(std::move(model), std::move(tokenizer)));
   e->config_ = config;
