@@ -142,9 +142,16 @@ TypeKernels type_kernels(const KernelTable& k, const PagedKvView& kv) {
   t.k_mm = find_matmul_kernels(k, kv.k_dtype);
   LUMEN_CHECK(t.k_mm != nullptr && t.k_mm->gemm != nullptr);
   t.q_row_bytes = t.k_mm->quantize_act ? row_bytes(t.k_mm->act_dtype, kv.head_dim) : kv.head_dim * sizeof(float);
-  const TypeRow* vr = find_type_row(kv.v_dtype);
-  LUMEN_CHECK(vr != nullptr && vr->dequantize != nullptr);
-  t.v_dequantize = vr->dequantize;
+  switch (kv.v_dtype) {
+    case DType::kQ8_0: t.v_dequantize = k.dequantize_q8_0; break;
+    case DType::kQ4_0: t.v_dequantize = k.dequantize_q4_0; break;
+    default: {
+      const TypeRow* vr = find_type_row(kv.v_dtype);
+      LUMEN_CHECK(vr != nullptr);
+      t.v_dequantize = vr->dequantize;
+    }
+  }
+  LUMEN_CHECK(t.v_dequantize != nullptr);
   return t;
 }
 
@@ -180,16 +187,15 @@ void for_blocks(const PagedKvView& kv, int32_t h, int64_t j0, int64_t j1, Fn&& f
   }
 }
 
-// V rows [n][head_dim] as f32: the cache itself (f32) or widened into vf.
+// V rows [n][head_dim] as f32: the cache itself (f32) or widened into vf. A block's rows of
+// one head are contiguous (paged_kv_view.h), so n rows convert as one run of n * head_dim.
 const float* v_rows_f32(const KernelTable& k, const TypeKernels& tk, const PagedKvView& kv, const std::byte* src,
                         int64_t n, float* vf) {
   const int32_t hd = kv.head_dim;
   switch (kv.v_dtype) {
     case DType::kF32: return reinterpret_cast<const float*>(src);
     case DType::kF16: k.f16_to_f32(reinterpret_cast<const uint16_t*>(src), vf, n * hd); return vf;
-    default:
-      for (int64_t r = 0; r < n; ++r) tk.v_dequantize(src + r * kv.v_row_bytes(), vf + r * hd, hd);
-      return vf;
+    default: tk.v_dequantize(src, vf, n * hd); return vf;
   }
 }
 

@@ -138,6 +138,8 @@ using AttnAccumF32Fn = void (*)(const float* p, const float* v, int64_t n, int32
 // s[j] = expf(s[j] - max) for j < n; returns the sum of the new s[j], accumulated in double
 // (ggml_vec_soft_max_f32).
 using ExpSumFn = double (*)(float* s, int64_t n, float max);
+// n elements (a multiple of the block size) of a row to f32.
+using DequantizeRowFn = void (*)(const std::byte* src, float* dst, int64_t n);
 // y[i] = x[i] widened from fp16 (exact).
 using F16ToF32Fn = void (*)(const uint16_t* x, float* y, int64_t n);
 // y[i] = x[i] rounded to fp16 as f32_to_fp16 (base/fp16.h) does it: nearest even,
@@ -182,6 +184,10 @@ struct KernelTable {
   ExpSumFn exp_sum = nullptr;
   F16ToF32Fn f16_to_f32 = nullptr;
   F32ToF16Fn f32_to_f16 = nullptr;
+  // V rows of a q8_0 / q4_0 KV cache widened for flash attention's f32 accumulate, bit for
+  // bit the type table's scalar dequantizers (each value is one f32 product d * q).
+  DequantizeRowFn dequantize_q8_0 = nullptr;
+  DequantizeRowFn dequantize_q4_0 = nullptr;
   RowMaxFn row_max = nullptr;
   ScaleRoundFn scale_round = nullptr;
   AttnScoresGroupFn attn_scores_group_f32 = nullptr;

@@ -582,6 +582,34 @@ void f16_to_f32(const uint16_t* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] = f16(x[i]);
 }
 
+// y = d * q per block, the scalar dequantizers' one f32 product (q is exact as a float):
+// bit for bit. q8_0: 32 signed bytes; q4_0: nibbles, the low ones values 0-15, the high
+// ones 16-31, each minus 8.
+void dequantize_q8_0(const std::byte* src, float* y, int64_t n) {
+  const auto* b = reinterpret_cast<const BlockQ8_0*>(src);
+  for (int64_t ib = 0; ib < n / 32; ++ib, y += 32) {
+    const __m256 d = _mm256_set1_ps(fp16_to_f32(b[ib].d_f16));
+    for (int j = 0; j < 32; j += 8) {
+      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b[ib].qs + j));
+      _mm256_storeu_ps(y + j, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
+    }
+  }
+}
+
+void dequantize_q4_0(const std::byte* src, float* y, int64_t n) {
+  const auto* b = reinterpret_cast<const BlockQ4_0*>(src);
+  const __m128i low4 = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
+  for (int64_t ib = 0; ib < n / 32; ++ib, y += 32) {
+    const __m256 d = _mm256_set1_ps(fp16_to_f32(b[ib].d_f16));
+    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[ib].qs));
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(qs, low4), eight);                     // values 0-15
+    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(qs, 4), low4), eight);  // values 16-31
+    const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    for (int j = 0; j < 4; ++j)
+      _mm256_storeu_ps(y + 8 * j, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[j])), d));
+  }
+}
+
 // F16C rounds to nearest even like f32_to_fp16, subnormals and overflow included; only a
 // NaN's payload differs, so a vector holding a NaN takes the scalar path.
 void f32_to_f16(const float* x, uint16_t* y, int64_t n) {
@@ -678,6 +706,8 @@ void override_kernels_avx2(KernelTable& t) {
   t.exp_sum = &exp_sum;
   t.f16_to_f32 = &f16_to_f32;
   t.f32_to_f16 = &f32_to_f16;
+  t.dequantize_q8_0 = &dequantize_q8_0;
+  t.dequantize_q4_0 = &dequantize_q4_0;
   t.row_max = &row_max;
   t.scale_round = &scale_round;
   t.attn_scores_group_f32 = &attn_scores_group_loop<&attn_scores_f32>;

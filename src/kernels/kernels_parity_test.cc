@@ -440,6 +440,37 @@ TEST(KernelsParity, RowKernels) {
   log.report();
 }
 
+// The KV cache's V dequantizers (flash attention): bit for bit the scalar ones, on random
+// bytes (every scale bit pattern: subnormal, huge, inf and NaN scales, every quant) and runs
+// of 1 to 9 rows of 64 values.
+TEST(KernelsParity, KvDequantizersBitExact) {
+  std::mt19937 rng(41);
+  const KernelTable& ref = reference_kernel_table();
+  FailureLog log;
+  struct Type {
+    const char* name;
+    size_t block_bytes;
+    DequantizeRowFn KernelTable::*fn;
+  };
+  const Type types[] = {{"q8_0", 34, &KernelTable::dequantize_q8_0}, {"q4_0", 18, &KernelTable::dequantize_q4_0}};
+  for (const KernelTable* t : simd_tables()) {
+    for (const Type& ty : types) {
+      for (int64_t n : {32, 64, 128, 320, 576}) {
+        std::vector<std::byte> src(n / 32 * ty.block_bytes);
+        for (std::byte& b : src) b = static_cast<std::byte>(rng());
+        std::vector<float> got(n), want(n);
+        (t->*ty.fn)(src.data(), got.data(), n);
+        (ref.*ty.fn)(src.data(), want.data(), n);
+        bool same = true;
+        for (int64_t i = 0; i < n; ++i)
+          same &= std::memcmp(&got[i], &want[i], 4) == 0 || (std::isnan(got[i]) && std::isnan(want[i]));
+        log.check(same, std::string(t->name) + " dequantize_" + ty.name + " n=" + std::to_string(n), 1, 0);
+      }
+    }
+  }
+  log.report();
+}
+
 TEST(KernelsParity, AttentionKernels) {
   std::mt19937 rng(23);
   const KernelTable& ref = reference_kernel_table();

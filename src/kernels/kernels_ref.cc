@@ -798,6 +798,8 @@ KernelTable make_reference_kernel_table() {
   t.exp_sum = &ref::exp_sum;
   t.f16_to_f32 = &ref::f16_to_f32;
   t.f32_to_f16 = &ref::f32_to_f16;
+  t.dequantize_q8_0 = &ref::dequantize_row_q8_0;
+  t.dequantize_q4_0 = &ref::dequantize_row_q4_0;
   t.row_max = &ref::row_max;
   t.scale_round = &ref::scale_round;
   t.attn_scores_group_f32 = &attn_scores_group_loop<&ref::attn_scores_f32>;

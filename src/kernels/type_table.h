@@ -36,9 +36,6 @@
 
 namespace lumen::kernels {
 
-// n elements (a multiple of the block size) of a row to f32.
-using DequantizeRowFn = void (*)(const std::byte* src, float* dst, int64_t n);
-
 // Sets the MatmulKernels entries one ISA level implements for one weight type; entries it
 // leaves alone keep the level below's. Defined in the ISA's translation unit; called only
 // when the CPU has the ISA.
