@@ -43,7 +43,87 @@ bool TokenSet::contains(int32_t id) const {
 namespace {
 
 constexpr int32_t kMaxChain = 64;
-constexpr int32_t kStayBitsMax = 16;  // cumulative bitsets for j = 1..16; longer j in a list
+// A CountedTokens list walks at most about this many entries per range (more only where one
+// j alone has more tokens), and at most kMaxCheckpoints bitsets per direction are kept.
+constexpr size_t kSegment = 256;
+constexpr size_t kMaxCheckpoints = 48;
+
+inline void set_bit(uint64_t* mask, int32_t id) { mask[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63); }
+
+}  // namespace
+
+void CountedTokens::assign(std::vector<CountedToken> tokens, int32_t n_vocab, bool with_suffix) {
+  std::sort(tokens.begin(), tokens.end(),
+            [](const CountedToken& a, const CountedToken& b) { return a.j < b.j || (a.j == b.j && a.token < b.token); });
+  list_ = std::move(tokens);
+  list_.shrink_to_fit();
+  prefix_.clear();
+  suffix_.clear();
+  const size_t n_words = (static_cast<size_t>(n_vocab) + 63) / 64;
+  if (list_.size() <= 2 * kSegment) return;
+  const size_t segment = std::max(kSegment, list_.size() / kMaxCheckpoints);
+  // Prefix checkpoints, after the last token of a j once `segment` tokens have gone by.
+  std::vector<uint64_t> acc(n_words, 0);
+  size_t since = 0;
+  for (size_t i = 0; i < list_.size(); ++i) {
+    set_bit(acc.data(), list_[i].token);
+    ++since;
+    const bool j_ends = i + 1 == list_.size() || list_[i + 1].j != list_[i].j;
+    if (j_ends && since >= segment) {
+      prefix_.push_back({list_[i].j, static_cast<uint32_t>(i + 1), acc});
+      since = 0;
+    }
+  }
+  if (!with_suffix) return;
+  std::fill(acc.begin(), acc.end(), 0);
+  since = 0;
+  for (size_t i = list_.size(); i-- > 0;) {
+    set_bit(acc.data(), list_[i].token);
+    ++since;
+    const bool j_starts = i == 0 || list_[i - 1].j != list_[i].j;
+    if (j_starts && since >= segment) {
+      suffix_.push_back({list_[i].j, static_cast<uint32_t>(i), acc});
+      since = 0;
+    }
+  }
+  std::reverse(suffix_.begin(), suffix_.end());
+}
+
+void CountedTokens::or_range(int64_t lo, int64_t hi, uint64_t* mask) const {
+  if (list_.empty()) return;
+  const int32_t j_min = list_.front().j, j_max = list_.back().j;
+  lo = std::max<int64_t>(lo, j_min);
+  hi = std::min<int64_t>(hi, j_max);
+  if (hi < lo) return;
+  auto first_above = [&](int64_t j) {  // index of the first entry with j' > j
+    return static_cast<size_t>(std::partition_point(list_.begin(), list_.end(),
+                                                    [&](const CountedToken& e) { return e.j <= j; }) -
+                               list_.begin());
+  };
+  size_t begin = first_above(lo - 1), end = first_above(hi);
+  const std::vector<uint64_t>* bits = nullptr;
+  if (lo == j_min && !prefix_.empty() && prefix_.front().j <= hi) {
+    const auto k = std::partition_point(prefix_.begin(), prefix_.end(), [&](const Checkpoint& c) { return c.j <= hi; });
+    bits = &std::prev(k)->bits;
+    begin = std::prev(k)->index;
+  } else if (hi == j_max && !suffix_.empty() && suffix_.back().j >= lo) {
+    const auto k = std::partition_point(suffix_.begin(), suffix_.end(), [&](const Checkpoint& c) { return c.j < lo; });
+    bits = &k->bits;
+    end = k->index;
+  }
+  if (bits != nullptr)
+    for (size_t w = 0; w < bits->size(); ++w) mask[w] |= (*bits)[w];
+  for (size_t i = begin; i < end; ++i) set_bit(mask, list_[i].token);
+}
+
+size_t CountedTokens::memory_bytes() const {
+  size_t n = list_.capacity() * sizeof(CountedToken);
+  for (const auto* v : {&prefix_, &suffix_})
+    for (const Checkpoint& c : *v) n += sizeof(Checkpoint) + c.bits.capacity() * 8;
+  return n;
+}
+
+namespace {
 
 // What a token ending right after one step can be, before the frame count is known.
 struct Outcome {
@@ -83,9 +163,8 @@ class MaskBuilder {
       s.n_accepted += static_cast<int64_t>(m.accepted.size());
       s.n_conditional += static_cast<int64_t>(m.stays.size() + m.exits.size());
       s.n_uncertain += static_cast<int64_t>(m.uncertain.size());
-      s.memory_bytes += m.accepted.memory_bytes() + m.stays.size() * 8 + m.exits.size() * 8 +
+      s.memory_bytes += m.accepted.memory_bytes() + m.stays.memory_bytes() + m.exits.memory_bytes() +
                         m.uncertain.size() * 6;
-      for (const std::vector<uint64_t>& b : m.stay_bits) s.memory_bytes += b.size() * 8;
     }
     s.ms = now_ms() - t0;
     return Status();
@@ -289,21 +368,8 @@ class MaskBuilder {
 
     m->accepted.assign(std::move(accepted_), vocab_.n_vocab());
     accepted_ = {};
-    std::sort(stays_.begin(), stays_.end(),
-              [](const CountedToken& a, const CountedToken& b) { return a.j < b.j || (a.j == b.j && a.token < b.token); });
-    m->stays = stays_;
-    const size_t n_words = (static_cast<size_t>(vocab_.n_vocab()) + 63) / 64;
-    if (m->stays.size() > n_words * 2 && !m->stays.empty()) {
-      const int32_t k_max = std::min(kStayBitsMax, m->stays.back().j);
-      std::vector<uint64_t> acc(n_words, 0);
-      size_t e = 0;
-      for (int32_t J = 1; J <= k_max; ++J) {
-        for (; e < m->stays.size() && m->stays[e].j <= J; ++e)
-          acc[static_cast<size_t>(m->stays[e].token) >> 6] |= uint64_t{1} << (m->stays[e].token & 63);
-        m->stay_bits.push_back(acc);
-      }
-    }
-    m->exits = exits_;
+    m->stays.assign(stays_, vocab_.n_vocab(), /*with_suffix=*/false);  // a stay needs j <= bound
+    m->exits.assign(exits_, vocab_.n_vocab(), /*with_suffix=*/true);
     m->uncertain = uncertain_;
     m->uncertain_lcp.resize(m->uncertain.size());
     for (size_t k = 0; k < m->uncertain.size(); ++k) {

@@ -56,16 +56,43 @@ struct CountedToken {
   int32_t j;  // iterations of the frame's repetition completed inside the token
 };
 
+// Conditional tokens sorted by j, with cumulative bitsets at a few j so that the tokens of
+// a range lo <= j <= hi that starts at the smallest j (or ends at the largest) cost one
+// bitset OR plus a walk of at most a segment of the list:
+//
+//   j:      1 1 1 ... 1 2 2 ... 2 3 3 ... 3 4 5 7 9 ...     (sorted list)
+//   prefix checkpoints  ^j<=1     ^j<=2     ^j<=3      (one after every >= segment tokens)
+//   j <= 5:  OR prefix bits (j <= 3), then set the bits of the few tokens with j in 4..5
+//
+// A range bounded on both sides inside the list walks its entries (few in practice: it
+// needs a repetition with both bounds binding at once).
+class CountedTokens {
+ public:
+  void assign(std::vector<CountedToken> tokens, int32_t n_vocab, bool with_suffix);
+  // Sets the bit of every token whose j lies in [lo, hi].
+  void or_range(int64_t lo, int64_t hi, uint64_t* mask) const;
+  size_t size() const { return list_.size(); }
+  bool empty() const { return list_.empty(); }
+  size_t memory_bytes() const;
+  const std::vector<CountedToken>& list() const { return list_; }
+
+ private:
+  struct Checkpoint {
+    int32_t j = 0;       // prefix: every token with j' <= j; suffix: every token with j' >= j
+    uint32_t index = 0;  // prefix: end of those tokens in list_; suffix: their begin
+    std::vector<uint64_t> bits;
+  };
+  std::vector<CountedToken> list_;
+  std::vector<Checkpoint> prefix_, suffix_;  // both by ascending j
+};
+
 // What a stack top at one element allows (see the file comment).
 struct PositionMask {
   int32_t frame_depth = -1;          // parents from the top to the counted frame; -1: none
   int32_t rep_min = 0, rep_max = 0;  // that repetition's bounds (max -1: unbounded)
   TokenSet accepted;
-  // Conditional, staying inside the repetition: sorted by j; stay_bits[J - 1] (J = 1..) has
-  // every token with j <= J when there are many.
-  std::vector<CountedToken> stays;
-  std::vector<std::vector<uint64_t>> stay_bits;
-  std::vector<CountedToken> exits;   // conditional, leaving it
+  CountedTokens stays;               // conditional, staying inside the repetition (j >= 1)
+  CountedTokens exits;               // conditional, leaving it
   std::vector<int32_t> uncertain;    // trie order
   std::vector<uint16_t> uncertain_lcp;  // bytes shared with the previous uncertain token
 };

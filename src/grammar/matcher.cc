@@ -1,6 +1,7 @@
 #include "grammar/matcher.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "base/check.h"
 
@@ -118,28 +119,13 @@ void GrammarMatcher::rollback(int32_t n) {
 void GrammarMatcher::add_conditional(int32_t top, const PositionMask& pm, uint64_t* mask) const {
   int32_t x = top;
   for (int32_t k = 0; k < pm.frame_depth; ++k) x = (*arena_)[x].parent;
-  const int32_t c = (*arena_)[x].count;  // iterations of the repetition complete
+  const int64_t c = (*arena_)[x].count;  // iterations of the repetition complete
   LUMEN_DCHECK(c >= 0 && c < kSymBase);
-  if (pm.rep_max >= 0) {
-    const int64_t t = static_cast<int64_t>(pm.rep_max) - c - 1;  // a stay needs j <= t
-    if (t >= 1) {
-      size_t start = 0;
-      if (!pm.stay_bits.empty()) {
-        const auto k = static_cast<size_t>(std::min<int64_t>(t, static_cast<int64_t>(pm.stay_bits.size())));
-        const std::vector<uint64_t>& bits = pm.stay_bits[k - 1];
-        for (size_t w = 0; w < bits.size(); ++w) mask[w] |= bits[w];
-        const auto covered = static_cast<int32_t>(pm.stay_bits.size());
-        start = static_cast<size_t>(std::partition_point(pm.stays.begin(), pm.stays.end(),
-                                                         [&](const CountedToken& e) { return e.j <= covered; }) -
-                                    pm.stays.begin());
-      }
-      for (size_t i = start; i < pm.stays.size() && pm.stays[i].j <= t; ++i) set_bit(mask, pm.stays[i].token);
-    }
-  }
-  for (const CountedToken& e : pm.exits) {
-    const int64_t done = static_cast<int64_t>(c) + e.j;
-    if (done >= pm.rep_min && (pm.rep_max < 0 || done <= pm.rep_max)) set_bit(mask, e.token);
-  }
+  const int64_t unbounded = INT64_MAX / 2;
+  // A stay ends inside iteration c + j + 1, which must exist: c + j < max (unbounded: the
+  // stays were accepted outright). An exit leaves after c + j iterations: min <= c + j <= max.
+  if (pm.rep_max >= 0) pm.stays.or_range(INT64_MIN / 2, pm.rep_max - c - 1, mask);
+  pm.exits.or_range(pm.rep_min - c, pm.rep_max >= 0 ? pm.rep_max - c : unbounded, mask);
 }
 
 // Checks the position's uncertain tokens against the real stack under `top`, on a copy of

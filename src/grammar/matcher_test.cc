@@ -203,5 +203,60 @@ TEST(GrammarMask, OtherGrammarsMatchBruteForce) {
   random_walks_match_brute_force(read_testdata("list.gbnf"), random_vocab("- ab\n\xC3\xA9\r", 800, 6), 4, 40, 16);
 }
 
+// Long conditional lists get cumulative bitsets (CountedTokens checkpoints). Tokens
+// [ab]^k [xy]^m "."? with k, m up to 40 spread j over many values, so the ranges asked for
+// end between checkpoints (a list segment is walked), start at the smallest j (prefix
+// bitsets: near a repetition's max) or end at the largest (suffix bitsets: below its min).
+TEST(GrammarMask, CheckpointedRepetitionsMatchBruteForce) {
+  std::mt19937_64 rng(7);
+  std::vector<std::string> extra;
+  while (extra.size() < 3000) {
+    const auto k = static_cast<int>(rng() % 41), m = rng() % 2 ? 0 : static_cast<int>(rng() % 41);
+    std::string t;
+    for (int i = 0; i < k; ++i) t += "ab"[rng() % 2];
+    for (int i = 0; i < m; ++i) t += "xy"[rng() % 2];
+    if (rng() % 4 == 0) t += ".";
+    if (!t.empty()) extra.push_back(t);
+  }
+  auto vocab = byte_vocab(extra);
+  const std::string gbnf = "root ::= [ab]{25,70} [xy]{20,60} \".\"\n";
+  auto g = compile_or_die(gbnf, vocab);
+  ASSERT_NE(g, nullptr);
+  size_t longest_stays = 0, longest_exits = 0;
+  for (int32_t pos = 0; pos < g->pda().n_elems(); ++pos)
+    if (const PositionMask* pm = g->position(pos)) {
+      longest_stays = std::max(longest_stays, pm->stays.size());
+      longest_exits = std::max(longest_exits, pm->exits.size());
+    }
+  EXPECT_GT(longest_stays, 1000u);  // lists over 512 entries get checkpoints
+  EXPECT_GT(longest_exits, 1000u);
+  random_walks_match_brute_force(gbnf, vocab, 12, 30, 17);
+}
+
+// CountedTokens::or_range against the plain definition, for every range over lists whose
+// j are spread thin (many checkpoints, walked segments), bunched (one j over a segment) or
+// few (no checkpoints).
+TEST(GrammarMask, CountedTokenRangesEqualTheirDefinition) {
+  std::mt19937_64 rng(3);
+  const int32_t n_vocab = 5000;
+  for (const auto& [n, j_span] : std::vector<std::pair<int, int>>{{3000, 60}, {3000, 4}, {1200, 200}, {100, 10}}) {
+    std::vector<CountedToken> list;
+    for (int i = 0; i < n; ++i)
+      list.push_back({static_cast<int32_t>(rng() % n_vocab), static_cast<int32_t>(rng() % (j_span + 1))});
+    CountedTokens ct;
+    ct.assign(list, n_vocab, /*with_suffix=*/true);
+    const size_t n_words = (n_vocab + 63) / 64;
+    for (int64_t lo = -2; lo <= j_span + 2; ++lo) {
+      for (int64_t hi = lo - 1; hi <= j_span + 2; ++hi) {
+        std::vector<uint64_t> got(n_words, 0), want(n_words, 0);
+        ct.or_range(lo, hi, got.data());
+        for (const CountedToken& e : list)
+          if (e.j >= lo && e.j <= hi) want[static_cast<size_t>(e.token) / 64] |= uint64_t{1} << (e.token % 64);
+        ASSERT_EQ(got, want) << "n " << n << ", j in [0, " << j_span << "], range [" << lo << ", " << hi << "]";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lumen::grammar
