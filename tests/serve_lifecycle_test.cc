@@ -91,8 +91,10 @@ TEST(ServeLifecycle, SigtermDrainsThirtyTwoStreamsWithSlowHeaderClientsConnected
     while (!stop_poll) {
       const bool after = term_sent.load();
       httplib::Client cli("127.0.0.1", port);
-      cli.set_connection_timeout(2, 0);  // a busy machine may take a while; a refusal is immediate
+      cli.set_connection_timeout(5, 0);  // a busy machine may take a while; a refusal is immediate
       auto r = cli.Get("/health/ready");
+      if (!r) r = cli.Get("/health/ready");  // once more: a closed listener refuses again at once, a
+                                             // slow accept under load (seen at load 6) gets through
       if (after) {
         std::lock_guard<std::mutex> lock(mu);
         after_term.push_back(r ? r->status : 0);
