@@ -389,6 +389,20 @@ template <int C>
   }
 }
 
+// Software prefetch of the weights kPrefetchAhead bytes ahead, one group block's worth per
+// block step. A thread's groups are one contiguous run, but the hardware prefetchers alone
+// keep too few lines in flight for one core to stream at its share of the bandwidth
+// (measured, 1 column, 75 MB of q4_K, 1 thread: 10.8 GB/s without, 15.4 with 2.3 KB ahead
+// into L1; 2 threads 17 -> 25 GB/s). Past the end of the weights it touches nothing:
+// prefetches never fault.
+constexpr size_t kPrefetchAhead = 2368;
+template <size_t kGroupBlock>
+[[gnu::always_inline]] inline void prefetch_ahead(const std::byte* gb) {
+  #pragma GCC unroll 32
+  for (size_t off = 0; off < kGroupBlock; off += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(gb + kPrefetchAhead + off), _MM_HINT_T0);
+}
+
 // q8_0 / q4_0: acc += (float)sumi * (d_w * d_x) per block.
 //
 // q4_0: the 8 maddubs of a block (4 dwords x low / high nibbles) add up in int16: each
@@ -407,6 +421,7 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
   for (int64_t ib = 0; ib < nb; ++ib) {
     const std::byte* gb = group + ib * kGroupBlock;
     const std::byte* xb = x + ib * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, qs);
+    prefetch_ahead<kGroupBlock>(gb);
     __m256i s[C];
     if constexpr (kNibbles) {
       __m256i s16[C];
@@ -464,6 +479,7 @@ void tile_q5_0(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
   for (int64_t ib = 0; ib < nb; ++ib) {
     const std::byte* gb = group + ib * kQ5_0GroupBlock;
     const std::byte* xb = x + ib * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, qs);
+    prefetch_ahead<kQ5_0GroupBlock>(gb);
     const __m256i qh = load256(gb + 128);
     __m256i lo16[C], hi16[C];
     #pragma GCC unroll 8
@@ -510,6 +526,7 @@ void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
   for (int64_t ib = 0; ib < nb; ++ib) {
     const std::byte* gb = group + ib * kQ4_KGroupBlock;
     const std::byte* xb = x + ib * sizeof(BlockQ8_K);
+    prefetch_ahead<kQ4_KGroupBlock>(gb);
     __m256i sumi[C], summ[C];
     #pragma GCC unroll 4
     for (int c = 0; c < C; ++c) sumi[c] = summ[c] = _mm256_setzero_si256();
@@ -556,6 +573,52 @@ void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
   store_rows<C>(acc, n_rows, y, ys);
 }
 
+// q4_K against one activation row (decode), the arithmetic of tile_q4_k<1> written for
+// the 1-column case: per sub-block pair two int16 accumulators per nibble half (short add
+// chains, no spills), the per-row scales applied by one madd_epi16 per sub-block, one
+// float conversion per super-block. The int sums are exact, so this equals tile_q4_k<1>
+// (and vec_dot) bit for bit.
+void tile_q4_k_col(int64_t nb, const std::byte* group, const std::byte* x, const std::byte* side, int64_t n_rows,
+                   float* y) {
+  const __m256i m4 = _mm256_set1_epi8(15);
+  __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    const std::byte* gb = group + ib * kQ4_KGroupBlock;
+    const std::byte* xb = x + ib * sizeof(BlockQ8_K);
+    const std::byte* xq = xb + offsetof(BlockQ8_K, qs);
+    prefetch_ahead<kQ4_KGroupBlock>(gb);
+    __m256i sumi = _mm256_setzero_si256();
+    #pragma GCC unroll 1
+    for (int cc = 0; cc < 4; ++cc) {
+      __m256i tl[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+      __m256i th[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+      #pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        const __m256i q = load256(gb + (8 * cc + k) * 32);
+        const __m256i lo = _mm256_and_si256(q, m4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        tl[k & 1] = _mm256_add_epi16(tl[k & 1], _mm256_maddubs_epi16(lo, bcast_i32(xq + 64 * cc + 4 * k)));
+        th[k & 1] = _mm256_add_epi16(th[k & 1], _mm256_maddubs_epi16(hi, bcast_i32(xq + 64 * cc + 32 + 4 * k)));
+      }
+      const __m256i pl = _mm256_madd_epi16(_mm256_add_epi16(tl[0], tl[1]), q4_k_scale_pairs(gb, 2 * cc));
+      const __m256i ph = _mm256_madd_epi16(_mm256_add_epi16(th[0], th[1]), q4_k_scale_pairs(gb, 2 * cc + 1));
+      sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+    }
+    __m256i summ = _mm256_setzero_si256();
+    #pragma GCC unroll 4
+    for (int t = 0; t < 4; ++t)
+      summ = _mm256_add_epi32(summ, _mm256_madd_epi16(_mm256_cvtepu8_epi16(load128(gb + 1088 + 16 * t)),
+                                                      bcast_i32(side + ib * 16 + 4 * t)));
+    const __m256 dw = _mm256_cvtph_ps(load128(gb + 1152)), dminw = _mm256_cvtph_ps(load128(gb + 1168));
+    float dx;
+    std::memcpy(&dx, xb + offsetof(BlockQ8_K, d), 4);
+    acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dx), dw), _mm256_cvtepi32_ps(sumi)));
+    acc_m = _mm256_add_ps(acc_m, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(-dx), dminw), _mm256_cvtepi32_ps(summ)));
+  }
+  acc = _mm256_add_ps(acc, acc_m);
+  store_rows<1>(&acc, n_rows, y, 0);
+}
+
 // Indices for _mm256_shuffle_epi8 that fill each dword d of a vector from its own bytes:
 // byte j of the result is byte (within >> 8j) & 3 of dword d.
 __m256i dword_shuffle(int32_t within) {
@@ -584,6 +647,7 @@ void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
   for (int64_t ib = 0; ib < nb; ++ib) {
     const std::byte* gb = group + ib * kQ6_KGroupBlock;
     const std::byte* xb = x + ib * sizeof(BlockQ8_K);
+    prefetch_ahead<kQ6_KGroupBlock>(gb);
     __m256i sumi[C];
     #pragma GCC unroll 4
     for (int c = 0; c < C; ++c) sumi[c] = _mm256_setzero_si256();
@@ -656,7 +720,13 @@ template <int C> struct TileQ5_0 {
 };
 template <int C> struct TileQ4_K {
   static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
-                  int64_t n_rows, float* y, int64_t ys) { tile_q4_k<C>(nb, g, x, xs, s, ss, n_rows, y, ys); }
+                  int64_t n_rows, float* y, int64_t ys) {
+    if constexpr (C == 1) {
+      tile_q4_k_col(nb, g, x, s, n_rows, y);
+    } else {
+      tile_q4_k<C>(nb, g, x, xs, s, ss, n_rows, y, ys);
+    }
+  }
 };
 
 template <int C> struct TileQ6_K {

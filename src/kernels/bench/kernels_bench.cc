@@ -103,9 +103,17 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
     for (DType dt : {DType::kQ4_0, DType::kQ4_K})
       b->Args({1, static_cast<int>(dt), 2304, 9216, n_tokens, 1, 1});
   // Decode out of cache (~75 MB of q4_0 weights, more than the L3): the memory-bound case.
-  for (int threads : {1, 2})
-    for (DType dt : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K})
-      b->Args({2, static_cast<int>(dt), 8192, 16384, 1, threads, 1});
+  for (int table : {1, 2})
+    for (int threads : {1, 2})
+      for (DType dt : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K})
+        b->Args({table, static_cast<int>(dt), 8192, 16384, 1, threads, 1});
+  // The AVX2 decode kernels' compute cost: one thread, one column, weights that stay in the
+  // L2 (2048 x 128, <= 280 KB), so the CPU time per call is the kernel's own (usable on a
+  // loaded machine); each type of llama.cpp's Q4_0 / Q4_K_M / Q5_K_M / IQ4_XS mixes.
+  for (int il : {0, 1})
+    for (DType dt : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
+                     DType::kIQ4_XS})
+      b->Args({1, static_cast<int>(dt), 2048, 128, 1, 1, il});
   for (int table = 0; table < 3; ++table) {
     for (int threads : {1, 2}) {
       // qwen2-0.5B-ish: ffn_up/gate 896 -> 4864 (q4_0, q8_0, f16), ffn_down 4864 -> 896 (K types)
