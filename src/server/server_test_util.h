@@ -33,6 +33,10 @@ inline std::string tiny_model_path() {
   return shared_dir() + "/models/TinyStories-656K/TinyStories-656K-Q8_0.gguf";
 }
 inline std::string stories260k_path() { return shared_dir() + "/models/stories260K/stories260K.gguf"; }
+// A committed random-weight architecture case (tests/data/arch/NAME/model.gguf, FORMAT.md there).
+inline std::string arch_model_path(const std::string& name) {
+  return std::string(LUMEN_TEST_DATA_DIR) + "/arch/" + name + "/model.gguf";
+}
 
 struct TestServerOptions {
   std::string model_path = tiny_model_path();
@@ -41,6 +45,10 @@ struct TestServerOptions {
   int32_t max_batch_tokens = 64;
   int32_t max_queue = 64;
   int32_t n_threads = 1;
+  // A KV pool of this many blocks (of 16 tokens) for a model whose layers all attend fully,
+  // to make the engine preempt; 0: room for max_seqs full contexts.
+  int32_t kv_blocks = 0;
+  bool enable_prefix_cache = true;
   ServerConfig server;
   bool attach = true;  // load the engine before returning
 };
@@ -57,6 +65,18 @@ struct TestServer {
     ec.max_seqs = o.max_seqs;
     ec.max_batch_tokens = o.max_batch_tokens;
     ec.enable_embeddings = o.server.embeddings;
+    ec.enable_prefix_cache = o.enable_prefix_cache;
+    if (o.kv_blocks > 0) {  // the block size in bytes, from an engine with the default pool
+      auto probe = engine::Engine::create(o.model_path, ec);
+      EXPECT_TRUE(probe.ok()) << probe.message();
+      if (!probe.ok()) return nullptr;
+      size_t block_bytes = 0;
+      for (const kv::KvGroupUsage& g : (*probe)->metrics().kv_groups) {
+        EXPECT_EQ(g.window, 0) << "kv_blocks: a sliding-window group's pool is sized apart";
+        block_bytes += g.block_bytes;
+      }
+      ec.kv_memory_bytes = static_cast<int64_t>(block_bytes) * o.kv_blocks;
+    }
     auto e = engine::Engine::create(o.model_path, ec);
     EXPECT_TRUE(e.ok()) << e.message();
     if (!e.ok()) return nullptr;
