@@ -135,16 +135,21 @@ int cmd_bench_serve(int argc, char** argv, int first) {
   bool header_printed = false;
   // Runs: each level once, or with --spec-ab 2R times, speculation on and off in turn
   // (on first in even rounds, off first in odd ones: both see the same drift in load).
+  // Each level draws its own prompts (LoadConfig::prompt_set: none of an earlier level's are
+  // in the prefix cache); the --spec-ab runs of one level share theirs.
   struct Run {
     int32_t level;
     std::optional<bool> spec;
+    uint32_t prompt_set;
   };
   std::vector<Run> runs;
-  for (const int32_t level : o.levels) {
-    if (o.spec_rounds == 0) runs.push_back({level, std::nullopt});
+  for (size_t li = 0; li < o.levels.size(); ++li) {
+    const int32_t level = o.levels[li];
+    const auto set = static_cast<uint32_t>(li);
+    if (o.spec_rounds == 0) runs.push_back({level, std::nullopt, set});
     for (int32_t r = 0; r < o.spec_rounds; ++r) {
-      runs.push_back({level, r % 2 == 0});
-      runs.push_back({level, r % 2 != 0});
+      runs.push_back({level, r % 2 == 0, set});
+      runs.push_back({level, r % 2 != 0, set});
     }
   }
   std::map<std::pair<int32_t, bool>, std::vector<double>> ab_tok_s;  // (level, spec) -> out tok/s per run
@@ -153,6 +158,7 @@ int cmd_bench_serve(int argc, char** argv, int first) {
     server::LoadConfig c = o.load;
     c.concurrency = level;
     c.speculative = run.spec;
+    c.prompt_set = run.prompt_set;
     auto result = server::run_load(c);
     if (!result.ok()) {
       std::fprintf(stderr, "error: %s\n", result.message().c_str());

@@ -113,7 +113,9 @@ struct Prompts {
 };
 
 Result<Prompts> build_prompts(httplib::Client& cli, const LoadConfig& c) {
-  std::mt19937_64 rng(c.seed);
+  std::mt19937_64 rng(c.seed);  // the shared prefixes
+  std::seed_seq parts_seed{static_cast<uint32_t>(c.seed), static_cast<uint32_t>(c.seed >> 32), c.prompt_set};
+  std::mt19937_64 parts_rng(parts_seed);  // the distinct parts
   Prompts p;
   p.as_ids = c.format == PromptFormat::kIds;
   if (c.format == PromptFormat::kAuto) p.as_ids = tokenize(cli, c, "hello world").has_value();
@@ -125,7 +127,7 @@ Result<Prompts> build_prompts(httplib::Client& cli, const LoadConfig& c) {
       }
     }
     for (int32_t i = 0; i < c.n_requests; ++i) {
-      LUMEN_ASSIGN_OR_RETURN(std::vector<int32_t> ids, token_prompt(cli, c, rng, c.prompt_tokens));
+      LUMEN_ASSIGN_OR_RETURN(std::vector<int32_t> ids, token_prompt(cli, c, parts_rng, c.prompt_tokens));
       const std::vector<int32_t>& prefix = prefixes[i % prefixes.size()];
       ids.insert(ids.begin(), prefix.begin(), prefix.end());
       p.prompts.emplace_back(std::move(ids));
@@ -136,7 +138,7 @@ Result<Prompts> build_prompts(httplib::Client& cli, const LoadConfig& c) {
   if (c.shared_prefix_tokens > 0)
     for (std::string& prefix : prefixes) prefix = random_words(rng, c.shared_prefix_tokens) + " ";
   for (int32_t i = 0; i < c.n_requests; ++i)
-    p.prompts.emplace_back(prefixes[i % prefixes.size()] + random_words(rng, c.prompt_tokens));
+    p.prompts.emplace_back(prefixes[i % prefixes.size()] + random_words(parts_rng, c.prompt_tokens));
   return p;
 }
 

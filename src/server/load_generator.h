@@ -12,7 +12,7 @@
 // prompt_tokens (+ shared_prefix_tokens) ids, sent as a token-id array: every server then
 // sees the same token count. Without /tokenize (or with kText) the words are sent as text,
 // one word ~ one token. The shared-prefix workload puts the same prefix before every
-// request's distinct part.
+// request's distinct part (LoadConfig::prompt_set chooses the distinct parts).
 //
 // Safety: loopback addresses only (it is a load generator), a bounded request count, and a
 // time limit after which no new request starts.
@@ -45,6 +45,10 @@ struct LoadConfig {
   std::optional<bool> speculative;
   PromptFormat format = PromptFormat::kAuto;
   uint64_t seed = 1;
+  // Which set of distinct prompt parts, drawn from (seed, prompt_set); the shared prefixes
+  // come from the seed alone. `bench serve` gives each concurrency level its own set, so no
+  // level finds an earlier level's prompts in the server's prefix cache.
+  uint32_t prompt_set = 0;
   double time_limit_s = 600;         // no new request starts after this
   double request_timeout_s = 600;
 };

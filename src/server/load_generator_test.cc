@@ -141,6 +141,35 @@ TEST(ServerBench, RunsAgainstALiveServer) {
   EXPECT_FALSE(run_load(c).ok());
 }
 
+// Each prompt set has its own distinct parts behind the same shared prefix: a second run
+// with another set finds only the prefix in the server's cache, one with the same set finds
+// its whole prompts (bench serve gives each concurrency level its own set).
+TEST(ServerBench, PromptSetsShareOnlyThePrefix) {
+  auto s = testing::TestServer::start();
+  ASSERT_TRUE(s);
+  LoadConfig c;
+  c.port = s->port;
+  c.n_requests = 3;
+  c.prompt_tokens = 40;
+  c.shared_prefix_tokens = 32;  // two 16-token blocks; prompts of 72 tokens
+  c.max_tokens = 2;
+  auto cached_tokens = [&](uint32_t set) {
+    c.prompt_set = set;
+    auto r = run_load(c);
+    EXPECT_TRUE(r.ok()) << r.message();
+    std::vector<int32_t> n;
+    for (const RequestSample& x : r.ok() ? r->samples : std::vector<RequestSample>{}) {
+      EXPECT_TRUE(x.ok) << x.error;
+      EXPECT_EQ(x.n_prompt, 72);
+      n.push_back(x.n_cached);
+    }
+    return n;
+  };
+  ASSERT_EQ(cached_tokens(0).size(), 3u);  // fills the cache
+  EXPECT_EQ(cached_tokens(1), (std::vector<int32_t>{32, 32, 32})) << "another set: the prefix only";
+  EXPECT_EQ(cached_tokens(0), (std::vector<int32_t>{64, 64, 64})) << "the same set: whole blocks of each prompt";
+}
+
 TEST(ServerMetricsFormat, HistogramIsCumulative) {
   Histogram h({0.1, 1.0});
   h.observe(0.05);
