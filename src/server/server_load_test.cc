@@ -90,7 +90,7 @@ void PrintTo(const SoakModel& m, std::ostream* os) { *os << m.name; }
 class ServerSoak : public ::testing::TestWithParam<SoakModel> {};
 
 // 200 mixed requests at concurrency 16: the server stays up, every valid request completes,
-// and the KV blocks all come back when it is idle.
+// the KV blocks all come back when it is idle, and the prefix cache still hits after it.
 TEST_P(ServerSoak, MixedRequestsAtConcurrency16) {
   TestServerOptions o;
   o.model_path = GetParam().path;
@@ -103,6 +103,11 @@ TEST_P(ServerSoak, MixedRequestsAtConcurrency16) {
   constexpr int kRequests = 200;
   std::string over_context;
   for (int i = 0; i < 300; ++i) over_context += "word ";
+  // Half the prompts start with the same few blocks: prefix-cache hits, and shared blocks
+  // released by cancellation and preemption while others still hold them.
+  const std::string shared_prefix =
+      "Once upon a time, in a small house near the woods, there lived a little girl named Lily who loved to "
+      "play with her dog Max every day.";
   const std::vector<std::string> invalid = {
       "{", R"({"prompt": 5})", R"({"prompt": "x", "max_tokens": -3})", R"({"prompt": "x", "n": 100})",
       R"({"messages": [{"role": "wizard", "content": "x"}]})", "\xff\xfe", R"({"prompt": "x", "stop": [[]]})"};
@@ -119,7 +124,7 @@ TEST_P(ServerSoak, MixedRequestsAtConcurrency16) {
     Json req = {{"max_tokens", max_tokens}, {"temperature", (rng() % 2) ? 0.0 : 0.8}, {"seed", i}};
     const int kind = i % 10;
     if (kind == 4 || kind == 5) req["messages"] = {{{"role", "user"}, {"content", "Tell me a story number " + std::to_string(i)}}};
-    else req["prompt"] = "Once upon a time, story " + std::to_string(i) + ",";
+    else req["prompt"] = (i % 2 ? shared_prefix : "") + " Once upon a time, story " + std::to_string(i) + ",";
     const std::string path = req.contains("messages") ? "/v1/chat/completions" : "/v1/completions";
     switch (kind) {
       case 0: case 1: case 4: {  // streamed
@@ -199,7 +204,12 @@ TEST_P(ServerSoak, MixedRequestsAtConcurrency16) {
                         metric(*s, "lumen_requests_total{outcome=\"length\"}");
   EXPECT_EQ(n_done + metric(*s, "lumen_requests_total{outcome=\"cancelled\"}"), n_valid + n_cancel_sent);
   EXPECT_EQ(metric(*s, "lumen_requests_total{outcome=\"error\"}"), 0);
-  // The server still serves.
+  // The server still serves, and its prefix cache still hits.
+  const std::string again = R"({"prompt": ")" + shared_prefix + R"( The end.", "max_tokens": 3})";
+  EXPECT_EQ(post(*s, "/v1/completions", again).status, 200);
+  const HttpReply hit = post(*s, "/v1/completions", again);
+  ASSERT_EQ(hit.status, 200) << hit.body;
+  EXPECT_GE(hit.json()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 16) << hit.body;
   EXPECT_EQ(post(*s, "/v1/completions", R"({"prompt": "x", "max_tokens": 3})").status, 200);
 }
 
