@@ -22,7 +22,9 @@
 //
 // GQA: a task holds every query head of a kv head (times kTileTokens tokens in prefill),
 // so each K row is dotted and each V row widened once for all of them: the scores come
-// from the type's gemm kernel (bit for bit its vec_dot), key rows against all query rows.
+// from the table's K-scores tile for the K type (KernelTable::attn_key_scores_*: each key
+// loaded and unpacked once for every query row) or else the type's gemm; both are bit for
+// bit the type's vec_dot, key rows against all query rows.
 #include <xmmintrin.h>
 
 #include <algorithm>
@@ -133,6 +135,7 @@ int64_t key_lo(const AttentionParams& p, int64_t pos) {
 // converted query row.
 struct TypeKernels {
   const MatmulKernels* k_mm;
+  GemmFn k_scores;  // the table's K-scores tile for the K type where it has one, else k_mm->gemm
   size_t q_row_bytes;
   DequantizeRowFn v_dequantize;  // V types other than f32 / f16
 };
@@ -142,6 +145,15 @@ TypeKernels type_kernels(const KernelTable& k, const PagedKvView& kv) {
   t.k_mm = find_matmul_kernels(k, kv.k_dtype);
   LUMEN_CHECK(t.k_mm != nullptr && t.k_mm->gemm != nullptr);
   t.q_row_bytes = t.k_mm->quantize_act ? row_bytes(t.k_mm->act_dtype, kv.head_dim) : kv.head_dim * sizeof(float);
+  GemmFn scores = nullptr;
+  switch (kv.k_dtype) {
+    case DType::kF16: scores = k.attn_key_scores_f16; break;
+    case DType::kQ8_0: scores = k.attn_key_scores_q8_0; break;
+    case DType::kQ4_0: scores = k.attn_key_scores_q4_0; break;
+    default: break;
+  }
+  const bool fits = kv.head_dim % kGroupDimMultiple == 0 && kv.head_dim <= kAttnKeyScoresMaxDim;
+  t.k_scores = scores != nullptr && fits ? scores : t.k_mm->gemm;
   switch (kv.v_dtype) {
     case DType::kQ8_0: t.v_dequantize = k.dequantize_q8_0; break;
     case DType::kQ4_0: t.v_dequantize = k.dequantize_q4_0; break;
@@ -166,17 +178,18 @@ void convert_queries(const TypeKernels& tk, int32_t hd, const Rows& rs, std::byt
 }
 
 // Calls fn(j, n, k_rows, v_rows) for keys [j0, j1) of kv head h, one block at a time, after
-// asking for the block kPrefetchBlocks ahead (the cache is paged: the hardware prefetcher
-// cannot guess the next block).
+// asking for the K and V rows of the block kPrefetchBlocks ahead when `prefetch` (the cache
+// is paged: the hardware prefetcher cannot guess the next block). The K pass over a chunk
+// prefetches both; the V pass that follows finds its rows already fetched.
 template <typename Fn>
-void for_blocks(const PagedKvView& kv, int32_t h, int64_t j0, int64_t j1, Fn&& fn) {
+void for_blocks(const PagedKvView& kv, int32_t h, int64_t j0, int64_t j1, bool prefetch, Fn&& fn) {
   constexpr int64_t kPrefetchBlocks = 2;
   const int32_t bs = kv.block_size;
   const size_t k_bytes = static_cast<size_t>(bs) * kv.k_row_bytes(), v_bytes = static_cast<size_t>(bs) * kv.v_row_bytes();
   for (int64_t j = j0; j < j1;) {
     const int64_t n = std::min<int64_t>(j1 - j, bs - j % bs);
     const int64_t j_ahead = (j / bs + kPrefetchBlocks) * bs;
-    if (j_ahead < j1) {
+    if (prefetch && j_ahead < j1) {
       const char* pk = reinterpret_cast<const char*>(kv.k_addr(j_ahead, h));
       const char* pv = reinterpret_cast<const char*>(kv.v_addr(j_ahead, h));
       for (size_t off = 0; off < k_bytes; off += 64) _mm_prefetch(pk + off, _MM_HINT_T0);
@@ -218,8 +231,8 @@ void chunk_partial(const KernelTable& k, const TypeKernels& tk, const AttentionP
   }
   // sc(i, j): row i's score (then p) of key j in [u0, u1).
   auto sc = [&](int64_t i, int64_t j) { return ts.scores + i * kChunkKeys + (j - u0); };
-  for_blocks(kv, rs.kv_head, u0, u1, [&](int64_t j, int64_t n, const std::byte* k_rows, const std::byte*) {
-    tk.k_mm->gemm(hd, k_rows, kv.k_row_bytes(), n, ts.qq, tk.q_row_bytes, n_rows, sc(0, j), kChunkKeys);
+  for_blocks(kv, rs.kv_head, u0, u1, true, [&](int64_t j, int64_t n, const std::byte* k_rows, const std::byte*) {
+    tk.k_scores(hd, k_rows, kv.k_row_bytes(), n, ts.qq, tk.q_row_bytes, n_rows, sc(0, j), kChunkKeys);
   });
   for (int32_t i = 0; i < n_rows; ++i) {
     const int64_t pos = rs.pos0 + i / rs.n_heads;
@@ -239,7 +252,7 @@ void chunk_partial(const KernelTable& k, const TypeKernels& tk, const AttentionP
     std::fill(sc(i, b), sc(i, u1), 0.0f);
   }
   const bool group = hd % kGroupDimMultiple == 0;
-  for_blocks(kv, rs.kv_head, u0, u1, [&](int64_t jb, int64_t nb, const std::byte*, const std::byte* v_block) {
+  for_blocks(kv, rs.kv_head, u0, u1, false, [&](int64_t jb, int64_t nb, const std::byte*, const std::byte* v_block) {
     for (int64_t j = jb; j < jb + nb; j += kConvKeys) {
       const int64_t n = std::min(kConvKeys, jb + nb - j);
       const float* v = v_rows_f32(k, tk, kv, v_block + (j - jb) * kv.v_row_bytes(), n, ts.vf);

@@ -164,13 +164,15 @@ const KvDTypes kTypePairs[] = {
     {DType::kF16, DType::kQ4_0},  {DType::kQ4_0, DType::kQ8_0},
 };
 
-// Shapes: GQA ratios 1, 2, 4, 7; head sizes 32..128 (and 40 / 24 for the float types,
-// which the group kernels do not take); prefill, chunked prefill, decode over one and over
-// several 256-key chunks (the split path with 2 threads); windows, soft-capping.
+// Shapes: GQA ratios 1, 2, 3, 4, 7, 8; head sizes 32..128 (and 40 / 24 for the float
+// types, which the group kernels do not take); prefill, chunked prefill, decode over one and
+// over several 256-key chunks (the split path with 2 threads); windows, soft-capping; key
+// counts that end inside an 8-key score tile and inside a cache block.
 const FlashCase kCases[] = {
     {4, 4, 32, 16, 0, 37},  {8, 2, 64, 16, 0, 19},   {14, 2, 64, 16, 300, 1}, {7, 1, 32, 8, 529, 1},
     {8, 4, 64, 16, 250, 9}, {4, 2, 96, 32, 0, 70, 24}, {8, 2, 64, 16, 700, 1, 300}, {4, 1, 128, 16, 40, 5, 0, 8.0f},
     {8, 8, 32, 16, 600, 3, 100, 5.0f}, {6, 2, 40, 16, 270, 1}, {2, 1, 24, 4, 0, 13, 5},
+    {6, 2, 64, 16, 300, 1}, {16, 2, 128, 16, 530, 2}, {3, 1, 128, 16, 0, 21}, {8, 1, 64, 16, 0, 13},
 };
 
 bool type_fits(KvDTypes t, int32_t hd) {

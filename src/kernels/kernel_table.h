@@ -166,6 +166,14 @@ using AttnScoresGroupF16Fn = void (*)(const uint16_t* k, int64_t n, const float*
 using AttnAccumGroupF16Fn = void (*)(const float* p, size_t p_stride, const uint16_t* v, int64_t n,
                                      int32_t n_heads, int32_t head_dim, float* acc, size_t a_stride);
 
+// Flash attention's K scores (flash_attention.cc) for an f16 / q8_0 / q4_0 cache: a GemmFn
+// with the keys of a cache block as rows (w) and a GQA group's queries, in the K type's
+// activation type, as columns (x), shaped for many rows against a few columns: each key is
+// loaded and unpacked once for all the columns. Bit for bit the same table's vec_dot of the
+// K type, like every GemmFn. Preconditions: head_dim % 32 == 0, head_dim <=
+// kAttnKeyScoresMaxDim.
+constexpr int64_t kAttnKeyScoresMaxDim = 512;
+
 struct KernelTable {
   const char* name = "scalar";  // "scalar", "avx2", "avx512"
   // Matmul kernels per weight dtype, indexed by dtype_index(); an entry whose vec_dot is
@@ -194,6 +202,9 @@ struct KernelTable {
   AttnAccumGroupFn attn_accum_group_f32 = nullptr;
   AttnScoresGroupF16Fn attn_scores_group_f16 = nullptr;  // optional
   AttnAccumGroupF16Fn attn_accum_group_f16 = nullptr;    // optional
+  GemmFn attn_key_scores_f16 = nullptr;                  // optional (null: the type's gemm)
+  GemmFn attn_key_scores_q8_0 = nullptr;                 // optional
+  GemmFn attn_key_scores_q4_0 = nullptr;                 // optional
 };
 
 // The matmul kernels for weights of dtype w_dtype, or null if W can't be a matmul weight.
@@ -215,6 +226,7 @@ KernelTable make_reference_kernel_table();
 // cpu_features() reports the ISA (has_avx2_fma() / has_avx512_vnni()).
 void override_kernels_avx2(KernelTable& table);
 void override_activations_avx2(KernelTable& table);  // activations_avx2.cc
+void override_attention_avx2(KernelTable& table);    // attention_avx2.cc
 void override_kernels_avx512(KernelTable& table, bool has_bf16);
 void override_attention_avx512(KernelTable& table);  // attention_avx512.cc
 

@@ -713,6 +713,7 @@ void override_kernels_avx2(KernelTable& t) {
   t.attn_scores_group_f32 = &attn_scores_group_loop<&attn_scores_f32>;
   t.attn_accum_group_f32 = &attn_accum_group_loop<&attn_accum_f32>;
   override_activations_avx2(t);
+  override_attention_avx2(t);
 }
 
 }  // namespace lumen::kernels

@@ -529,6 +529,63 @@ TEST(KernelsParity, AttentionKernels) {
   log.report();
 }
 
+// Flash attention's K-scores tiles (attn_key_scores_*): bit for bit the same table's
+// vec_dot of the K type (and so, for q8_0 / q4_0, the reference's) for every key count
+// (tile tails), query count (GQA groups times tokens), head size and adversarial input;
+// rows and columns padded apart and every score written exactly once, in its own slot.
+TEST(KernelsParity, AttentionKeyScores) {
+  std::mt19937 rng(27);
+  const KernelTable& ref = reference_kernel_table();
+  FailureLog log;
+  for (const KernelTable* t : available_kernel_tables()) {
+    const std::pair<DType, GemmFn> entries[] = {{DType::kF16, t->attn_key_scores_f16},
+                                                {DType::kQ8_0, t->attn_key_scores_q8_0},
+                                                {DType::kQ4_0, t->attn_key_scores_q4_0}};
+    for (const auto& [dt, scores] : entries) {
+      if (scores == nullptr) continue;
+      const MatmulKernels* mk = find_matmul_kernels(*t, dt);
+      const MatmulKernels* mr = find_matmul_kernels(ref, dt);
+      for (int64_t hd : {int64_t{32}, int64_t{64}, int64_t{96}, int64_t{128}, kAttnKeyScoresMaxDim}) {
+        if (hd % dtype_info(dt).block_size != 0) continue;
+        const int64_t n_keys_max = 21;
+        const size_t ks = row_bytes(dt, hd) + 6, xs = row_bytes(mr->act_dtype, hd) + 10;
+        for (const Weights& wt : adversarial_weights(rng, dt, n_keys_max, hd)) {
+          std::vector<std::byte> k(ks * n_keys_max);
+          for (int64_t r = 0; r < n_keys_max; ++r)
+            std::memcpy(k.data() + r * ks, wt.w.data() + r * row_bytes(dt, hd), row_bytes(dt, hd));
+          const std::vector<Activation> acts = adversarial_activations(rng, hd);
+          for (int64_t n_cols : {1, 2, 3, 4, 7, 8, 9, 17}) {
+            std::vector<std::byte> xq(xs * n_cols);
+            for (int64_t c = 0; c < n_cols; ++c) mr->quantize_act(acts[(c + n_cols) % acts.size()].x.data(), xq.data() + c * xs, hd);
+            for (int64_t n_keys : {1, 5, 7, 8, 9, 16, 21}) {
+              const int64_t ys = n_keys + 3;
+              std::vector<float> y(ys * n_cols, -7.0f);
+              scores(hd, k.data(), ks, n_keys, xq.data(), xs, n_cols, y.data(), ys);
+              const std::string where = std::string(t->name) + " " + std::string(dtype_name(dt)) + " hd=" +
+                                        std::to_string(hd) + " w=" + wt.name + " keys=" + std::to_string(n_keys) +
+                                        " cols=" + std::to_string(n_cols);
+              for (int64_t c = 0; c < n_cols; ++c) {
+                for (int64_t r = 0; r < ys; ++r) {
+                  const float g = y[c * ys + r];
+                  if (r >= n_keys) {
+                    log.check(g == -7.0f, where + " wrote past its keys, col " + std::to_string(c), 1, 0);
+                    continue;
+                  }
+                  const float want = mk->vec_dot(hd, k.data() + r * ks, xq.data() + c * xs);
+                  const bool same = std::memcmp(&g, &want, sizeof(float)) == 0 || (std::isnan(g) && std::isnan(want));
+                  log.check(same, where + " key " + std::to_string(r) + " col " + std::to_string(c),
+                            std::fabs(g - want), 0);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  log.report();
+}
+
 // Group attention kernels: bit for bit the same table's single-head f32 kernels, for every
 // head count (tile tails) and key count; row_max exact; scale_round bit-exact with the
 // reference (fp16 round to nearest even, subnormals and overflow included); f16_to_f32 exact.
