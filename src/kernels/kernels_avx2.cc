@@ -9,7 +9,7 @@
 //   quantize_row_q8_0          bit-exact (q8_K: matmul_avx2.cc, bit-exact)
 //   quantized dots             integer products exact; f32 accumulation in 8 lanes (each
 //                              lane sums its share of every block, as ggml's AVX2 kernels);
-//                              q8_0 / q4_0 / q5_0 / q4_K / q6_K (matmul_avx2.cc, with
+//                              q8_0 / q4_0 / q5_0 / q4_K / q5_K / q6_K (matmul_avx2.cc, with
 //                              their 8-row interleaved layouts): bit-exact
 //   f32/f16/bf16 dots          4 x 8 f32 lanes with FMA instead of a double sum
 //   rms_norm                   double sum of squares in 4 lanes; then bit-exact
@@ -35,12 +35,6 @@ namespace {
 
 float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-float hsum128(__m128 s) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
@@ -287,59 +281,6 @@ struct Q3_KKernel {
     }
     #pragma GCC unroll 8
     for (int c = 0; c < NC; ++c) out[c] = hsum(acc[c]);
-  }
-};
-
-// q5_K: as q4_K (matmul_avx2.cc) with the fifth bit of each quant from qh; f32 lanes.
-struct Q5_KKernel {
-  template <int NC>
-  static void cols(int64_t n, const std::byte* w, const std::byte* x, size_t xs, float* out) {
-    const auto* bw = reinterpret_cast<const BlockQ5_K*>(w);
-    const __m256i m4 = _mm256_set1_epi8(15), m1 = _mm256_set1_epi8(1);
-    __m256 acc[NC];
-    __m128 acc_m[NC];
-    #pragma GCC unroll 8
-    for (int c = 0; c < NC; ++c) {
-      acc[c] = _mm256_setzero_ps();
-      acc_m[c] = _mm_setzero_ps();
-    }
-    for (int64_t ib = 0; ib < n / kQkK; ++ib) {
-      const BlockQ5_K& b = bw[ib];
-      uint8_t sc[8], mn[8];
-      unpack_q4_k_scales(b.scales, sc, mn);
-      const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn)));
-      const __m256i qh = load256(b.qh);
-      __m256i sumi[NC];
-      #pragma GCC unroll 8
-      for (int c = 0; c < NC; ++c) sumi[c] = _mm256_setzero_si256();
-      for (int j = 0; j < 4; ++j) {
-        const __m256i q4 = load256(b.qs + 32 * j);
-        const __m256i hl = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), m1), 4);
-        const __m256i hh = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), m1), 4);
-        const __m256i q5l = _mm256_or_si256(_mm256_and_si256(q4, m4), hl);
-        const __m256i q5h = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4, 4), m4), hh);
-        const __m256i scl = _mm256_set1_epi16(sc[2 * j]);
-        const __m256i sch = _mm256_set1_epi16(sc[2 * j + 1]);
-        #pragma GCC unroll 8
-        for (int c = 0; c < NC; ++c) {
-          const int8_t* q8 = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib].qs + 64 * j;
-          const __m256i pl = _mm256_madd_epi16(scl, _mm256_maddubs_epi16(q5l, load256(q8)));
-          const __m256i ph = _mm256_madd_epi16(sch, _mm256_maddubs_epi16(q5h, load256(q8 + 32)));
-          sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(pl, ph));
-        }
-      }
-      const float dw = f16(b.d_f16), dminw = f16(b.dmin_f16);
-      #pragma GCC unroll 8
-      for (int c = 0; c < NC; ++c) {
-        const BlockQ8_K& bx = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib];
-        const __m128i q8s = _mm_hadd_epi16(load128(bx.bsums), load128(bx.bsums + 8));
-        const __m128i prod = _mm_madd_epi16(mins, q8s);
-        acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(-bx.d * dminw), _mm_cvtepi32_ps(prod), acc_m[c]);
-        acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(bx.d * dw), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-      }
-    }
-    #pragma GCC unroll 8
-    for (int c = 0; c < NC; ++c) out[c] = hsum(acc[c]) + hsum128(acc_m[c]);
   }
 };
 
@@ -689,7 +630,6 @@ void mm_q4_1_avx2(MatmulKernels& mk) { set_cols<Q4_1Kernel>(mk); }
 void mm_q5_1_avx2(MatmulKernels& mk) { set_cols<Q5_1Kernel>(mk); }
 void mm_q2_k_avx2(MatmulKernels& mk) { set_cols<Q2_KKernel>(mk); }
 void mm_q3_k_avx2(MatmulKernels& mk) { set_cols<Q3_KKernel>(mk); }
-void mm_q5_k_avx2(MatmulKernels& mk) { set_cols<Q5_KKernel>(mk); }
 void mm_iq4_nl_avx2(MatmulKernels& mk) { set_cols<IQ4_NLKernel>(mk); }
 void quantize_row_q8_0_avx2(const float* x, std::byte* y, int64_t n) { quantize_row_q8_0(x, y, n); }
 void quantize_row_f16_avx2(const float* x, std::byte* y, int64_t n) { quantize_row_f16(x, y, n); }

@@ -1,4 +1,4 @@
-// AVX2 matmul kernels for q8_0, q4_0 and q5_0 weights (against q8_0 activations) and q4_K, q6_K
+// AVX2 matmul kernels for q8_0, q4_0 and q5_0 weights (against q8_0 activations) and q4_K, q5_K, q6_K
 // (against q8_K): the plain GGUF layout (vec_dot, gemm) and 8-row interleaved groups
 // (InterleavedKernels, kernel_table.h), and the q8_K activation quantizer they read.
 //
@@ -60,6 +60,13 @@ int32_t hsum_i32(__m128i s) {
   return _mm_cvtsi128_si32(s);
 }
 int32_t hsum_i32(__m256i v) { return hsum_i32(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1))); }
+
+// v shifted left by `left` bits per 16-bit lane (right by -left when negative). Bit b of a
+// byte lands at b + left of the same byte when 0 <= b + left < 8 (bits leaving the byte are
+// masked away by the callers).
+[[gnu::always_inline]] inline __m256i shift_epi16(__m256i v, int left) {
+  return left >= 0 ? _mm256_slli_epi16(v, left) : _mm256_srli_epi16(v, -left);
+}
 
 // ---- the plain layout: one weight row against up to kMaxCols activation rows ------------
 
@@ -129,19 +136,22 @@ struct PlainKernel {
   }
 };
 
-// q4_K against q8_K in the plain layout (ref::vec_dot_q4_k_q8_k): per block the exact
-// sumi = sum_s sc[s] * (q4 . q8 over s) and summ = sum_s m[s] * bsum[s], then
+// q4_K / q5_K against q8_K in the plain layout (ref::vec_dot_q4_k_q8_k / _q5_k_): per block
+// the exact sumi = sum_s sc[s] * (q . q8 over s) and summ = sum_s m[s] * bsum[s], then
 // acc += (d_x * d_w) * (float)sumi, acc_m += (-d_x * dmin_w) * (float)summ; result acc + acc_m.
-struct PlainQ4_KKernel {
+// q5_K's fifth bit of element 32s + l is bit s of qh[l].
+template <typename Block>
+struct PlainKMinKernel {
   template <int NC>
   static void cols(int64_t n, const std::byte* w, const std::byte* x, size_t xs, float* out) {
-    const auto* bw = reinterpret_cast<const BlockQ4_K*>(w);
-    const __m256i m4 = _mm256_set1_epi8(15);
+    constexpr bool kQ5 = std::is_same_v<Block, BlockQ5_K>;
+    const auto* bw = reinterpret_cast<const Block*>(w);
+    const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16);
     float acc[NC], acc_m[NC];
     #pragma GCC unroll 4
     for (int c = 0; c < NC; ++c) acc[c] = acc_m[c] = 0.0f;
     for (int64_t ib = 0; ib < n / kQkK; ++ib) {
-      const BlockQ4_K& b = bw[ib];
+      const Block& b = bw[ib];
       uint8_t sc[8], mn[8];
       unpack_q4_k_scales(b.scales, sc, mn);
       const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn)));
@@ -151,8 +161,13 @@ struct PlainQ4_KKernel {
       for (int c = 0; c < NC; ++c) sumi[c] = _mm256_setzero_si256();
       for (int j = 0; j < 4; ++j) {
         const __m256i q4 = load256(b.qs + 32 * j);
-        const __m256i q4l = _mm256_and_si256(q4, m4);
-        const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+        __m256i q4l = _mm256_and_si256(q4, m4);
+        __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+        if constexpr (kQ5) {
+          const __m256i qh = load256(b.qh);  // bit s of byte l -> bit 4: shift the 16-bit lanes
+          q4l = _mm256_or_si256(q4l, _mm256_and_si256(shift_epi16(qh, 4 - 2 * j), b4));
+          q4h = _mm256_or_si256(q4h, _mm256_and_si256(shift_epi16(qh, 3 - 2 * j), b4));
+        }
         const __m256i scl = _mm256_set1_epi16(sc[2 * j]);
         const __m256i sch = _mm256_set1_epi16(sc[2 * j + 1]);
         #pragma GCC unroll 4
@@ -261,6 +276,10 @@ struct PlainQ6_KKernel {
 //   [s = 0..7][r] u8    sc[s]                                                         64
 //   [t = 0..3][r] u8 x 2   m[2t], m[2t + 1]                                           64
 //   [r] f16 d, [r] f16 dmin                                                            32
+// q5_K "q5_Kx8", 1440 bytes per 256 elements (+2.3%):
+//   the q4_Kx8 group block (qs low nibbles, sc, m, d, dmin)                          1184
+//   [s = 0..7][r] u32  the fifth bits of sub-block s of row r: bit 8j + k = that of
+//                      element 32s + 4k + j (j = 0..3, k = 0..7)                       256
 // q6_K "q6_Kx8p", 1680 bytes per 256 elements (the size of the 8 GGUF blocks):
 //   [h = 0..1][k = 0..7] { [r] u32 P, [r] u32 Q, [r] u32 R }                          1536
 //   [t = 0..7][r] i8 x 2   scales[2t], scales[2t + 1]                                  128
@@ -274,6 +293,7 @@ constexpr size_t kQ8_0GroupBlock = 288;
 constexpr size_t kQ4_0GroupBlock = 144;
 constexpr size_t kQ5_0GroupBlock = 176;
 constexpr size_t kQ4_KGroupBlock = 1184;
+constexpr size_t kQ5_KGroupBlock = 1440;
 constexpr size_t kQ6_KGroupBlock = 1680;
 
 template <size_t kGroupBlock, int kBlock>
@@ -315,14 +335,23 @@ void pack_q5_0(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, s
   });
 }
 
-void pack_q4_k(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* dst) {
-  pack_groups<BlockQ4_K, kQ4_KGroupBlock, kQkK>(n, w, w_stride, n_rows, dst, [](const BlockQ4_K& b, int r, std::byte* gb) {
+// q4_Kx8 / q5_Kx8: the quant nibbles, the unpacked scales and mins, d and dmin; q5_K's
+// fifth bits transposed after them.
+template <typename Block>
+void pack_kmin(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* dst) {
+  constexpr size_t kGroupBlock = std::is_same_v<Block, BlockQ5_K> ? kQ5_KGroupBlock : kQ4_KGroupBlock;
+  pack_groups<Block, kGroupBlock, kQkK>(n, w, w_stride, n_rows, dst, [](const Block& b, int r, std::byte* gb) {
     for (int i = 0; i < 32; ++i) std::memcpy(gb + 32 * i + 4 * r, b.qs + 4 * i, 4);  // i = 8c + k
     uint8_t sc[8], mn[8];
     unpack_q4_k_scales(b.scales, sc, mn);
     for (int s = 0; s < 8; ++s) {
       gb[1024 + 8 * s + r] = static_cast<std::byte>(sc[s]);
       gb[1088 + 16 * (s / 2) + 2 * r + s % 2] = static_cast<std::byte>(mn[s]);
+      if constexpr (std::is_same_v<Block, BlockQ5_K>) {
+        uint32_t t = 0;
+        for (int l = 0; l < 32; ++l) t |= ((b.qh[l] >> s) & 1u) << (8 * (l % 4) + l / 4);
+        std::memcpy(gb + 1184 + 32 * s + 4 * r, &t, 4);
+      }
     }
     std::memcpy(gb + 1152 + 2 * r, &b.d_f16, 2);
     std::memcpy(gb + 1168 + 2 * r, &b.dmin_f16, 2);
@@ -520,44 +549,61 @@ __m256i q4_k_scale_pairs(const std::byte* gb, int s) {
   return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
 }
 
-// q4_K: acc += (d_x * d_w) * (float)sumi, acc_m += (-d_x * dmin_w) * (float)summ per block,
-// result acc + acc_m; sumi = sum_s sc[s] * (q4 . q8 over s), summ = sum_s m[s] * bsum[s].
-// A sub-block's 8 maddubs add up in int16 as q4_0's (16 products of a nibble and an int8).
-template <int C>
-void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side, size_t ss,
+// q4_K / q5_K: acc += (d_x * d_w) * (float)sumi, acc_m += (-d_x * dmin_w) * (float)summ
+// per block, result acc + acc_m; sumi = sum_s sc[s] * (q . q8 over s), summ = sum_s m[s] *
+// bsum[s]. q4_K: a sub-block's 8 maddubs add up in int16 as q4_0's (16 products of a nibble
+// and an int8, |sum| <= 30720). q5_K (quants 0..31, the fifth bit from the transposed
+// dword: bit 8j + k -> bit 4 of byte j by one shift): 4 maddubs at a time (8 products,
+// |sum| <= 31744), so each sub-block is two int16 sums, each scaled by its own madd.
+template <bool kQ5, int C>
+void tile_kmin(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side, size_t ss,
                int64_t n_rows, float* y, int64_t ys) {
-  const __m256i m4 = _mm256_set1_epi8(15);
+  constexpr size_t kGroupBlock = kQ5 ? kQ5_KGroupBlock : kQ4_KGroupBlock;
+  constexpr int kSplit = kQ5 ? 2 : 1;  // int16 partial sums per sub-block
+  const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16);
   __m256 acc[C], acc_m[C];
   #pragma GCC unroll 4
   for (int c = 0; c < C; ++c) acc[c] = acc_m[c] = _mm256_setzero_ps();
   for (int64_t ib = 0; ib < nb; ++ib) {
-    const std::byte* gb = group + ib * kQ4_KGroupBlock;
+    const std::byte* gb = group + ib * kGroupBlock;
     const std::byte* xb = x + ib * sizeof(BlockQ8_K);
-    prefetch_ahead<kQ4_KGroupBlock>(gb);
+    prefetch_ahead<kGroupBlock>(gb);
     __m256i sumi[C], summ[C];
     #pragma GCC unroll 4
     for (int c = 0; c < C; ++c) sumi[c] = summ[c] = _mm256_setzero_si256();
     #pragma GCC unroll 1
     for (int cc = 0; cc < 4; ++cc) {
-      __m256i tl[C], th[C];
-      #pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) tl[c] = th[c] = _mm256_setzero_si256();
       const std::byte* xq = xb + offsetof(BlockQ8_K, qs) + 64 * cc;
-      #pragma GCC unroll 8
-      for (int k = 0; k < 8; ++k) {
-        const __m256i q = load256(gb + (8 * cc + k) * 32);
-        const __m256i lo = _mm256_and_si256(q, m4);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        #pragma GCC unroll 4
-        for (int c = 0; c < C; ++c) {
-          tl[c] = _mm256_add_epi16(tl[c], _mm256_maddubs_epi16(lo, bcast_i32(xq + c * xs + 4 * k)));
-          th[c] = _mm256_add_epi16(th[c], _mm256_maddubs_epi16(hi, bcast_i32(xq + c * xs + 32 + 4 * k)));
-        }
-      }
       const __m256i scl = q4_k_scale_pairs(gb, 2 * cc), sch = q4_k_scale_pairs(gb, 2 * cc + 1);
-      #pragma GCC unroll 4
-      for (int c = 0; c < C; ++c)
-        sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(_mm256_madd_epi16(tl[c], scl), _mm256_madd_epi16(th[c], sch)));
+      __m256i hl = _mm256_setzero_si256(), hh = _mm256_setzero_si256();
+      if constexpr (kQ5) {
+        hl = load256(gb + 1184 + 64 * cc);
+        hh = load256(gb + 1184 + 64 * cc + 32);
+      }
+      #pragma GCC unroll 2
+      for (int part = 0; part < kSplit; ++part) {
+        __m256i tl[C], th[C];
+        #pragma GCC unroll 4
+        for (int c = 0; c < C; ++c) tl[c] = th[c] = _mm256_setzero_si256();
+        #pragma GCC unroll 8
+        for (int k = part * 8 / kSplit; k < (part + 1) * 8 / kSplit; ++k) {
+          const __m256i q = load256(gb + (8 * cc + k) * 32);
+          __m256i lo = _mm256_and_si256(q, m4);
+          __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+          if constexpr (kQ5) {
+            lo = _mm256_or_si256(lo, _mm256_and_si256(shift_epi16(hl, 4 - k), b4));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(shift_epi16(hh, 4 - k), b4));
+          }
+          #pragma GCC unroll 4
+          for (int c = 0; c < C; ++c) {
+            tl[c] = _mm256_add_epi16(tl[c], _mm256_maddubs_epi16(lo, bcast_i32(xq + c * xs + 4 * k)));
+            th[c] = _mm256_add_epi16(th[c], _mm256_maddubs_epi16(hi, bcast_i32(xq + c * xs + 32 + 4 * k)));
+          }
+        }
+        #pragma GCC unroll 4
+        for (int c = 0; c < C; ++c)
+          sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(_mm256_madd_epi16(tl[c], scl), _mm256_madd_epi16(th[c], sch)));
+      }
     }
     #pragma GCC unroll 4
     for (int t = 0; t < 4; ++t) {
@@ -737,9 +783,14 @@ template <int C> struct TileQ4_K {
     if constexpr (C == 1) {
       tile_q4_k_col(nb, g, x, s, n_rows, y);
     } else {
-      tile_q4_k<C>(nb, g, x, xs, s, ss, n_rows, y, ys);
+      tile_kmin<false, C>(nb, g, x, xs, s, ss, n_rows, y, ys);
     }
   }
+};
+
+template <int C> struct TileQ5_K {
+  static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
+                  int64_t n_rows, float* y, int64_t ys) { tile_kmin<true, C>(nb, g, x, xs, s, ss, n_rows, y, ys); }
 };
 
 template <int C> struct TileQ6_K {
@@ -845,10 +896,17 @@ void mm_q5_0_avx2(MatmulKernels& mk) {
                     &pack_q5_0, &gemm_groups<kQk, kQ5_0GroupBlock, 4, TileQ5_0>};
 }
 void mm_q4_k_avx2(MatmulKernels& mk) {
-  mk.vec_dot = &vec_dot_cols<PlainQ4_KKernel>;
-  mk.gemm = &gemm_cols<PlainQ4_KKernel>;
+  mk.vec_dot = &vec_dot_cols<PlainKMinKernel<BlockQ4_K>>;
+  mk.gemm = &gemm_cols<PlainKMinKernel<BlockQ4_K>>;
   mk.interleaved = {"q4_Kx8", kRows, &group_bytes<kQ4_KGroupBlock, kQkK>, &q4_k_side_bytes, &prepare_side_q4_k,
-                    &pack_q4_k, &gemm_groups<kQkK, kQ4_KGroupBlock, 4, TileQ4_K>};
+                    &pack_kmin<BlockQ4_K>, &gemm_groups<kQkK, kQ4_KGroupBlock, 4, TileQ4_K>};
+}
+
+void mm_q5_k_avx2(MatmulKernels& mk) {
+  mk.vec_dot = &vec_dot_cols<PlainKMinKernel<BlockQ5_K>>;
+  mk.gemm = &gemm_cols<PlainKMinKernel<BlockQ5_K>>;
+  mk.interleaved = {"q5_Kx8", kRows, &group_bytes<kQ5_KGroupBlock, kQkK>, &q4_k_side_bytes, &prepare_side_q4_k,
+                    &pack_kmin<BlockQ5_K>, &gemm_groups<kQkK, kQ5_KGroupBlock, 4, TileQ5_K>};
 }
 
 void mm_q6_k_avx2(MatmulKernels& mk) {
