@@ -22,6 +22,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/iq_simd.h"
 #include "kernels/isa_kernels.h"
 #include "kernels/kernel_table.h"
 #include "kernels/kernels_isa_common.h"
@@ -280,6 +281,11 @@ struct PlainQ6_KKernel {
 //   the q4_Kx8 group block (qs low nibbles, sc, m, d, dmin)                          1184
 //   [s = 0..7][r] u32  the fifth bits of sub-block s of row r: bit 8j + k = that of
 //                      element 32s + 4k + j (j = 0..3, k = 0..7)                       256
+// iq4_xs "iq4_xsx8", 1104 bytes per 256 elements (+1.5%):
+//   [b = 0..7][k = 0..3][r] u32  qs[16b + 4k .. 16b + 4k + 3] of row r: low nibbles the
+//                       codes of elements 32b + 4k .., high nibbles 32b + 16 + 4k ..   1024
+//   [b][r] i8           ls[b] - 32, sub-block b's scale                                 64
+//   [r] f16 d                                                                           16
 // q6_K "q6_Kx8p", 1680 bytes per 256 elements (the size of the 8 GGUF blocks):
 //   [h = 0..1][k = 0..7] { [r] u32 P, [r] u32 Q, [r] u32 R }                          1536
 //   [t = 0..7][r] i8 x 2   scales[2t], scales[2t + 1]                                  128
@@ -294,6 +300,7 @@ constexpr size_t kQ4_0GroupBlock = 144;
 constexpr size_t kQ5_0GroupBlock = 176;
 constexpr size_t kQ4_KGroupBlock = 1184;
 constexpr size_t kQ5_KGroupBlock = 1440;
+constexpr size_t kIQ4_XSGroupBlock = 1104;
 constexpr size_t kQ6_KGroupBlock = 1680;
 
 template <size_t kGroupBlock, int kBlock>
@@ -358,6 +365,16 @@ void pack_kmin(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, s
   });
 }
 
+void pack_iq4_xs(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* dst) {
+  pack_groups<BlockIQ4_XS, kIQ4_XSGroupBlock, kQkK>(n, w, w_stride, n_rows, dst, [](const BlockIQ4_XS& b, int r, std::byte* gb) {
+    for (int i = 0; i < 32; ++i) std::memcpy(gb + 32 * i + 4 * r, b.qs + 4 * i, 4);  // i = 4b + k
+    int16_t sc[16];
+    WidenIQ4_XS::scales(b, sc);
+    for (int sb = 0; sb < 8; ++sb) gb[1024 + 8 * sb + r] = static_cast<std::byte>(static_cast<int8_t>(sc[2 * sb]));
+    std::memcpy(gb + 1088 + 2 * r, &b.d_f16, 2);
+  });
+}
+
 void pack_q6_k(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* dst) {
   pack_groups<BlockQ6_K, kQ6_KGroupBlock, kQkK>(n, w, w_stride, n_rows, dst, [](const BlockQ6_K& b, int r, std::byte* gb) {
     for (int h = 0; h < 2; ++h) {
@@ -405,6 +422,18 @@ void prepare_side_q4_k(const std::byte* xq, int64_t n, std::byte* side) {
   for (int64_t ib = 0; ib < n / kQkK; ++ib)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(side + ib * 16),
                      _mm_hadd_epi16(load128(bx[ib].bsums), load128(bx[ib].bsums + 8)));
+}
+
+// Side data of a q8_K activation row for iq4_xs: |q| of every quant (256 bytes per block),
+// the unsigned operand of maddubs (the weights' values carry the activations' signs).
+size_t iq4_xs_side_bytes(int64_t n) { return static_cast<size_t>(n); }
+void prepare_side_iq4_xs(const std::byte* xq, int64_t n, std::byte* side) {
+  const auto* bx = reinterpret_cast<const BlockQ8_K*>(xq);
+  for (int64_t ib = 0; ib < n / kQkK; ++ib)
+    for (int k = 0; k < kQkK / 32; ++k) {
+      const __m256i q = load256(bx[ib].qs + 32 * k);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(side + ib * kQkK + 32 * k), _mm256_sign_epi8(q, q));
+    }
 }
 
 // ---- group tiles: one group of 8 rows against C activation rows -----------------------------
@@ -765,6 +794,61 @@ void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
   store_rows<C>(acc, n_rows, y, ys);
 }
 
+// iq4_xs (the i-quants' S, iq_blocks.h): acc += (d_x * d_w) * (float)S per block, S =
+// sum_b sc[b] * (v . q8 over sub-block b), v = kIq4nlValues[code] (int8 in [-127, 113]).
+// maddubs(|q8|, v with q8's signs) gives pairs up to 2 * 127 * 127, so each is widened and
+// scaled at once by a madd against the rows' (sc, sc) pairs.
+template <int C>
+void tile_iq4_xs(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side, size_t ss,
+                 int64_t n_rows, float* y, int64_t ys) {
+  const __m256i m4 = _mm256_set1_epi8(15);
+  const __m256i table = _mm256_broadcastsi128_si256(load128(kIq4nlValues));
+  __m256 acc[C];
+  #pragma GCC unroll 4
+  for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    const std::byte* gb = group + ib * kIQ4_XSGroupBlock;
+    const std::byte* xq = x + ib * sizeof(BlockQ8_K) + offsetof(BlockQ8_K, qs);
+    const std::byte* sb0 = side + ib * kQkK;
+    prefetch_ahead<kIQ4_XSGroupBlock>(gb);
+    __m256i sumi[C];
+    #pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) sumi[c] = _mm256_setzero_si256();
+    #pragma GCC unroll 1
+    for (int b = 0; b < 8; ++b) {
+      // (sc, sc) int16 pairs per row's dword.
+      const __m256i sc32 = _mm256_cvtepu16_epi32(_mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(gb + 1024 + 8 * b))));
+      const __m256i scp = _mm256_or_si256(sc32, _mm256_slli_epi32(sc32, 16));
+      #pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const __m256i q = load256(gb + (4 * b + k) * 32);
+        const __m256i vl = _mm256_shuffle_epi8(table, _mm256_and_si256(q, m4));
+        const __m256i vh = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+        #pragma GCC unroll 4
+        for (int c = 0; c < C; ++c) {
+          const size_t e = 32 * b + 4 * k;
+          const __m256i pl = _mm256_maddubs_epi16(bcast_i32(sb0 + c * ss + e), _mm256_sign_epi8(vl, bcast_i32(xq + c * xs + e)));
+          const __m256i ph =
+              _mm256_maddubs_epi16(bcast_i32(sb0 + c * ss + e + 16), _mm256_sign_epi8(vh, bcast_i32(xq + c * xs + e + 16)));
+          sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(_mm256_madd_epi16(pl, scp), _mm256_madd_epi16(ph, scp)));
+        }
+      }
+    }
+    const __m256 dw = _mm256_cvtph_ps(load128(gb + 1088));
+    #pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) {
+      float dx;
+      std::memcpy(&dx, x + c * xs + ib * sizeof(BlockQ8_K) + offsetof(BlockQ8_K, d), 4);
+      acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dx), dw), _mm256_cvtepi32_ps(sumi[c])));
+    }
+  }
+  store_rows<C>(acc, n_rows, y, ys);
+}
+
+template <int C> struct TileIQ4_XS {
+  static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
+                  int64_t n_rows, float* y, int64_t ys) { tile_iq4_xs<C>(nb, g, x, xs, s, ss, n_rows, y, ys); }
+};
 template <int C> struct TileQ8_0 {
   static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
                   int64_t n_rows, float* y, int64_t ys) { tile_q8<false, C>(nb, g, x, xs, s, ss, n_rows, y, ys); }
@@ -907,6 +991,14 @@ void mm_q5_k_avx2(MatmulKernels& mk) {
   mk.gemm = &gemm_cols<PlainKMinKernel<BlockQ5_K>>;
   mk.interleaved = {"q5_Kx8", kRows, &group_bytes<kQ5_KGroupBlock, kQkK>, &q4_k_side_bytes, &prepare_side_q4_k,
                     &pack_kmin<BlockQ5_K>, &gemm_groups<kQkK, kQ5_KGroupBlock, 4, TileQ5_K>};
+}
+
+// iq4_xs: the row kernels are the i-quants' (iq_simd.h), the interleaved layout is here.
+void mm_iq4_xs_avx2(MatmulKernels& mk) {
+  mk.vec_dot = &vec_dot_cols<IqKKernel<WidenIQ4_XS>>;
+  mk.gemm = &gemm_cols<IqKKernel<WidenIQ4_XS>>;
+  mk.interleaved = {"iq4_xsx8", kRows, &group_bytes<kIQ4_XSGroupBlock, kQkK>, &iq4_xs_side_bytes, &prepare_side_iq4_xs,
+                    &pack_iq4_xs, &gemm_groups<kQkK, kIQ4_XSGroupBlock, 4, TileIQ4_XS>};
 }
 
 void mm_q6_k_avx2(MatmulKernels& mk) {
