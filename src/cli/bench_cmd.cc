@@ -597,9 +597,13 @@ int cmd_bench(int argc, char** argv, int first) {
   for (OptionSpec& s : grammar_option_specs()) {
     s.help = s.names[0] == "--json-schema" ? "TPOT with and without this JSON Schema's grammar, alternating, and the mask's cost (bench_grammar.cc)"
                                            : "the same with a GBNF grammar";
+    s.repeatable = true;  // several only with --mask-walks
     specs.push_back(s);
   }
   specs.push_back({{"--temp"}, "T", "with --json-schema / --grammar-file: sampling temperature (default 1.0)"});
+  specs.push_back({{"--mask-walks"}, "N",
+                   "with --json-schema / --grammar-file (repeatable): no decoding; N random walks of up to -n tokens per "
+                   "grammar, each replayed -r times, fill_mask per step = the fastest replay"});
   ArgParser args("bench", "lumen bench -m MODEL [-m MODEL2] [-t 1,2] [-p 512] [-n 128] [-d D] [-r 3] [--membw] [-o md|json|jsonl|csv]", specs);
   int rc = 0;
   if (!parse_or_report(args, argc, argv, first, rc)) return rc;
@@ -653,6 +657,10 @@ int cmd_bench(int argc, char** argv, int first) {
 
   const bool spec = args.has("--spec") || args.has("--draft-model");
   const bool grammar = args.has("--json-schema") || args.has("--grammar-file");
+  if (args.has("--mask-walks") && !grammar) {
+    std::fprintf(stderr, "error: lumen bench: --mask-walks needs --json-schema or --grammar-file\n");
+    return 2;
+  }
   if (spec || grammar) {  // one engine, one request at a time, alternating runs
     const char* what = spec ? "--spec" : "--json-schema / --grammar-file";
     if (spec && grammar) {

@@ -293,17 +293,22 @@ Result<std::shared_ptr<const grammar::CompiledGrammar>> grammar_from_args(const 
   const auto gfile = args.get("--grammar-file");
   if (schema && gfile) return error("--json-schema and --grammar-file: give one of them");
   if (!schema && !gfile) return std::shared_ptr<const grammar::CompiledGrammar>();
-  const std::string flag = schema ? "--json-schema" : "--grammar-file";
-  const std::string path = schema ? *schema : *gfile;
+  return grammar_from_file(schema ? *schema : *gfile, schema.has_value(),
+                           grammar::TokenTable::build(eng.tokenizer(), eng.hparams().n_vocab));
+}
+
+Result<std::shared_ptr<const grammar::CompiledGrammar>> grammar_from_file(
+    const std::string& path, bool json_schema, std::shared_ptr<const grammar::TokenTable> vocab) {
+  const std::string flag = json_schema ? "--json-schema" : "--grammar-file";
   auto text = read_text_file(path);
   if (!text.ok()) return error(flag + ": " + text.message());
   std::string gbnf = std::move(text).value();
-  if (schema) {
+  if (json_schema) {
     auto converted = grammar::json_schema_to_gbnf(gbnf);
     if (!converted.ok()) return error(flag + " " + path + ": " + converted.message());
     gbnf = std::move(converted).value();
   }
-  auto g = grammar::CompiledGrammar::from_gbnf(gbnf, grammar::TokenTable::build(eng.tokenizer(), eng.hparams().n_vocab));
+  auto g = grammar::CompiledGrammar::from_gbnf(gbnf, std::move(vocab));
   if (!g.ok()) return error(flag + " " + path + ": " + g.message());
   return std::move(g).value();
 }

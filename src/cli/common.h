@@ -44,6 +44,10 @@ Result<engine::GenerationParams> generation_params_from_args(const ArgParser& ar
 std::vector<OptionSpec> grammar_option_specs();
 Result<std::shared_ptr<const grammar::CompiledGrammar>> grammar_from_args(const ArgParser& args,
                                                                           const engine::Engine& eng);
+// One grammar file (a JSON Schema when json_schema, else GBNF) compiled for `vocab`; errors
+// name the flag and the path.
+Result<std::shared_ptr<const grammar::CompiledGrammar>> grammar_from_file(
+    const std::string& path, bool json_schema, std::shared_ptr<const grammar::TokenTable> vocab);
 
 // Parses argv, handling --help and -v; returns false (with exit_code set) when the
 // command should stop (help printed or an error reported).
