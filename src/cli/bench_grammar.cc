@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/check.h"
 #include "grammar/matcher.h"
 
 namespace lumen::cli {
@@ -123,7 +124,7 @@ std::vector<int32_t> random_walk(const std::shared_ptr<const grammar::CompiledGr
     int32_t pick = allowed[(*rng)() % allowed.size()];
     if (vocab.is_eog(pick) && !only_eog && (*rng)() % 4 != 0)
       while (vocab.is_eog(pick)) pick = allowed[(*rng)() % allowed.size()];
-    if (!m.accept_token(pick)) break;
+    LUMEN_CHECK(m.accept_token(pick));  // the mask allowed it
     tokens.push_back(pick);
   }
   return tokens;

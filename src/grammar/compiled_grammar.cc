@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <climits>
 #include <map>
+#include <string>
+#include <tuple>
 
 #include "base/check.h"
 #include "base/timer.h"
@@ -59,8 +61,16 @@ void CountedTokens::assign(std::vector<CountedToken> tokens, int32_t n_vocab, bo
   list_.shrink_to_fit();
   prefix_.clear();
   suffix_.clear();
+  several_.clear();
   const size_t n_words = (static_cast<size_t>(n_vocab) + 63) / 64;
   if (list_.size() <= 2 * kSegment) return;
+  std::vector<uint8_t> seen(static_cast<size_t>(n_vocab), 0);
+  for (const CountedToken& e : list_) {
+    uint8_t& n = seen[static_cast<size_t>(e.token)];
+    n = n < 2 ? static_cast<uint8_t>(n + 1) : n;
+  }
+  for (const CountedToken& e : list_)
+    if (seen[static_cast<size_t>(e.token)] > 1) several_.push_back(e);
   const size_t segment = std::max(kSegment, list_.size() / kMaxCheckpoints);
   // Prefix checkpoints, after the last token of a j once `segment` tokens have gone by.
   std::vector<uint64_t> acc(n_words, 0);
@@ -89,17 +99,18 @@ void CountedTokens::assign(std::vector<CountedToken> tokens, int32_t n_vocab, bo
   std::reverse(suffix_.begin(), suffix_.end());
 }
 
-void CountedTokens::or_range(int64_t lo, int64_t hi, uint64_t* mask) const {
+size_t CountedTokens::first_above(int64_t j) const {
+  return static_cast<size_t>(
+      std::partition_point(list_.begin(), list_.end(), [&](const CountedToken& e) { return e.j <= j; }) -
+      list_.begin());
+}
+
+void CountedTokens::or_range(int64_t lo, int64_t hi, uint64_t* mask, uint64_t* scratch) const {
   if (list_.empty()) return;
   const int32_t j_min = list_.front().j, j_max = list_.back().j;
   lo = std::max<int64_t>(lo, j_min);
   hi = std::min<int64_t>(hi, j_max);
   if (hi < lo) return;
-  auto first_above = [&](int64_t j) {  // index of the first entry with j' > j
-    return static_cast<size_t>(std::partition_point(list_.begin(), list_.end(),
-                                                    [&](const CountedToken& e) { return e.j <= j; }) -
-                               list_.begin());
-  };
   size_t begin = first_above(lo - 1), end = first_above(hi);
   const std::vector<uint64_t>* bits = nullptr;
   if (lo == j_min && !prefix_.empty() && prefix_.front().j <= hi) {
@@ -110,14 +121,41 @@ void CountedTokens::or_range(int64_t lo, int64_t hi, uint64_t* mask) const {
     const auto k = std::partition_point(suffix_.begin(), suffix_.end(), [&](const Checkpoint& c) { return c.j < lo; });
     bits = &k->bits;
     end = k->index;
+  } else if (or_between(lo, hi, mask, scratch)) {
+    return;
   }
   if (bits != nullptr)
     for (size_t w = 0; w < bits->size(); ++w) mask[w] |= (*bits)[w];
   for (size_t i = begin; i < end; ++i) set_bit(mask, list_[i].token);
 }
 
+// [lo, hi] inside the list (j_min < lo <= hi < j_max): the difference of two prefix bitsets
+// (see the class comment). False when no checkpoint lies in [lo, hi] (the range is within
+// one segment: walk it).
+bool CountedTokens::or_between(int64_t lo, int64_t hi, uint64_t* mask, uint64_t* scratch) const {
+  const auto ka = std::partition_point(prefix_.begin(), prefix_.end(), [&](const Checkpoint& c) { return c.j <= hi; });
+  if (ka == prefix_.begin() || std::prev(ka)->j < lo) return false;
+  const Checkpoint& a = *std::prev(ka);
+  const auto kb = std::partition_point(prefix_.begin(), prefix_.end(), [&](const Checkpoint& c) { return c.j < lo; });
+  const Checkpoint* b = kb == prefix_.begin() ? nullptr : &*std::prev(kb);
+  const size_t n_words = a.bits.size();
+  if (b != nullptr)
+    for (size_t w = 0; w < n_words; ++w) scratch[w] = a.bits[w] & ~b->bits[w];
+  else
+    std::copy(a.bits.begin(), a.bits.end(), scratch);
+  // Tokens at b < j < lo are in the difference but out of range (if one also has a j in
+  // range, it is in several_ and set again below).
+  for (size_t i = b != nullptr ? b->index : 0, e = first_above(lo - 1); i < e; ++i)
+    scratch[static_cast<size_t>(list_[i].token) >> 6] &= ~(uint64_t{1} << (list_[i].token & 63));
+  for (size_t w = 0; w < n_words; ++w) mask[w] |= scratch[w];
+  for (size_t i = a.index, e = first_above(hi); i < e; ++i) set_bit(mask, list_[i].token);
+  const auto in_range = std::partition_point(several_.begin(), several_.end(), [&](const CountedToken& e) { return e.j < lo; });
+  for (auto it = in_range; it != several_.end() && it->j <= hi; ++it) set_bit(mask, it->token);
+  return true;
+}
+
 size_t CountedTokens::memory_bytes() const {
-  size_t n = list_.capacity() * sizeof(CountedToken);
+  size_t n = (list_.capacity() + several_.capacity()) * sizeof(CountedToken);
   for (const auto* v : {&prefix_, &suffix_})
     for (const Checkpoint& c : *v) n += sizeof(Checkpoint) + c.bits.capacity() * 8;
   return n;
@@ -130,6 +168,7 @@ struct Outcome {
   bool plain = false;            // allowed outright
   int32_t stay_j = INT32_MAX;    // smallest j of a path staying inside the frame's repetition
   std::vector<int32_t> exit_js;  // j of paths that left it
+  std::vector<int32_t> boundary_js;  // j (-1: no counted frame) of paths that reached the boundary
 };
 
 struct Transition {
@@ -162,9 +201,12 @@ class MaskBuilder {
     for (const PositionMask& m : g_.masks_) {
       s.n_accepted += static_cast<int64_t>(m.accepted.size());
       s.n_conditional += static_cast<int64_t>(m.stays.size() + m.exits.size());
+      s.n_crossing += static_cast<int64_t>(m.crossing.size());
+      s.n_suffixes += static_cast<int64_t>(m.suffixes.size());
       s.n_uncertain += static_cast<int64_t>(m.uncertain.size());
       s.memory_bytes += m.accepted.memory_bytes() + m.stays.memory_bytes() + m.exits.memory_bytes() +
-                        m.uncertain.size() * 6;
+                        m.crossing.size() * sizeof(CrossingToken) + m.uncertain.size() * 6;
+      for (const std::string& suffix : m.suffixes) s.memory_bytes += suffix.size() + 2;
     }
     s.ms = now_ms() - t0;
     return Status();
@@ -288,9 +330,32 @@ class MaskBuilder {
         if (tag < 0) o.plain = true;
         else o.exit_js.push_back(tag);
       }
-    std::sort(o.exit_js.begin(), o.exit_js.end());
-    o.exit_js.erase(std::unique(o.exit_js.begin(), o.exit_js.end()), o.exit_js.end());
+    o.boundary_js = ev.boundary_tags;
+    for (std::vector<int32_t>* v : {&o.exit_js, &o.boundary_js}) {
+      std::sort(v->begin(), v->end());
+      v->erase(std::unique(v->begin(), v->end()), v->end());
+    }
     return o;
+  }
+
+  // A token that may go on past the boundary (`unknown`: a count overflowed on its way, so
+  // only the whole token checked at run time tells): records every place d < depth where
+  // its walk reached the boundary and its next byte is one FOLLOW allows, with the suffix
+  // after d. levels_[1 .. depth) are the walk's states along the token's first bytes.
+  void add_crossings(int32_t token, uint16_t depth, bool unknown, const ByteSet& follow) {
+    if (unknown) {
+      uncertain_.push_back(token);
+      return;
+    }
+    const std::string_view bytes = vocab_.bytes(token);
+    for (uint16_t k = 1; k < depth && k < bytes.size(); ++k) {
+      const Level& lv = levels_[k];
+      if (!lv.pending || !follow.has(static_cast<uint8_t>(bytes[k]))) continue;
+      const std::string suffix(bytes.substr(k));
+      auto [it, fresh] = suffix_ids_.emplace(suffix, static_cast<int32_t>(suffix_ids_.size()));
+      for (int32_t j : outcomes_[static_cast<size_t>(trans_[static_cast<size_t>(lv.trans)].outcome)].boundary_js)
+        crossing_.push_back({token, it->second, j});
+    }
   }
 
   // Sorts one token by the outcome of its last step.
@@ -310,7 +375,7 @@ class MaskBuilder {
       if (o.stay_j != INT32_MAX) stays_.push_back({token, o.stay_j});
       for (int32_t j : o.exit_js) exits_.push_back({token, j});
     }
-    if (uncertain) uncertain_.push_back(token);
+    if (uncertain) add_crossings(token, cur_depth_, cur_unknown_, cur_follow_);
   }
 
   Status build_position(int32_t pos, PositionMask* m) {
@@ -325,17 +390,21 @@ class MaskBuilder {
       m->rep_min = rep.min;
       m->rep_max = rep.max;
     }
+    m->boundary_depth = static_cast<int32_t>(chain.frames.size()) + 1;
     const ByteSet follow = chain.bottom == kBoundary ? pda_.follow(chain.boundary_rule) : ByteSet{};
+    cur_follow_ = follow;
     const int32_t root_state = state_id({arena_.intern(pos, parent, kPlain)});
 
     accepted_.clear();
     stays_.clear();
     exits_.clear();
     uncertain_.clear();
+    crossing_.clear();
+    suffix_ids_.clear();
     const std::vector<TrieNode>& trie = vocab_.trie();
     const std::vector<int32_t>& trie_tokens = vocab_.trie_tokens();
     std::vector<Level>& levels = levels_;
-    levels.assign(1, Level{root_state, false, false});
+    levels.assign(1, Level{root_state, -1, false, false, false});
     for (size_t i = 1; i < trie.size();) {
       const TrieNode& node = trie[i];
       if (++n_steps_ > limits_.max_trie_steps)
@@ -345,24 +414,27 @@ class MaskBuilder {
       LUMEN_ASSIGN_OR_RETURN(int32_t ti, step(up.state, node.byte));
       const Transition tr = trans_[static_cast<size_t>(ti)];
       const bool unc = up.uncertain || (up.pending && follow.has(node.byte)) || tr.overflow;
+      const bool unknown = up.overflow || tr.overflow;
       const bool live = !states_[static_cast<size_t>(tr.next)].empty();
       if (!live && !tr.accept && !tr.boundary && !unc) {
         i = static_cast<size_t>(node.end);
         continue;
       }
       const Outcome& o = outcomes_[static_cast<size_t>(tr.outcome)];
+      cur_depth_ = node.depth;
+      cur_unknown_ = unknown;
       for (int32_t k = node.tok_begin; k < node.tok_end; ++k)
         classify(trie_tokens[static_cast<size_t>(k)], o, unc, *m);
       if (!live && !tr.boundary) {  // no more bytes can match; maybe past the boundary
         if (unc)
           for (int32_t j = static_cast<int32_t>(i) + 1; j < node.end; ++j)
             for (int32_t k = trie[j].tok_begin; k < trie[j].tok_end; ++k)
-              uncertain_.push_back(trie_tokens[static_cast<size_t>(k)]);
+              add_crossings(trie_tokens[static_cast<size_t>(k)], node.depth, unknown, follow);
         i = static_cast<size_t>(node.end);
         continue;
       }
       if (levels.size() <= node.depth) levels.resize(node.depth + 1u);
-      levels[node.depth] = Level{tr.next, unc, tr.boundary};
+      levels[node.depth] = Level{tr.next, ti, unc, tr.boundary, unknown};
       ++i;
     }
 
@@ -370,6 +442,7 @@ class MaskBuilder {
     accepted_ = {};
     m->stays.assign(stays_, vocab_.n_vocab(), /*with_suffix=*/false);  // a stay needs j <= bound
     m->exits.assign(exits_, vocab_.n_vocab(), /*with_suffix=*/true);
+    finish_crossings(m);
     m->uncertain = uncertain_;
     m->uncertain_lcp.resize(m->uncertain.size());
     for (size_t k = 0; k < m->uncertain.size(); ++k) {
@@ -396,13 +469,53 @@ class MaskBuilder {
   std::vector<Outcome> outcomes_;
   std::vector<int32_t> tops_;
   ExpandEvents ev_;
+  // Sorts the suffixes (so that run time walks them sharing prefixes) and the crossing
+  // tokens by suffix.
+  void finish_crossings(PositionMask* m) {
+    std::vector<std::pair<std::string, int32_t>> order(suffix_ids_.begin(), suffix_ids_.end());
+    std::sort(order.begin(), order.end());
+    std::vector<int32_t> new_id(order.size());
+    m->suffixes.clear();
+    m->suffix_lcp.clear();
+    for (size_t k = 0; k < order.size(); ++k) {
+      new_id[static_cast<size_t>(order[k].second)] = static_cast<int32_t>(k);
+      size_t lcp = 0;
+      if (k > 0) {
+        const std::string& a = order[k - 1].first;
+        const std::string& b = order[k].first;
+        while (lcp < a.size() && lcp < b.size() && a[lcp] == b[lcp]) ++lcp;
+      }
+      m->suffix_lcp.push_back(static_cast<uint16_t>(std::min<size_t>(lcp, 65535)));
+      m->suffixes.push_back(std::move(order[k].first));
+    }
+    for (CrossingToken& c : crossing_) c.suffix = new_id[static_cast<size_t>(c.suffix)];
+    std::sort(crossing_.begin(), crossing_.end(), [](const CrossingToken& a, const CrossingToken& b) {
+      return std::tie(a.suffix, a.token, a.j) < std::tie(b.suffix, b.token, b.j);
+    });
+    crossing_.erase(std::unique(crossing_.begin(), crossing_.end(),
+                                [](const CrossingToken& a, const CrossingToken& b) {
+                                  return a.suffix == b.suffix && a.token == b.token && a.j == b.j;
+                                }),
+                    crossing_.end());
+    m->crossing = crossing_;
+  }
+
   std::vector<int32_t> accepted_, uncertain_;
   std::vector<CountedToken> stays_, exits_;
+  std::vector<CrossingToken> crossing_;
+  std::map<std::string, int32_t> suffix_ids_;
+  // The token being classified: its trie depth, whether a count overflowed on its way, and
+  // the bytes that may follow the boundary.
+  uint16_t cur_depth_ = 0;
+  bool cur_unknown_ = false;
+  ByteSet cur_follow_;
   // The walk's state at each depth of the trie branch being visited.
   struct Level {
     int32_t state = 0;
+    int32_t trans = -1;      // the transition into this depth (-1: the root)
     bool uncertain = false;  // a path went past the boundary with a byte FOLLOW allows
     bool pending = false;    // a path reached the boundary at this depth
+    bool overflow = false;   // a count overflowed at this depth or above
   };
   std::vector<Level> levels_;
   int64_t n_steps_ = 0;

@@ -13,12 +13,20 @@
 //   conditional the chain holds a repetition frame whose count c is only known at run time;
 //               the token is allowed iff  c + j < max  (it stays inside iteration c+j+1) or
 //               min <= c + j <= max  (it leaves the repetition after j more iterations)
-//   uncertain   it needs bytes past the boundary that FOLLOW(boundary rule) allows: checked
-//               against the real stack at run time (few tokens: e.g. `",` after a string)
+//   crossing    it reaches the boundary after d of its bytes (having left the counted frame
+//               after j iterations, if there is one) and goes on with bytes FOLLOW(boundary
+//               rule) allows: allowed iff the count allows j and the rest of its bytes (the
+//               suffix) match from the real stack below the boundary. Few tokens (e.g. `",`
+//               after a string) and fewer distinct suffixes (`,`): at run time the suffixes
+//               are matched once per (position, stack below the boundary), which stays the
+//               same from token to token inside a string and for every string of a list
 //   rejected    everything else
 //
 //   str ::= "\"" char{0,64} "\""     top inside char, c = 5:  "hello" -> conditional, j = 4:
 //                                    allowed as 5 + 4 < 64;  `x"` -> leaves after j = 1
+//   list ::= "[" str ("," str)* "]"   top inside char: `x",` crosses after 2 bytes (j = 1),
+//                                    suffix `,`: allowed iff 5 + 1 <= 64 and `,` can follow
+//                                    the list element on the real stack
 //
 // Immutable after compile(); one CompiledGrammar serves any number of matchers in any thread.
 #pragma once
@@ -64,13 +72,19 @@ struct CountedToken {
 //   prefix checkpoints  ^j<=1     ^j<=2     ^j<=3      (one after every >= segment tokens)
 //   j <= 5:  OR prefix bits (j <= 3), then set the bits of the few tokens with j in 4..5
 //
-// A range bounded on both sides inside the list walks its entries (few in practice: it
-// needs a repetition with both bounds binding at once).
+// A range bounded on both sides inside the list (a string with minLength: lo = min - c,
+// hi = max - c) takes the difference of two prefix bitsets in a scratch bitset, with the
+// segments between checkpoints and range ends walked, and the few tokens listed at several
+// j walked apart:
+//
+//   scratch = prefix(j <= a) & ~prefix(j <= b)     a: last checkpoint <= hi, b: last < lo
+//   clear b < j < lo;  mask |= scratch;  set a < j <= hi;  set several-j tokens in [lo, hi]
 class CountedTokens {
  public:
   void assign(std::vector<CountedToken> tokens, int32_t n_vocab, bool with_suffix);
-  // Sets the bit of every token whose j lies in [lo, hi].
-  void or_range(int64_t lo, int64_t hi, uint64_t* mask) const;
+  // Sets the bit of every token whose j lies in [lo, hi]. scratch: a bitset of the
+  // vocabulary's size (its contents are overwritten).
+  void or_range(int64_t lo, int64_t hi, uint64_t* mask, uint64_t* scratch) const;
   size_t size() const { return list_.size(); }
   bool empty() const { return list_.empty(); }
   size_t memory_bytes() const;
@@ -82,25 +96,43 @@ class CountedTokens {
     uint32_t index = 0;  // prefix: end of those tokens in list_; suffix: their begin
     std::vector<uint64_t> bits;
   };
+  bool or_between(int64_t lo, int64_t hi, uint64_t* mask, uint64_t* scratch) const;
+  size_t first_above(int64_t j) const;  // index in list_ of the first entry with j' > j
+
   std::vector<CountedToken> list_;
+  std::vector<CountedToken> several_;        // the entries of tokens listed at several j, by j
   std::vector<Checkpoint> prefix_, suffix_;  // both by ascending j
+};
+
+// A token that reaches the boundary after some of its bytes and continues past it.
+struct CrossingToken {
+  int32_t token;
+  int32_t suffix;  // PositionMask::suffixes index: the token's bytes after the boundary
+  int32_t j;       // iterations of the counted frame when it was left; -1: no counted frame
 };
 
 // What a stack top at one element allows (see the file comment).
 struct PositionMask {
   int32_t frame_depth = -1;          // parents from the top to the counted frame; -1: none
   int32_t rep_min = 0, rep_max = 0;  // that repetition's bounds (max -1: unbounded)
+  int32_t boundary_depth = 1;        // parents from the top to the stack below the boundary
   TokenSet accepted;
   CountedTokens stays;               // conditional, staying inside the repetition (j >= 1)
   CountedTokens exits;               // conditional, leaving it
-  std::vector<int32_t> uncertain;    // trie order
+  std::vector<CrossingToken> crossing;  // by suffix
+  std::vector<std::string> suffixes;    // distinct, sorted
+  std::vector<uint16_t> suffix_lcp;     // bytes shared with the previous suffix
+  // Tokens whose count passed kMaxSymbolic inside the token (a repetition longer than
+  // that within one token): checked whole against the real stack at run time.
+  std::vector<int32_t> uncertain;       // trie order
   std::vector<uint16_t> uncertain_lcp;  // bytes shared with the previous uncertain token
 };
 
 struct CompileStats {
   int32_t n_positions = 0;
   int64_t n_trie_steps = 0;      // trie nodes visited over all positions
-  int64_t n_accepted = 0, n_conditional = 0, n_uncertain = 0;  // summed over positions
+  int64_t n_accepted = 0, n_conditional = 0, n_crossing = 0, n_uncertain = 0;  // summed over positions
+  int64_t n_suffixes = 0;
   size_t memory_bytes = 0;
   double ms = 0;
 };

@@ -8,7 +8,7 @@
 namespace lumen::grammar {
 namespace {
 
-constexpr size_t kCacheSlots = 1024;           // cached uncertain-token results (by top node)
+constexpr size_t kCacheSlots = 1024;           // cached suffix / uncertain-token results
 constexpr size_t kResolvedPoolMax = 1 << 20;   // ids kept over all cached results
 
 inline void set_bit(uint64_t* mask, int32_t id) { mask[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63); }
@@ -21,7 +21,8 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar)
       exp_(grammar_->pda(), arena_.get()),
       scratch_(std::make_unique<StackArena>(256)),
       scratch_exp_(grammar_->pda(), scratch_.get()),
-      cache_(kCacheSlots) {
+      cache_(kCacheSlots),
+      scratch_bits_((static_cast<size_t>(grammar_->vocab().n_vocab()) + 63) / 64) {
   reset();
 }
 
@@ -116,7 +117,7 @@ void GrammarMatcher::rollback(int32_t n) {
   }
 }
 
-void GrammarMatcher::add_conditional(int32_t top, const PositionMask& pm, uint64_t* mask) const {
+void GrammarMatcher::add_conditional(int32_t top, const PositionMask& pm, uint64_t* mask) {
   int32_t x = top;
   for (int32_t k = 0; k < pm.frame_depth; ++k) x = (*arena_)[x].parent;
   const int64_t c = (*arena_)[x].count;  // iterations of the repetition complete
@@ -124,31 +125,34 @@ void GrammarMatcher::add_conditional(int32_t top, const PositionMask& pm, uint64
   const int64_t unbounded = INT64_MAX / 2;
   // A stay ends inside iteration c + j + 1, which must exist: c + j < max (unbounded: the
   // stays were accepted outright). An exit leaves after c + j iterations: min <= c + j <= max.
-  if (pm.rep_max >= 0) pm.stays.or_range(INT64_MIN / 2, pm.rep_max - c - 1, mask);
-  pm.exits.or_range(pm.rep_min - c, pm.rep_max >= 0 ? pm.rep_max - c : unbounded, mask);
+  if (pm.rep_max >= 0) pm.stays.or_range(INT64_MIN / 2, pm.rep_max - c - 1, mask, scratch_bits_.data());
+  pm.exits.or_range(pm.rep_min - c, pm.rep_max >= 0 ? pm.rep_max - c : unbounded, mask, scratch_bits_.data());
 }
 
-// Checks the position's uncertain tokens against the real stack under `top`, on a copy of
-// that stack in the scratch arena (the main arena keeps only the states of accepted tokens).
-bool GrammarMatcher::resolve(int32_t top, const PositionMask& pm) {
-  StackArena& sa = *scratch_;
-  sa.clear();
-  tmp_a_.clear();
-  for (int32_t x = top; x >= 0; x = (*arena_)[x].parent) tmp_a_.push_back(x);
+// Copies the stack from node `x` down into the scratch arena (cleared), the counted frame
+// excepted: none here, the copy is exact. Returns the copy's id (kBottom for kBottom).
+int32_t GrammarMatcher::copy_to_scratch(int32_t x) {
+  scratch_->clear();
+  chain_.clear();
+  for (; x >= 0; x = (*arena_)[x].parent) chain_.push_back(x);
   int32_t copy = kBottom;
-  for (size_t i = tmp_a_.size(); i-- > 0;) {
-    const StackNode& n = (*arena_)[tmp_a_[i]];
-    copy = sa.intern(n.pos, copy, n.count);
+  for (size_t i = chain_.size(); i-- > 0;) {
+    const StackNode& n = (*arena_)[chain_[i]];
+    copy = scratch_->intern(n.pos, copy, n.count);
   }
-  const TokenTable& vocab = grammar_->vocab();
-  if (levels_.empty()) levels_.resize(1);
-  levels_[0].assign(1, copy);
-  level_accept_.assign(1, 0);
-  size_t valid = 0;  // levels_[0..valid] hold the states after that many bytes of the last token
-  for (size_t k = 0; k < pm.uncertain.size(); ++k) {
-    const int32_t tok = pm.uncertain[k];
-    const std::string_view bytes = vocab.bytes(tok);
-    size_t d = std::min<size_t>(pm.uncertain_lcp[k], valid);
+  return copy;
+}
+
+// Matches n byte strings, sorted so that string k shares lcp[k] leading bytes with string
+// k - 1, from the scratch state levels_[0] (level_accept_[0]: whether it is complete);
+// appends 1 (the string matches: a stack survives, or it completes the grammar) or 0 per
+// string to resolved_. False if the grammar failed.
+template <typename BytesOf>
+bool GrammarMatcher::match_sorted(size_t n, BytesOf bytes_of, const std::vector<uint16_t>& lcp) {
+  size_t valid = 0;  // levels_[0..valid] hold the states after that many bytes of the last string
+  for (size_t k = 0; k < n; ++k) {
+    const std::string_view bytes = bytes_of(k);
+    size_t d = std::min<size_t>(lcp[k], valid);
     bool alive = true;
     while (d < bytes.size()) {
       if (levels_[d].empty()) {
@@ -170,34 +174,102 @@ bool GrammarMatcher::resolve(int32_t top, const PositionMask& pm) {
       ++d;
     }
     valid = d;
-    if (alive && (!levels_[d].empty() || level_accept_[d])) resolved_.push_back(tok);
+    resolved_.push_back(alive && (!levels_[d].empty() || level_accept_[d]) ? 1 : 0);
   }
   return true;
 }
 
-void GrammarMatcher::add_resolved(int32_t top, const PositionMask& pm, uint64_t* mask) {
-  const size_t slots = cache_.size();
-  size_t i = static_cast<size_t>(top) * 0x9E3779B1u & (slots - 1);
-  for (; cache_[i].top >= 0; i = (i + 1) & (slots - 1)) {
-    if (cache_[i].top == top) {
-      for (uint32_t k = cache_[i].begin; k < cache_[i].end; ++k) set_bit(mask, resolved_[k]);
-      return;
-    }
+// Checks the position's uncertain tokens (whole) against the real stack under `top`, on a
+// copy of that stack in the scratch arena (the main arena keeps only the states of accepted
+// tokens); appends the ids of those allowed to resolved_.
+bool GrammarMatcher::resolve(int32_t top, const PositionMask& pm) {
+  if (levels_.empty()) levels_.resize(1);
+  levels_[0].assign(1, copy_to_scratch(top));
+  level_accept_.assign(1, 0);
+  const size_t begin = resolved_.size();
+  const TokenTable& vocab = grammar_->vocab();
+  if (!match_sorted(pm.uncertain.size(), [&](size_t k) { return vocab.bytes(pm.uncertain[k]); }, pm.uncertain_lcp))
+    return false;
+  size_t out = begin;
+  for (size_t k = 0; k < pm.uncertain.size(); ++k)
+    if (resolved_[begin + k] != 0) resolved_[out++] = pm.uncertain[k];
+  resolved_.resize(out);
+  return true;
+}
+
+// Matches the position's suffixes from where the stack `below` continues (a copy of it in the
+// scratch arena); appends one 0 / 1 per suffix to resolved_.
+bool GrammarMatcher::match_suffixes(int32_t below, const PositionMask& pm) {
+  if (levels_.empty()) levels_.resize(1);
+  levels_[0].clear();
+  ev_.clear();
+  Status st = scratch_exp_.resume(copy_to_scratch(below), &levels_[0], &ev_);
+  if (!st.ok()) {
+    error_ = st.message();
+    return false;
   }
+  level_accept_.assign(1, ev_.accept ? 1 : 0);
+  return match_sorted(pm.suffixes.size(), [&](size_t k) { return std::string_view(pm.suffixes[k]); }, pm.suffix_lcp);
+}
+
+// The cached results for (key_pos, key_node), computing them on a miss: the allowed ids of
+// the uncertain tokens (key_pos = kWholeTokens, key_node = the top), or one 0 / 1 per
+// suffix (key_pos = the top's position, key_node = the stack below the boundary). Null if
+// the grammar failed.
+const GrammarMatcher::CacheEntry* GrammarMatcher::cached(int32_t key_pos, int32_t key_node, int32_t top,
+                                                         const PositionMask& pm) {
+  const size_t slots = cache_.size();
+  const auto hash = [&] {
+    return static_cast<size_t>((static_cast<uint64_t>(static_cast<uint32_t>(key_pos)) << 32 |
+                                static_cast<uint32_t>(key_node)) * 0x9E3779B97F4A7C15ull >> 40) & (slots - 1);
+  };
+  size_t i = hash();
+  for (; cache_[i].begin != kEmptySlot; i = (i + 1) & (slots - 1))
+    if (cache_[i].key_pos == key_pos && cache_[i].key_node == key_node) return &cache_[i];
   if (static_cast<size_t>(n_cached_ + 1) * 2 > slots || resolved_.size() > kResolvedPoolMax) {
     std::fill(cache_.begin(), cache_.end(), CacheEntry{});
     n_cached_ = 0;
     resolved_.clear();
-    i = static_cast<size_t>(top) * 0x9E3779B1u & (slots - 1);
+    i = hash();
   }
   const auto begin = static_cast<uint32_t>(resolved_.size());
-  if (!resolve(top, pm)) {
+  if (!(key_pos == kWholeTokens ? resolve(top, pm) : match_suffixes(key_node, pm))) {
     resolved_.resize(begin);
-    return;
+    return nullptr;
   }
-  cache_[i] = CacheEntry{top, begin, static_cast<uint32_t>(resolved_.size())};
+  cache_[i] = CacheEntry{key_pos, key_node, begin, static_cast<uint32_t>(resolved_.size())};
   ++n_cached_;
-  for (uint32_t k = begin; k < resolved_.size(); ++k) set_bit(mask, resolved_[k]);
+  return &cache_[i];
+}
+
+void GrammarMatcher::add_resolved(int32_t top, const PositionMask& pm, uint64_t* mask) {
+  if (!pm.crossing.empty()) {
+    int32_t below = top;
+    for (int32_t k = 0; k < pm.boundary_depth; ++k) {
+      LUMEN_DCHECK(below >= 0);
+      below = (*arena_)[below].parent;
+    }
+    const CacheEntry* e = cached((*arena_)[top].pos, below, top, pm);
+    if (e == nullptr) return;
+    const int32_t* ok = resolved_.data() + e->begin;  // one per suffix
+    int64_t c = 0;  // iterations of the counted frame complete (when there is one)
+    if (pm.frame_depth >= 0) {
+      int32_t x = top;
+      for (int32_t k = 0; k < pm.frame_depth; ++k) x = (*arena_)[x].parent;
+      c = (*arena_)[x].count;
+    }
+    for (const CrossingToken& ct : pm.crossing) {
+      if (ok[ct.suffix] == 0) continue;
+      // Left the frame after c + j iterations: min <= c + j <= max.
+      if (ct.j >= 0 && (c + ct.j < pm.rep_min || (pm.rep_max >= 0 && c + ct.j > pm.rep_max))) continue;
+      set_bit(mask, ct.token);
+    }
+  }
+  if (!pm.uncertain.empty()) {
+    const CacheEntry* e = cached(kWholeTokens, top, top, pm);
+    if (e == nullptr) return;
+    for (uint32_t k = e->begin; k < e->end; ++k) set_bit(mask, resolved_[k]);
+  }
 }
 
 bool GrammarMatcher::fill_mask(std::span<uint64_t> mask) {
@@ -221,7 +293,7 @@ bool GrammarMatcher::fill_mask(std::span<uint64_t> mask) {
     LUMEN_DCHECK(pm != nullptr);
     pm->accepted.or_into(mask.data());
     if (pm->frame_depth >= 0) add_conditional(t, *pm, mask.data());
-    if (!pm->uncertain.empty()) add_resolved(t, *pm, mask.data());
+    if (!pm->crossing.empty() || !pm->uncertain.empty()) add_resolved(t, *pm, mask.data());
     if (failed()) return false;
   }
   last_state_.assign(st.begin(), st.end());

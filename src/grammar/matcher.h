@@ -65,8 +65,14 @@ class GrammarMatcher {
   bool advance_state(std::span<const int32_t> from, std::string_view bytes, std::vector<int32_t>* to);
   void push_state(const std::vector<int32_t>& s, bool terminated);
   void add_resolved(int32_t top, const PositionMask& pm, uint64_t* mask);
-  void add_conditional(int32_t top, const PositionMask& pm, uint64_t* mask) const;
+  void add_conditional(int32_t top, const PositionMask& pm, uint64_t* mask);
+  struct CacheEntry;
+  const CacheEntry* cached(int32_t key_pos, int32_t key_node, int32_t top, const PositionMask& pm);
   bool resolve(int32_t top, const PositionMask& pm);
+  bool match_suffixes(int32_t below, const PositionMask& pm);
+  int32_t copy_to_scratch(int32_t x);
+  template <typename BytesOf>
+  bool match_sorted(size_t n, BytesOf bytes_of, const std::vector<uint16_t>& lcp);
 
   std::shared_ptr<const CompiledGrammar> grammar_;
   std::unique_ptr<StackArena> arena_;  // stable address: exp_ points to it
@@ -80,19 +86,24 @@ class GrammarMatcher {
   ExpandEvents ev_;
   std::string error_;
 
-  // Uncertain tokens checked against one real stack: a scratch arena holding a copy of the
-  // stack, per-depth states, and the results cached per top node id.
+  // Tokens past the boundary checked against one real stack: a scratch arena holding a copy
+  // of the stack, per-depth states, and the results cached by (position, stack below the
+  // boundary) for crossing tokens' suffixes, by top for whole uncertain tokens.
   std::unique_ptr<StackArena> scratch_;
   Expander scratch_exp_;
   std::vector<std::vector<int32_t>> levels_;
   std::vector<uint8_t> level_accept_;
+  std::vector<int32_t> chain_;
   std::vector<int32_t> resolved_;           // pool of cached results
+  static constexpr int32_t kWholeTokens = -1;
+  static constexpr uint32_t kEmptySlot = UINT32_MAX;
   struct CacheEntry {
-    int32_t top = -1;
-    uint32_t begin = 0, end = 0;
+    int32_t key_pos = 0, key_node = 0;
+    uint32_t begin = kEmptySlot, end = 0;
   };
-  std::vector<CacheEntry> cache_;           // open addressing by top id
+  std::vector<CacheEntry> cache_;           // open addressing by key
   int32_t n_cached_ = 0;
+  std::vector<uint64_t> scratch_bits_;      // [n_vocab / 64]: CountedTokens::or_range's scratch
 
   // The last mask and the state it was computed for: inside a string or a long repetition
   // the state repeats from token to token, and then the mask is a copy.

@@ -12,6 +12,8 @@ namespace {
 using testing::byte_vocab;
 using testing::compile_or_die;
 using testing::matches;
+using testing::random_vocab;
+using testing::random_walks_match_brute_force;
 using testing::read_testdata;
 
 TEST(GrammarMatch, LlamaCppExampleGrammarsAcceptAndReject) {
@@ -110,75 +112,6 @@ TEST(GrammarMatch, TokensRollbackAndEnd) {
   EXPECT_FALSE(m.terminated());
 }
 
-// The precomputed masks must equal trying every token against the real stacks.
-std::vector<uint64_t> brute_mask(GrammarMatcher& m, int32_t n_vocab) {
-  std::vector<uint64_t> mask((static_cast<size_t>(n_vocab) + 63) / 64, 0);
-  for (int32_t id = 0; id < n_vocab; ++id) {
-    if (m.accept_token(id)) {
-      mask[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
-      m.rollback(1);
-    }
-  }
-  return mask;
-}
-
-void random_walks_match_brute_force(const std::string& gbnf, std::shared_ptr<const TokenTable> vocab, int n_walks,
-                                    int max_steps, uint64_t seed) {
-  auto g = compile_or_die(gbnf, vocab);
-  ASSERT_NE(g, nullptr);
-  std::mt19937_64 rng(seed);
-  const int32_t n_vocab = vocab->n_vocab();
-  for (int walk = 0; walk < n_walks; ++walk) {
-    GrammarMatcher m(g);
-    std::string text;
-    for (int step = 0; step < max_steps && !m.terminated(); ++step) {
-      std::vector<uint64_t> fast(brute_mask(m, n_vocab).size());
-      ASSERT_TRUE(m.fill_mask(fast)) << m.error();
-      const std::vector<uint64_t> slow = brute_mask(m, n_vocab);
-      for (int32_t id = 0; id < n_vocab; ++id) {
-        const bool f = (fast[id / 64] >> (id % 64)) & 1, s = (slow[id / 64] >> (id % 64)) & 1;
-        ASSERT_EQ(f, s) << "token " << id << " '" << vocab->bytes(id) << "' after '" << text << "' (walk " << walk
-                        << ", step " << step << ")\n" << gbnf;
-      }
-      std::vector<int32_t> allowed;
-      for (int32_t id = 0; id < n_vocab; ++id)
-        if ((slow[id / 64] >> (id % 64)) & 1) allowed.push_back(id);
-      ASSERT_FALSE(allowed.empty()) << text;
-      // Prefer continuing: take the end of generation only one time in four.
-      int32_t pick = allowed[rng() % allowed.size()];
-      if (vocab->is_eog(pick) && allowed.size() > 1 && rng() % 4 != 0)
-        while (vocab->is_eog(pick)) pick = allowed[rng() % allowed.size()];
-      ASSERT_TRUE(m.accept_token(pick));
-      text += vocab->bytes(pick);
-    }
-  }
-}
-
-// Tokens made of the grammar's own characters, so random walks go deep.
-std::shared_ptr<const TokenTable> random_vocab(const std::string& alphabet, int n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<std::string> extra;
-  std::vector<std::string> units;  // characters (whole UTF-8 sequences) of the alphabet
-  for (size_t i = 0; i < alphabet.size();) {
-    size_t len = 1;
-    const auto b = static_cast<unsigned char>(alphabet[i]);
-    if (b >= 0xF0) len = 4;
-    else if (b >= 0xE0) len = 3;
-    else if (b >= 0xC0) len = 2;
-    units.push_back(alphabet.substr(i, len));
-    i += len;
-  }
-  for (int k = 0; k < n; ++k) {
-    std::string t;
-    const int len = 1 + static_cast<int>(rng() % 6);
-    for (int i = 0; i < len; ++i) t += units[rng() % units.size()];
-    if (rng() % 8 == 0) t = t.substr(0, t.size() - 1);  // may cut a character in half
-    if (t.empty()) t = "x";
-    extra.push_back(t);
-  }
-  return byte_vocab(extra);
-}
-
 TEST(GrammarMask, JsonGrammarMatchesBruteForce) {
   auto vocab = random_vocab("{}[]\":, \n0123456789.-eEabtrufnls\\\xC3\xA9", 3000, 1);
   random_walks_match_brute_force(read_testdata("json.gbnf"), vocab, 6, 60, 11);
@@ -235,7 +168,7 @@ TEST(GrammarMask, CheckpointedRepetitionsMatchBruteForce) {
 
 // CountedTokens::or_range against the plain definition, for every range over lists whose
 // j are spread thin (many checkpoints, walked segments), bunched (one j over a segment) or
-// few (no checkpoints).
+// few (no checkpoints), with tokens listed at several j (the ranges bounded on both sides).
 TEST(GrammarMask, CountedTokenRangesEqualTheirDefinition) {
   std::mt19937_64 rng(3);
   const int32_t n_vocab = 5000;
@@ -248,8 +181,11 @@ TEST(GrammarMask, CountedTokenRangesEqualTheirDefinition) {
     const size_t n_words = (n_vocab + 63) / 64;
     for (int64_t lo = -2; lo <= j_span + 2; ++lo) {
       for (int64_t hi = lo - 1; hi <= j_span + 2; ++hi) {
-        std::vector<uint64_t> got(n_words, 0), want(n_words, 0);
-        ct.or_range(lo, hi, got.data());
+        // Bits already set in the mask (other tops') stay set; the scratch starts dirty.
+        std::vector<uint64_t> got(n_words, 0), scratch(n_words, ~uint64_t{0});
+        for (int k = 0; k < 8; ++k) got[rng() % n_words] |= uint64_t{1} << (rng() % 64);
+        std::vector<uint64_t> want = got;
+        ct.or_range(lo, hi, got.data(), scratch.data());
         for (const CountedToken& e : list)
           if (e.j >= lo && e.j <= hi) want[static_cast<size_t>(e.token) / 64] |= uint64_t{1} << (e.token % 64);
         ASSERT_EQ(got, want) << "n " << n << ", j in [0, " << j_span << "], range [" << lo << ", " << hi << "]";

@@ -187,6 +187,19 @@ Status Expander::expand(int32_t pos, int32_t parent, std::vector<int32_t>* tops,
   return st;
 }
 
+Status Expander::resume(int32_t parent, std::vector<int32_t>* tops, ExpandEvents* ev) {
+  ++stamp_;
+  n_seen_ = 0;
+  n_work_done_ = 0;
+  work_.clear();
+  ev_ = ev;
+  pop_to(parent, -1);
+  Status st = run(tops, ev);
+  std::sort(tops->begin(), tops->end());
+  tops->erase(std::unique(tops->begin(), tops->end()), tops->end());
+  return st;
+}
+
 Status Expander::initial(std::vector<int32_t>* tops, ExpandEvents* ev) {
   ++stamp_;
   n_seen_ = 0;

@@ -91,6 +91,9 @@ class Expander {
 
   // The tops of the stacks that continue at element `pos` above `parent` (no bytes consumed).
   Status expand(int32_t pos, int32_t parent, std::vector<int32_t>* tops, ExpandEvents* ev);
+  // The tops of the stacks that continue where the run above `parent` completes (what
+  // popping to `parent` leads to; no bytes consumed).
+  Status resume(int32_t parent, std::vector<int32_t>* tops, ExpandEvents* ev);
   // The state of a fresh grammar: the root's alternatives above kBottom.
   Status initial(std::vector<int32_t>* tops, ExpandEvents* ev);
   // Every stack of `tops` whose top accepts byte b, moved past it. `out` is sorted, unique.
