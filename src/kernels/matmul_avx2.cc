@@ -615,7 +615,8 @@ void tile_kmin(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
         #pragma GCC unroll 4
         for (int c = 0; c < C; ++c) tl[c] = th[c] = _mm256_setzero_si256();
         #pragma GCC unroll 8
-        for (int k = part * 8 / kSplit; k < (part + 1) * 8 / kSplit; ++k) {
+        for (int kk = 0; kk < 8 / kSplit; ++kk) {
+          const int k = part * (8 / kSplit) + kk;
           const __m256i q = load256(gb + (8 * cc + k) * 32);
           __m256i lo = _mm256_and_si256(q, m4);
           __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
