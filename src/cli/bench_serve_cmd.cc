@@ -37,7 +37,8 @@ std::vector<OptionSpec> bench_serve_specs() {
       {{"--timeout"}, "S", "per-request timeout in seconds (default 600)"},
       {{"--seed"}, "N", "prompt seed (default 1)"},
       {{"--spec-ab"}, "R", "lumen serve with speculation: at each level R rounds of speculative on and off "
-                           "(\"speculative\": false), alternating, then the median throughput of each"},
+                           "(\"speculative\": false), alternating, after one unmeasured warm-up run that fills the prefix "
+                           "cache; then the median throughput of each"},
       {{"--json"}, "", "print one JSON object per level (in --concurrency order) instead of the table"},
   };
 }
@@ -136,17 +137,21 @@ int cmd_bench_serve(int argc, char** argv, int first) {
   // Runs: each level once, or with --spec-ab 2R times, speculation on and off in turn
   // (on first in even rounds, off first in odd ones: both see the same drift in load).
   // Each level draws its own prompts (LoadConfig::prompt_set: none of an earlier level's are
-  // in the prefix cache); the --spec-ab runs of one level share theirs.
+  // in the prefix cache); the --spec-ab runs of one level share theirs, so they start with
+  // one unmeasured warm-up run of that set: otherwise the first measured run alone prefills
+  // its prompts while every later one finds them in the server's prefix cache.
   struct Run {
     int32_t level;
     std::optional<bool> spec;
     uint32_t prompt_set;
+    bool warmup = false;
   };
   std::vector<Run> runs;
   for (size_t li = 0; li < o.levels.size(); ++li) {
     const int32_t level = o.levels[li];
     const auto set = static_cast<uint32_t>(li);
     if (o.spec_rounds == 0) runs.push_back({level, std::nullopt, set});
+    if (o.spec_rounds > 0) runs.push_back({level, false, set, true});
     for (int32_t r = 0; r < o.spec_rounds; ++r) {
       runs.push_back({level, r % 2 == 0, set});
       runs.push_back({level, r % 2 != 0, set});
@@ -166,6 +171,11 @@ int cmd_bench_serve(int argc, char** argv, int first) {
     }
     const server::LoadSummary s = server::summarize(*result, o.sla);
     n_failed_total += s.n_failed;
+    if (run.warmup) {
+      std::fprintf(stderr, "lumen bench serve: conc %d warm-up (speculation off, not counted): %d ok, %d failed, %.1f out tok/s\n",
+                   level, s.n_ok, s.n_failed, s.output_tok_s);
+      continue;
+    }
     if (run.spec) ab_tok_s[{level, *run.spec}].push_back(s.output_tok_s);
     if (o.json) {
       std::string line = server::summary_json(s);
