@@ -5,6 +5,7 @@
 // e.g. build/lumen_kernels_bench --benchmark_filter=Matmul
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -130,48 +131,81 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->UseRealTime()->MinTime(0.3);
 
+// qwen2.5-0.5b's attention shape (14 heads, 2 kv heads, head_dim 64) over n_layers paged
+// caches of n_ctx keys each (blocks of 16, in order), every layer's K and V rows written
+// from the same values through kv_store.
+struct QwenAttention {
+  AttentionParams p;
+  PagedKvView kv;
+  std::vector<std::byte> ks, vs;  // [n_layers][n_blocks] block strides each
+  std::vector<int32_t> table;
+  int32_t n_blocks = 0;
+
+  QwenAttention(const KernelTable& k, DType dt, int64_t n_ctx, size_t n_layers, bool flash) {
+    p.n_head = 14;
+    p.n_kv_head = 2;
+    p.head_dim = 64;
+    p.scale = 0.125f;
+    p.flash = flash;
+    kv.k_dtype = kv.v_dtype = dt;
+    kv.block_size = 16;
+    kv.n_kv_head = p.n_kv_head;
+    kv.head_dim = p.head_dim;
+    kv.set_dense_strides();
+    n_blocks = static_cast<int32_t>((n_ctx + 15) / 16);
+    ks.resize(kv.k_block_stride_bytes * n_blocks * n_layers);
+    vs.resize(kv.v_block_stride_bytes * n_blocks * n_layers);
+    table.resize(n_blocks);
+    for (int32_t i = 0; i < n_blocks; ++i) table[i] = i;
+    kv.block_table = table;
+    std::vector<float> kvals(n_ctx * 2 * 64);
+    for (size_t i = 0; i < kvals.size(); ++i) kvals[i] = 0.01f * (i % 97);
+    for (size_t l = 0; l < n_layers; ++l) {
+      use_layer(l);
+      kv_store(k, kv, 0, n_ctx, kvals.data(), kvals.data());
+    }
+    use_layer(0);
+  }
+  void use_layer(size_t l) {
+    kv.k_base = ks.data() + l * kv.k_block_stride_bytes * n_blocks;
+    kv.v_base = vs.data() + l * kv.v_block_stride_bytes * n_blocks;
+  }
+};
+
+// The kernel table of arg 0 (available_kernel_tables() index), or null after skipping the
+// benchmark where this host has no such table.
+const KernelTable* table_arg(benchmark::State& state) {
+  const auto tables = available_kernel_tables();
+  if (state.range(0) < static_cast<int64_t>(tables.size())) return tables[state.range(0)];
+  state.SkipWithError("table not available");
+  return nullptr;
+}
+
+std::vector<float> bench_queries(int64_t n_tokens) {
+  std::vector<float> q(n_tokens * 14 * 64);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = 0.02f * (i % 13);
+  return q;
+}
+
 // args: table index, kv dtype, n_ctx, n_threads, n_tokens (the last n_tokens positions
 // are queries: 1 = decode, n_ctx = whole prefill), flash attention (0 / 1)
 void BM_Attention(benchmark::State& state) {
-  const auto tables = available_kernel_tables();
-  if (state.range(0) >= static_cast<int64_t>(tables.size())) {
-    state.SkipWithError("table not available");
-    return;
-  }
-  const KernelTable& k = *tables[state.range(0)];
+  const KernelTable* table = table_arg(state);
+  if (table == nullptr) return;
+  const KernelTable& k = *table;
   const DType dt = static_cast<DType>(state.range(1));
   const int64_t n_ctx = state.range(2);
   ThreadPool pool(static_cast<int>(state.range(3)));
-  AttentionParams p;
-  p.n_head = 14;
-  p.n_kv_head = 2;
-  p.head_dim = 64;
-  p.scale = 0.125f;
-  PagedKvView kv;
-  kv.k_dtype = kv.v_dtype = dt;
-  p.flash = state.range(5) != 0;
-  kv.block_size = 16;
-  kv.n_kv_head = p.n_kv_head;
-  kv.head_dim = p.head_dim;
-  kv.set_dense_strides();
-  const int32_t n_blocks = static_cast<int32_t>((n_ctx + 15) / 16);
-  std::vector<std::byte> ks(kv.k_block_stride_bytes * n_blocks), vs(kv.v_block_stride_bytes * n_blocks);
-  std::vector<int32_t> table(n_blocks);
-  for (int32_t i = 0; i < n_blocks; ++i) table[i] = (i * 7) % n_blocks == i ? i : i;
-  kv.k_base = ks.data();
-  kv.v_base = vs.data();
-  kv.block_table = table;
+  QwenAttention a(k, dt, n_ctx, 1, state.range(5) != 0);
   const int64_t n_tokens = state.range(4);
-  std::vector<float> kvals(n_ctx * 2 * 64), q(n_tokens * 14 * 64), out(n_tokens * 14 * 64);
-  for (size_t i = 0; i < kvals.size(); ++i) kvals[i] = 0.01f * (i % 97);
-  for (size_t i = 0; i < q.size(); ++i) q[i] = 0.02f * (i % 13);
-  kv_store(k, kv, 0, n_ctx, kvals.data(), kvals.data());
-  std::vector<std::byte> scratch(attention_scratch_bytes(p, n_tokens, n_ctx, pool.n_threads()));
+  const std::vector<float> q = bench_queries(n_tokens);
+  std::vector<float> out(q.size());
+  std::vector<std::byte> scratch(attention_scratch_bytes(a.p, n_tokens, n_ctx, pool.n_threads()));
   for (auto _ : state) {
-    attention(k, pool, p, kv, q.data(), n_ctx - n_tokens, n_tokens, out.data(), scratch.data());
+    attention(k, pool, a.p, a.kv, q.data(), n_ctx - n_tokens, n_tokens, out.data(), scratch.data());
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetLabel(std::string(k.name) + " " + std::string(dtype_name(dt)) + (p.flash ? " flash" : ""));
+  state.SetLabel(std::string(k.name) + " " + std::string(dtype_name(dt)) + (a.p.flash ? " flash" : ""));
   // Query-key pairs (causal) x 14 heads x 2 dot products of 64 x 2 flop.
   double pairs = 0;
   for (int64_t t = 0; t < n_tokens; ++t) pairs += static_cast<double>(n_ctx - n_tokens + t + 1);
@@ -186,6 +220,42 @@ BENCHMARK(BM_Attention)
     ->Args({2, static_cast<int>(DType::kF16), 512, 1, 512, 0})
     ->Args({1, static_cast<int>(DType::kF16), 512, 1, 512, 1})
     ->UseRealTime();
+
+// Decode at depth as the model sees it: one query token against n_ctx cached keys of
+// qwen2.5-0.5b's attention shape, flash attention, cycling over enough layers' caches
+// (>= 64 MiB) that the KV streams from memory, not L3. Reports the KV bytes read per
+// second (K and V of every key, "KV GB/s": per core at 1 thread; CPU time of the calling
+// thread, so read 1-thread figures under load). args: table index, kv dtype, n_ctx,
+// n_threads.
+void BM_AttentionDepth(benchmark::State& state) {
+  const KernelTable* table = table_arg(state);
+  if (table == nullptr) return;
+  const KernelTable& k = *table;
+  const DType dt = static_cast<DType>(state.range(1));
+  const int64_t n_ctx = state.range(2);
+  ThreadPool pool(static_cast<int>(state.range(3)));
+  const size_t one_layer = 2 * 2 * row_bytes(dt, 64) * static_cast<size_t>((n_ctx + 15) / 16 * 16);  // K, V x 2 heads
+  const size_t n_layers = (size_t{64} << 20) / one_layer + 1;
+  QwenAttention a(k, dt, n_ctx, n_layers, true);
+  const std::vector<float> q = bench_queries(1);
+  std::vector<float> out(q.size());
+  std::vector<std::byte> scratch(attention_scratch_bytes(a.p, 1, n_ctx, pool.n_threads()));
+  size_t l = 0;
+  for (auto _ : state) {
+    a.use_layer(l);
+    attention(k, pool, a.p, a.kv, q.data(), n_ctx - 1, 1, out.data(), scratch.data());
+    benchmark::DoNotOptimize(out.data());
+    l = (l + 1) % n_layers;
+  }
+  state.SetLabel(std::string(k.name) + " " + std::string(dtype_name(dt)));
+  const double kv_bytes = static_cast<double>(n_ctx) * a.p.n_kv_head * (a.kv.k_row_bytes() + a.kv.v_row_bytes());
+  state.counters["KV_GB/s"] = benchmark::Counter(kv_bytes * state.iterations(), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_AttentionDepth)
+    ->ArgsProduct({{1, 2},
+                   {static_cast<int>(DType::kF16), static_cast<int>(DType::kQ8_0), static_cast<int>(DType::kQ4_0)},
+                   {4096, 16384},
+                   {1, 2}});
 
 }  // namespace
 }  // namespace lumen::kernels
