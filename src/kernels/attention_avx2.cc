@@ -49,7 +49,7 @@ __m256i bcast_i32(const void* p) {
 }
 
 // t[s] lane r = dword s of r[r]: an 8 x 8 transpose of int32.
-void transpose8(const __m256i r[8], __m256i t[8]) {
+[[gnu::always_inline]] inline void transpose8(const __m256i r[8], __m256i t[8]) {
   __m256i a[8], b[8];
   for (int i = 0; i < 4; ++i) {
     a[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);      // dwords 0,1 | 4,5 of rows 2i, 2i+1
@@ -86,10 +86,8 @@ void load_tile(const std::byte* w, size_t w_stride, int64_t n_keys, int64_t nb, 
   const __m256i low4 = _mm256_set1_epi8(15);
   for (int64_t b = 0; b < nb; ++b) {
     __m256i q[kTileKeys];
-    alignas(16) uint16_t d[kTileKeys];
     for (int r = 0; r < kTileKeys; ++r) {
       const Block& blk = rows[r][b];
-      d[r] = blk.d_f16;
       if constexpr (KeyTile<Block>::kSigned) {
         q[r] = load256(blk.qs);
       } else {  // element order: low nibbles are quants 0..15, high nibbles 16..31
@@ -97,7 +95,8 @@ void load_tile(const std::byte* w, size_t w_stride, int64_t n_keys, int64_t nb, 
         q[r] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(lo, 4), lo), low4);
       }
     }
-    tile.d[b] = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d)));
+    tile.d[b] = _mm256_cvtph_ps(_mm_setr_epi16(rows[0][b].d_f16, rows[1][b].d_f16, rows[2][b].d_f16, rows[3][b].d_f16,
+                                               rows[4][b].d_f16, rows[5][b].d_f16, rows[6][b].d_f16, rows[7][b].d_f16));
     if constexpr (KeyTile<Block>::kSigned) {
       transpose8(q, tile.sgn[b]);
       for (int s = 0; s < 8; ++s) tile.u[b][s] = _mm256_abs_epi8(tile.sgn[b][s]);
@@ -113,9 +112,17 @@ struct QuerySide {
   int32_t sum8[kMaxBlocks];
 };
 constexpr int64_t kSideCols = 32;  // queries whose side is made per pass over the keys
+constexpr int64_t kPassCols = 4;   // queries per pass over a key tile (registers: 2 per query)
 
-QuerySide query_side(const BlockQ8_0* bx, int64_t nb) {
-  QuerySide side;
+// Written in place (a QuerySide returned by value was copied with wide loads right after
+// its narrow stores: a store-forwarding stall per call, i.e. per cache block of keys).
+// q8_0 keys need only the scales.
+template <typename Block>
+void query_side(const BlockQ8_0* bx, int64_t nb, QuerySide& side) {
+  if constexpr (KeyTile<Block>::kSigned) {
+    for (int64_t b = 0; b < nb; ++b) side.d[b] = _cvtsh_ss(bx[b].d_f16);
+    return;
+  }
   const __m256i eights = _mm256_set1_epi8(8), ones16 = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < nb; ++b) {
     side.d[b] = _cvtsh_ss(bx[b].d_f16);
@@ -125,7 +132,6 @@ QuerySide query_side(const BlockQ8_0* bx, int64_t nb) {
     t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
     side.sum8[b] = _mm_cvtsi128_si32(t);
   }
-  return side;
 }
 
 // The scores of the tile's 8 keys (lane r = key r) against NC queries: per block the exact
@@ -179,17 +185,24 @@ void key_scores_q(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows
     const int64_t nc = std::min(kSideCols, n_cols - c0);
     for (int64_t c = 0; c < nc; ++c) {
       bx[c] = reinterpret_cast<const BlockQ8_0*>(x + (c0 + c) * x_stride);
-      side[c] = query_side(bx[c], nb);
+      query_side<Block>(bx[c], nb, side[c]);
     }
     for (int64_t r0 = 0; r0 < n_rows; r0 += kTileKeys) {
       const int64_t n_keys = std::min<int64_t>(kTileKeys, n_rows - r0);
       load_tile(w + r0 * w_stride, w_stride, n_keys, nb, tile);
-      for (int64_t c = 0; c < nc; c += 2) {
-        __m256 out[2];
-        const int n_pair = c + 1 < nc ? 2 : 1;
-        if (n_pair == 2) tile_scores<Block, 2>(tile, nb, bx + c, side + c, out);
-        else tile_scores<Block, 1>(tile, nb, bx + c, side + c, out);
-        for (int j = 0; j < n_pair; ++j) {
+      // The queries in passes of at most kPassCols, as equal as can be (7 = 4 + 3).
+      const int64_t n_passes = (nc + kPassCols - 1) / kPassCols;
+      for (int64_t pass = 0; pass < n_passes; ++pass) {
+        const int64_t c = nc * pass / n_passes;
+        const int n_pass = static_cast<int>(nc * (pass + 1) / n_passes - c);
+        __m256 out[kPassCols];
+        switch (n_pass) {
+          case 1: tile_scores<Block, 1>(tile, nb, bx + c, side + c, out); break;
+          case 2: tile_scores<Block, 2>(tile, nb, bx + c, side + c, out); break;
+          case 3: tile_scores<Block, 3>(tile, nb, bx + c, side + c, out); break;
+          default: tile_scores<Block, 4>(tile, nb, bx + c, side + c, out); break;
+        }
+        for (int j = 0; j < n_pass; ++j) {
           float* yc = y + (c0 + c + j) * y_stride + r0;
           if (n_keys == kTileKeys) {
             _mm256_storeu_ps(yc, out[j]);

@@ -178,22 +178,32 @@ void convert_queries(const TypeKernels& tk, int32_t hd, const Rows& rs, std::byt
 }
 
 // Calls fn(j, n, k_rows, v_rows) for keys [j0, j1) of kv head h, one block at a time, after
-// asking for the K and V rows of the block kPrefetchBlocks ahead when `prefetch` (the cache
-// is paged: the hardware prefetcher cannot guess the next block). The K pass over a chunk
-// prefetches both; the V pass that follows finds its rows already fetched.
+// asking for the rows of the block kPrefetchBlocks ahead if it holds keys below
+// prefetch_end (the cache is paged: the hardware prefetcher cannot guess the next block).
+// The K pass over a chunk (kKeysAndValues) fetches K into L1 and V into L2, past the
+// chunk's end into the next chunk, which the same task (or, in flash decoding, the same
+// thread's next task) reads next; the V pass that follows (kValues) brings its V rows from
+// L2 into L1 ahead of the accumulate (a chunk's K and V rows together outgrow L1).
+enum class Fetch : uint8_t { kKeysAndValues, kValues };
+
 template <typename Fn>
-void for_blocks(const PagedKvView& kv, int32_t h, int64_t j0, int64_t j1, bool prefetch, Fn&& fn) {
+void for_blocks(const PagedKvView& kv, int32_t h, int64_t j0, int64_t j1, int64_t prefetch_end, Fetch fetch,
+                Fn&& fn) {
   constexpr int64_t kPrefetchBlocks = 2;
   const int32_t bs = kv.block_size;
   const size_t k_bytes = static_cast<size_t>(bs) * kv.k_row_bytes(), v_bytes = static_cast<size_t>(bs) * kv.v_row_bytes();
   for (int64_t j = j0; j < j1;) {
     const int64_t n = std::min<int64_t>(j1 - j, bs - j % bs);
     const int64_t j_ahead = (j / bs + kPrefetchBlocks) * bs;
-    if (prefetch && j_ahead < j1) {
-      const char* pk = reinterpret_cast<const char*>(kv.k_addr(j_ahead, h));
+    if (j_ahead < prefetch_end) {
       const char* pv = reinterpret_cast<const char*>(kv.v_addr(j_ahead, h));
-      for (size_t off = 0; off < k_bytes; off += 64) _mm_prefetch(pk + off, _MM_HINT_T0);
-      for (size_t off = 0; off < v_bytes; off += 64) _mm_prefetch(pv + off, _MM_HINT_T0);
+      if (fetch == Fetch::kKeysAndValues) {
+        const char* pk = reinterpret_cast<const char*>(kv.k_addr(j_ahead, h));
+        for (size_t off = 0; off < k_bytes; off += 64) _mm_prefetch(pk + off, _MM_HINT_T0);
+        for (size_t off = 0; off < v_bytes; off += 64) _mm_prefetch(pv + off, _MM_HINT_T1);
+      } else {
+        for (size_t off = 0; off < v_bytes; off += 64) _mm_prefetch(pv + off, _MM_HINT_T0);
+      }
     }
     fn(j, n, kv.k_addr(j, h), kv.v_addr(j, h));
     j += n;
@@ -231,7 +241,7 @@ void chunk_partial(const KernelTable& k, const TypeKernels& tk, const AttentionP
   }
   // sc(i, j): row i's score (then p) of key j in [u0, u1).
   auto sc = [&](int64_t i, int64_t j) { return ts.scores + i * kChunkKeys + (j - u0); };
-  for_blocks(kv, rs.kv_head, u0, u1, true, [&](int64_t j, int64_t n, const std::byte* k_rows, const std::byte*) {
+  for_blocks(kv, rs.kv_head, u0, u1, last_pos + 1, Fetch::kKeysAndValues, [&](int64_t j, int64_t n, const std::byte* k_rows, const std::byte*) {
     tk.k_scores(hd, k_rows, kv.k_row_bytes(), n, ts.qq, tk.q_row_bytes, n_rows, sc(0, j), kChunkKeys);
   });
   for (int32_t i = 0; i < n_rows; ++i) {
@@ -252,7 +262,7 @@ void chunk_partial(const KernelTable& k, const TypeKernels& tk, const AttentionP
     std::fill(sc(i, b), sc(i, u1), 0.0f);
   }
   const bool group = hd % kGroupDimMultiple == 0;
-  for_blocks(kv, rs.kv_head, u0, u1, false, [&](int64_t jb, int64_t nb, const std::byte*, const std::byte* v_block) {
+  for_blocks(kv, rs.kv_head, u0, u1, u1, Fetch::kValues, [&](int64_t jb, int64_t nb, const std::byte*, const std::byte* v_block) {
     for (int64_t j = jb; j < jb + nb; j += kConvKeys) {
       const int64_t n = std::min(kConvKeys, jb + nb - j);
       const float* v = v_rows_f32(k, tk, kv, v_block + (j - jb) * kv.v_row_bytes(), n, ts.vf);
@@ -347,14 +357,16 @@ void attend_split(const KernelTable& k, const TypeKernels& tk, ThreadPool& pool,
       }
     }
   });
-  // Merge each head's chunks in order, as attend_rows does.
-  std::byte* run_base = base;  // thread 0's scratch is free again
-  const ThreadScratch ts = carve_thread(run_base, group, hd);
-  for (int32_t h = 0; h < p.n_head; ++h) {
-    reset_rows(ts.run, 1, hd);
-    for (int64_t ci = 0; ci < n_chunks; ++ci) merge_row(ts.run, 0, all, static_cast<int64_t>(h) * n_chunks + ci, hd);
-    finish_row(ts.run.acc, ts.run.l[0], hd, out + static_cast<int64_t>(h) * hd);
-  }
+  // Merge each head's chunks in order, as attend_rows does; the heads split over the
+  // threads (at depth 16384 a layer has n_head x 64 merges).
+  pool.for_ranges(n_active, p.n_head, 1, [&](int64_t b, int64_t e, int thread_idx) {
+    const ThreadScratch ts = carve_thread(base + thread_idx * per_thread, group, hd);
+    for (int64_t h = b; h < e; ++h) {
+      reset_rows(ts.run, 1, hd);
+      for (int64_t ci = 0; ci < n_chunks; ++ci) merge_row(ts.run, 0, all, h * n_chunks + ci, hd);
+      finish_row(ts.run.acc, ts.run.l[0], hd, out + h * hd);
+    }
+  });
 }
 
 }  // namespace
