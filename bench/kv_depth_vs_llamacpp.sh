@@ -13,6 +13,9 @@
 #     -> tgN@dD tok/s, its % of the bandwidth read around the run (weights + the KV read at
 #        that depth: the phased roofline's memory roof), and depth_prefill_tok_s (the depth
 #        prefilled in chunks of 512, as llama.cpp's ubatch)
+# The depth-prefill columns at -d 8192 are issue 16's "prefill of 8k tokens" (both engines
+# prefill 8192 tokens in chunks of 512 from an empty cache):
+#   bench/kv_depth_vs_llamacpp.sh --llama-batched-bench BIN -m F -d 4096,8192,16384 -n 64
 # Each figure is the median over --rounds (the engine going first alternates), with the
 # range. Raw JSON lines go to /tmp/kv-depth-<time>.jsonl. The machine should be quiet: the
 # script prints `uptime` before and after; a loaded machine's figures are not results.
@@ -40,7 +43,7 @@ while [[ $# -gt 0 ]]; do
     --kv-type) kv_types=$2; shift 2 ;;
     -t) threads=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "kv_depth_vs_llamacpp.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
