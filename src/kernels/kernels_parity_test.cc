@@ -95,6 +95,9 @@ std::vector<Activation> adversarial_activations(std::mt19937& rng, int64_t n) {
   out.push_back({"sparse", onehot});
   std::vector<float> denorm = testing::random_floats(rng, n, 1e-39f);
   out.push_back({"denormal", denorm});
+  // Every quant at +127: with saturated weights, each int16 partial sum of a tile reaches
+  // the bound its comment states (q5_K: 8 products of 31 * 127 per lane, one more overflows).
+  out.push_back({"constant", std::vector<float>(n, 1.0f)});
   return out;
 }
 
@@ -378,6 +381,20 @@ TEST(KernelsParity, InterleavedGemm) {
                 }
               }
               log.check(y[cols * n_rows] == -1.0f, where + " interleaved wrote past y", 1, 0);
+            }
+            // Decode: every activation (column) alone through the 1-column tiles.
+            for (int64_t c = 0; c < n_cols; ++c) {
+              std::vector<float> y(n_rows + 1, -1.0f);
+              ik.gemm(n, groups.data(), n_rows, xq.data() + c * xs, xs, side.data() + c * ss, ss, 1, y.data(), n_rows);
+              for (int64_t r = 0; r < n_rows; ++r) {
+                const float want = mk->vec_dot(n, wt.w.data() + r * ws, xq.data() + c * xs);
+                ++n_checked;
+                log.check(y[r] == want || (std::isnan(y[r]) && std::isnan(want)),
+                          where + " interleaved 1-column!=vec_dot rows " + std::to_string(n_rows) + " row " +
+                              std::to_string(r) + " col " + std::to_string(c),
+                          std::fabs(y[r] - want), 0);
+              }
+              log.check(y[n_rows] == -1.0f, where + " interleaved 1-column wrote past y", 1, 0);
             }
           }
         }

@@ -468,6 +468,24 @@ template <size_t kGroupBlock>
     _mm_prefetch(reinterpret_cast<const char*>(gb + kPrefetchAhead + off), _MM_HINT_T0);
 }
 
+// The 1-column (decode) tiles prefetch further ahead and spread the lines over a block's
+// steps instead of a burst at its start: step `step` of kSteps touches its share of the
+// group block's lines kPrefetchAheadCol bytes ahead. With the burst 2.3 KB ahead, the
+// block's last lines (its scales) were often still missing when read (perf annotate: a
+// quarter of the q4_K tile's samples on the scale loads). Out of cache, 2 threads
+// (docs/perf.md, "1-column tiles: prefetch spread 8 KB ahead"): q4_K from 80% to 96% of a
+// summing read of the same bytes, q5_K 83% -> 107%, q6_K 87% -> 93%.
+constexpr size_t kPrefetchAheadCol = 8192;
+template <size_t kGroupBlock, int kSteps>
+[[gnu::always_inline]] inline void prefetch_col_step(const std::byte* gb, int step) {
+  constexpr int kLines = static_cast<int>((kGroupBlock + 63) / 64);  // gb need not be line-aligned
+  constexpr int kPerStep = (kLines + kSteps - 1) / kSteps;
+  const char* p = reinterpret_cast<const char*>(gb) + kPrefetchAheadCol + 64 * kPerStep * step;
+  #pragma GCC unroll 8
+  for (int i = 0; i < kPerStep; ++i)
+    if (kPerStep * step + i < kLines) _mm_prefetch(p + 64 * i, _MM_HINT_T0);
+}
+
 // q8_0 / q4_0: acc += (float)sumi * (d_w * d_x) per block.
 //
 // q4_0: the 8 maddubs of a block (4 dwords x low / high nibbles) add up in int16: each
@@ -656,35 +674,54 @@ void tile_kmin(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
   store_rows<C>(acc, n_rows, y, ys);
 }
 
-// q4_K against one activation row (decode), the arithmetic of tile_q4_k<1> written for
-// the 1-column case: per sub-block pair two int16 accumulators per nibble half (short add
-// chains, no spills), the per-row scales applied by one madd_epi16 per sub-block, one
-// float conversion per super-block. The int sums are exact, so this equals tile_q4_k<1>
-// (and vec_dot) bit for bit.
-void tile_q4_k_col(int64_t nb, const std::byte* group, const std::byte* x, const std::byte* side, int64_t n_rows,
+// q4_K / q5_K against one activation row (decode), the arithmetic of tile_kmin<kQ5, 1>
+// written for the 1-column case: per sub-block pair two int16 accumulators per nibble half
+// (short add chains, no spills), the per-row scales applied by one madd_epi16 per int16
+// sum (q4_K adds the two first: 8 maddubs of nibbles stay within int16, see tile_kmin; q5_K's
+// 4 each are at the limit), one float conversion per super-block. The int sums are exact,
+// so this equals tile_kmin<kQ5, 1> (and vec_dot) bit for bit.
+template <bool kQ5>
+void tile_kmin_col(int64_t nb, const std::byte* group, const std::byte* x, const std::byte* side, int64_t n_rows,
                    float* y) {
-  const __m256i m4 = _mm256_set1_epi8(15);
+  constexpr size_t kGroupBlock = kQ5 ? kQ5_KGroupBlock : kQ4_KGroupBlock;
+  const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16);
   __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
   for (int64_t ib = 0; ib < nb; ++ib) {
-    const std::byte* gb = group + ib * kQ4_KGroupBlock;
+    const std::byte* gb = group + ib * kGroupBlock;
     const std::byte* xb = x + ib * sizeof(BlockQ8_K);
     const std::byte* xq = xb + offsetof(BlockQ8_K, qs);
-    prefetch_ahead<kQ4_KGroupBlock>(gb);
     __m256i sumi = _mm256_setzero_si256();
     #pragma GCC unroll 1
     for (int cc = 0; cc < 4; ++cc) {
+      prefetch_col_step<kGroupBlock, 4>(gb, cc);
+      __m256i hl = _mm256_setzero_si256(), hh = _mm256_setzero_si256();
+      if constexpr (kQ5) {
+        hl = load256(gb + 1184 + 64 * cc);
+        hh = load256(gb + 1184 + 64 * cc + 32);
+      }
       __m256i tl[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
       __m256i th[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
       #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) {
         const __m256i q = load256(gb + (8 * cc + k) * 32);
-        const __m256i lo = _mm256_and_si256(q, m4);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        __m256i lo = _mm256_and_si256(q, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if constexpr (kQ5) {
+          lo = _mm256_or_si256(lo, _mm256_and_si256(shift_epi16(hl, 4 - k), b4));
+          hi = _mm256_or_si256(hi, _mm256_and_si256(shift_epi16(hh, 4 - k), b4));
+        }
         tl[k & 1] = _mm256_add_epi16(tl[k & 1], _mm256_maddubs_epi16(lo, bcast_i32(xq + 64 * cc + 4 * k)));
         th[k & 1] = _mm256_add_epi16(th[k & 1], _mm256_maddubs_epi16(hi, bcast_i32(xq + 64 * cc + 32 + 4 * k)));
       }
-      const __m256i pl = _mm256_madd_epi16(_mm256_add_epi16(tl[0], tl[1]), q4_k_scale_pairs(gb, 2 * cc));
-      const __m256i ph = _mm256_madd_epi16(_mm256_add_epi16(th[0], th[1]), q4_k_scale_pairs(gb, 2 * cc + 1));
+      const __m256i scl = q4_k_scale_pairs(gb, 2 * cc), sch = q4_k_scale_pairs(gb, 2 * cc + 1);
+      __m256i pl, ph;
+      if constexpr (kQ5) {
+        pl = _mm256_add_epi32(_mm256_madd_epi16(tl[0], scl), _mm256_madd_epi16(tl[1], scl));
+        ph = _mm256_add_epi32(_mm256_madd_epi16(th[0], sch), _mm256_madd_epi16(th[1], sch));
+      } else {
+        pl = _mm256_madd_epi16(_mm256_add_epi16(tl[0], tl[1]), scl);
+        ph = _mm256_madd_epi16(_mm256_add_epi16(th[0], th[1]), sch);
+      }
       sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
     }
     __m256i summ = _mm256_setzero_si256();
@@ -795,6 +832,57 @@ void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
   store_rows<C>(acc, n_rows, y, ys);
 }
 
+// q6_K against one activation row (decode), the arithmetic of tile_q6_k<1> written for the
+// 1-column case: each half's four scale-pair vectors loaded once (both sub-block halves are
+// picked from them), the prefetch spread over the block's four steps. Exact int sums and
+// the same float steps, so it equals tile_q6_k<1> bit for bit.
+void tile_q6_k_col(int64_t nb, const std::byte* group, const std::byte* x, int64_t n_rows, float* y) {
+  const __m256i pick_even = dword_shuffle(0x01000100), pick_odd = dword_shuffle(0x03020302);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    const std::byte* gb = group + ib * kQ6_KGroupBlock;
+    const std::byte* xb = x + ib * sizeof(BlockQ8_K);
+    __m256i sumi = _mm256_setzero_si256();
+    #pragma GCC unroll 1
+    for (int h = 0; h < 2; ++h) {
+      __m256i sp[4];  // quarter qi: the scale pairs t = 4h + qi, sub-blocks 8h + 2qi (even) and + 1 (odd)
+      #pragma GCC unroll 4
+      for (int qi = 0; qi < 4; ++qi) sp[qi] = q6_k_scale_pairs(gb, 4 * h + qi);
+      #pragma GCC unroll 1
+      for (int kk = 0; kk < 2; ++kk) {  // dwords k = 4kk .. 4kk + 3: the even or the odd sub-block
+        prefetch_col_step<kQ6_KGroupBlock, 4>(gb, 2 * h + kk);
+        __m256i sc[4];
+        #pragma GCC unroll 4
+        for (int qi = 0; qi < 4; ++qi) sc[qi] = _mm256_shuffle_epi8(sp[qi], kk == 0 ? pick_even : pick_odd);
+        #pragma GCC unroll 2
+        for (int k = 4 * kk; k < 4 * kk + 4; k += 2) {
+          __m256i v[2][4];
+          q6_k_unpack(gb + (8 * h + k) * 96, v[0]);
+          q6_k_unpack(gb + (8 * h + k + 1) * 96, v[1]);
+          const std::byte* xq = xb + offsetof(BlockQ8_K, qs) + 128 * h + 4 * k;
+          #pragma GCC unroll 4
+          for (int qi = 0; qi < 4; ++qi) {
+            const std::byte* xc = xq + 32 * qi;
+            const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(v[0][qi], bcast_i32(xc)),
+                                               _mm256_maddubs_epi16(v[1][qi], bcast_i32(xc + 4)));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, sc[qi]));
+          }
+        }
+      }
+    }
+    __m256i off = _mm256_setzero_si256();
+    #pragma GCC unroll 8
+    for (int t = 0; t < 8; ++t)
+      off = _mm256_add_epi32(off, _mm256_madd_epi16(q6_k_scale_pairs(gb, t), bcast_i32(xb + offsetof(BlockQ8_K, bsums) + 4 * t)));
+    const __m256 dw = _mm256_cvtph_ps(load128(gb + 1664));
+    float dx;
+    std::memcpy(&dx, xb + offsetof(BlockQ8_K, d), 4);
+    const __m256i si = _mm256_sub_epi32(sumi, _mm256_slli_epi32(off, 5));
+    acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dx), dw), _mm256_cvtepi32_ps(si)));
+  }
+  store_rows<1>(&acc, n_rows, y, 0);
+}
+
 // iq4_xs (the i-quants' S, iq_blocks.h): acc += (d_x * d_w) * (float)S per block, S =
 // sum_b sc[b] * (v . q8 over sub-block b), v = kIq4nlValues[code] (int8 in [-127, 113]).
 // maddubs(|q8|, v with q8's signs) gives pairs up to 2 * 127 * 127, so each is widened and
@@ -846,9 +934,51 @@ void tile_iq4_xs(int64_t nb, const std::byte* group, const std::byte* x, size_t 
   store_rows<C>(acc, n_rows, y, ys);
 }
 
+// iq4_xs against one activation row (decode), the arithmetic of tile_iq4_xs<1> with the
+// prefetch spread over the block's 8 sub-block steps (bit-exact with it).
+void tile_iq4_xs_col(int64_t nb, const std::byte* group, const std::byte* x, const std::byte* side, int64_t n_rows,
+                     float* y) {
+  const __m256i m4 = _mm256_set1_epi8(15);
+  const __m256i table = _mm256_broadcastsi128_si256(load128(kIq4nlValues));
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    const std::byte* gb = group + ib * kIQ4_XSGroupBlock;
+    const std::byte* xq = x + ib * sizeof(BlockQ8_K) + offsetof(BlockQ8_K, qs);
+    const std::byte* sb0 = side + ib * kQkK;
+    __m256i sumi = _mm256_setzero_si256();
+    #pragma GCC unroll 1
+    for (int b = 0; b < 8; ++b) {
+      prefetch_col_step<kIQ4_XSGroupBlock, 8>(gb, b);
+      const __m256i sc32 = _mm256_cvtepu16_epi32(_mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(gb + 1024 + 8 * b))));
+      const __m256i scp = _mm256_or_si256(sc32, _mm256_slli_epi32(sc32, 16));
+      #pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const __m256i q = load256(gb + (4 * b + k) * 32);
+        const __m256i vl = _mm256_shuffle_epi8(table, _mm256_and_si256(q, m4));
+        const __m256i vh = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+        const size_t e = 32 * b + 4 * k;
+        const __m256i pl = _mm256_maddubs_epi16(bcast_i32(sb0 + e), _mm256_sign_epi8(vl, bcast_i32(xq + e)));
+        const __m256i ph = _mm256_maddubs_epi16(bcast_i32(sb0 + e + 16), _mm256_sign_epi8(vh, bcast_i32(xq + e + 16)));
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_madd_epi16(pl, scp), _mm256_madd_epi16(ph, scp)));
+      }
+    }
+    const __m256 dw = _mm256_cvtph_ps(load128(gb + 1088));
+    float dx;
+    std::memcpy(&dx, x + ib * sizeof(BlockQ8_K) + offsetof(BlockQ8_K, d), 4);
+    acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dx), dw), _mm256_cvtepi32_ps(sumi)));
+  }
+  store_rows<1>(&acc, n_rows, y, 0);
+}
+
 template <int C> struct TileIQ4_XS {
   static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
-                  int64_t n_rows, float* y, int64_t ys) { tile_iq4_xs<C>(nb, g, x, xs, s, ss, n_rows, y, ys); }
+                  int64_t n_rows, float* y, int64_t ys) {
+    if constexpr (C == 1) {
+      tile_iq4_xs_col(nb, g, x, s, n_rows, y);
+    } else {
+      tile_iq4_xs<C>(nb, g, x, xs, s, ss, n_rows, y, ys);
+    }
+  }
 };
 template <int C> struct TileQ8_0 {
   static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
@@ -866,7 +996,7 @@ template <int C> struct TileQ4_K {
   static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
                   int64_t n_rows, float* y, int64_t ys) {
     if constexpr (C == 1) {
-      tile_q4_k_col(nb, g, x, s, n_rows, y);
+      tile_kmin_col<false>(nb, g, x, s, n_rows, y);
     } else {
       tile_kmin<false, C>(nb, g, x, xs, s, ss, n_rows, y, ys);
     }
@@ -875,12 +1005,24 @@ template <int C> struct TileQ4_K {
 
 template <int C> struct TileQ5_K {
   static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
-                  int64_t n_rows, float* y, int64_t ys) { tile_kmin<true, C>(nb, g, x, xs, s, ss, n_rows, y, ys); }
+                  int64_t n_rows, float* y, int64_t ys) {
+    if constexpr (C == 1) {
+      tile_kmin_col<true>(nb, g, x, s, n_rows, y);
+    } else {
+      tile_kmin<true, C>(nb, g, x, xs, s, ss, n_rows, y, ys);
+    }
+  }
 };
 
 template <int C> struct TileQ6_K {
   static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
-                  int64_t n_rows, float* y, int64_t ys) { tile_q6_k<C>(nb, g, x, xs, s, ss, n_rows, y, ys); }
+                  int64_t n_rows, float* y, int64_t ys) {
+    if constexpr (C == 1) {
+      tile_q6_k_col(nb, g, x, n_rows, y);
+    } else {
+      tile_q6_k<C>(nb, g, x, xs, s, ss, n_rows, y, ys);
+    }
+  }
 };
 
 // n_rows rows = consecutive groups from `groups`, each against every activation row, kCols
