@@ -59,6 +59,11 @@ std::string header_bytes(const std::string& key, uint64_t data_bytes) {
 // The mapped file if it is a complete cache for `key`, else a reason why not.
 Result<MappedFile> open_valid(const std::string& path, const std::string& key, uint64_t data_bytes) {
   LUMEN_ASSIGN_OR_RETURN(MappedFile f, MappedFile::open(path));
+  // Before the first read: the header check faults the file's first pages in, and readahead
+  // around them would otherwise fill the page cache with small folios, which no later
+  // MADV_HUGEPAGE can turn into 2 MiB mappings (measured on a cold cache: 94.7% of
+  // llama-3.2-1b's copy PMD-mapped when advised after the check, all when advised before).
+  f.advise_hugepages();
   const std::string want = header_bytes(key, data_bytes);
   if (f.size() != kDataOffset + data_bytes) return error("interleaved cache '" + path + "' has the wrong size");
   if (std::memcmp(f.data(), want.data(), want.size()) != 0)
