@@ -286,7 +286,7 @@ TEST(KernelsParity, PanelGemm) {
       for (int64_t n : {block, 3 * block, 19 * block}) {
         const int64_t n_rows_max = pk.rows > 0 ? pk.rows : 16;
         for (const Weights& wt : adversarial_weights(rng, dt, n_rows_max, n)) {
-          const int64_t n_cols = 19;  // > every tile width, odd tail
+          const int64_t n_cols = 19;  // 1..17 and 19: every tile width and tail
           const size_t xs = row_bytes(mr->act_dtype, n);
           const std::vector<std::byte> xq = quantized_columns(*mr, adversarial_activations(rng, n), n, n_cols);
           const size_t ws = row_bytes(dt, n);
@@ -350,7 +350,7 @@ TEST(KernelsParity, InterleavedGemm) {
       for (int64_t n : {block, 3 * block, 19 * block}) {
         const int64_t n_rows_max = 2 * ik.rows + 5;
         for (const Weights& wt : adversarial_weights(rng, dt, n_rows_max, n)) {
-          const int64_t n_cols = 19;  // > every tile width, odd tail
+          const int64_t n_cols = 19;  // 1..17 and 19: every tile width and tail
           const size_t xs = row_bytes(mr->act_dtype, n);
           const std::vector<std::byte> xq = quantized_columns(*mr, adversarial_activations(rng, n), n, n_cols);
           const size_t ss = ik.side_bytes(n);
@@ -366,7 +366,7 @@ TEST(KernelsParity, InterleavedGemm) {
             bool guard_ok = true;
             for (size_t i = bytes; i < groups.size(); ++i) guard_ok = guard_ok && groups[i] == std::byte{0x5a};
             log.check(guard_ok, where + " pack wrote past its groups, rows " + std::to_string(n_rows), 1, 0);
-            for (int64_t cols : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{8}, int64_t{9}, n_cols}) {
+            for (int64_t cols = 1; cols <= n_cols; cols += cols < 17 ? 1 : n_cols - 17) {
               std::vector<float> y(cols * n_rows + 1, -1.0f);
               ik.gemm(n, groups.data(), n_rows, xq.data(), xs, side.data(), ss, cols, y.data(), n_rows);
               for (int64_t r = 0; r < n_rows; ++r) {

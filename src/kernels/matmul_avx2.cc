@@ -486,11 +486,20 @@ template <size_t kGroupBlock, int kSteps>
     if (kPerStep * step + i < kLines) _mm_prefetch(p + 64 * i, _MM_HINT_T0);
 }
 
+// Keeps v in a register at this point of the program. The tiles' int sums are chains of
+// integer adds, which GCC may reassociate: it then sums all of a block's products of all
+// columns as one tree at the end, with every product live at once, and spills most of
+// them to the stack (q4_0, 4 columns: 32 ymm stores and reloads per block, a third of the
+// tile's time). Pinning each partial sum once per step keeps the sums in source order.
+#define LUMEN_PIN_REG(v) __asm__("" : "+x"(v))
+
 // q8_0 / q4_0: acc += (float)sumi * (d_w * d_x) per block.
 //
 // q4_0: the 8 maddubs of a block (4 dwords x low / high nibbles) add up in int16: each
 // lane sums 16 products of a nibble (<= 15) and an int8 (>= -128), |sum| <= 30720 < 2^15,
 // so the int16 sums are exact. q8_0 products need the sign trick (dot_i8) and int32 sums.
+// Each step unpacks a dword of the 8 rows once and meets all C columns with it (one
+// broadcast activation dword per maddubs).
 template <bool kNibbles, int C>
 void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side, size_t ss,
              int64_t n_rows, float* y, int64_t ys) {
@@ -508,8 +517,6 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
     __m256i s[C];
     if constexpr (kNibbles) {
       __m256i s16[C];
-      #pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) s16[c] = _mm256_setzero_si256();
       #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
         const __m256i q = load256(gb + 32 * k);
@@ -517,24 +524,28 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
         #pragma GCC unroll 8
         for (int c = 0; c < C; ++c) {
-          s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(lo, bcast_i32(xb + c * xs + 4 * k)));
-          s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(hi, bcast_i32(xb + c * xs + 16 + 4 * k)));
+          const std::byte* xc = xb + c * xs + 4 * k;
+          const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast_i32(xc)), _mm256_maddubs_epi16(hi, bcast_i32(xc + 16)));
+          s16[c] = k == 0 ? p : _mm256_add_epi16(s16[c], p);
+          LUMEN_PIN_REG(s16[c]);
         }
       }
       #pragma GCC unroll 8
       for (int c = 0; c < C; ++c)
         s[c] = _mm256_add_epi32(_mm256_madd_epi16(s16[c], ones16), bcast_i32(side + c * ss + ib * 8 + 4));
     } else {
-      #pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) s[c] = _mm256_setzero_si256();
-      #pragma GCC unroll 8
-      for (int g = 0; g < 8; ++g) {
-        const __m256i q = load256(gb + 32 * g);
-        const __m256i aq = _mm256_sign_epi8(q, q);
+      #pragma GCC unroll 4
+      for (int g = 0; g < 8; g += 2) {
+        const __m256i q0 = load256(gb + 32 * g), q1 = load256(gb + 32 * g + 32);
+        const __m256i aq0 = _mm256_sign_epi8(q0, q0), aq1 = _mm256_sign_epi8(q1, q1);
         #pragma GCC unroll 8
         for (int c = 0; c < C; ++c) {
-          const __m256i p16 = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(bcast_i32(xb + c * xs + 4 * g), q));
-          s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(p16, ones16));
+          const std::byte* xc = xb + c * xs + 4 * g;
+          const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(aq0, _mm256_sign_epi8(bcast_i32(xc), q0)), ones16);
+          const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(aq1, _mm256_sign_epi8(bcast_i32(xc + 4), q1)), ones16);
+          const __m256i p = _mm256_add_epi32(p0, p1);
+          s[c] = g == 0 ? p : _mm256_add_epi32(s[c], p);
+          LUMEN_PIN_REG(s[c]);
         }
       }
     }
@@ -565,8 +576,6 @@ void tile_q5_0(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
     prefetch_ahead<kQ5_0GroupBlock>(gb);
     const __m256i qh = load256(gb + 128);
     __m256i lo16[C], hi16[C];
-    #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) lo16[c] = hi16[c] = _mm256_setzero_si256();
     #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
       const __m256i q = load256(gb + 32 * k);
@@ -574,8 +583,12 @@ void tile_q5_0(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
       const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), _mm256_and_si256(_mm256_srli_epi32(qh, k), b4));
       #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) {
-        lo16[c] = _mm256_add_epi16(lo16[c], _mm256_maddubs_epi16(lo, bcast_i32(xb + c * xs + 4 * k)));
-        hi16[c] = _mm256_add_epi16(hi16[c], _mm256_maddubs_epi16(hi, bcast_i32(xb + c * xs + 16 + 4 * k)));
+        const __m256i pl = _mm256_maddubs_epi16(lo, bcast_i32(xb + c * xs + 4 * k));
+        const __m256i ph = _mm256_maddubs_epi16(hi, bcast_i32(xb + c * xs + 16 + 4 * k));
+        lo16[c] = k == 0 ? pl : _mm256_add_epi16(lo16[c], pl);
+        hi16[c] = k == 0 ? ph : _mm256_add_epi16(hi16[c], ph);
+        LUMEN_PIN_REG(lo16[c]);
+        LUMEN_PIN_REG(hi16[c]);
       }
     }
     const __m256 dw = _mm256_cvtph_ps(load128(gb + 160));
@@ -1025,12 +1038,25 @@ template <int C> struct TileQ6_K {
   }
 };
 
+// Tile<c>::run for the c = rest < kCols columns left over at the end of a row of tiles.
+template <int kCols, template <int> class Tile>
+[[gnu::always_inline]] inline void run_rest_tile(int64_t rest, int64_t nb, const std::byte* g, const std::byte* x, size_t xs,
+                                                 const std::byte* side, size_t ss, int64_t rows, float* y, int64_t ys) {
+  if constexpr (kCols > 1) {
+    if (rest == kCols - 1) {
+      Tile<kCols - 1>::run(nb, g, x, xs, side, ss, rows, y, ys);
+    } else {
+      run_rest_tile<kCols - 1, Tile>(rest, nb, g, x, xs, side, ss, rows, y, ys);
+    }
+  }
+}
+
 // n_rows rows = consecutive groups from `groups`, each against every activation row, kCols
-// at a time, the tail by the narrower tiles.
+// at a time, the tail by one narrower tile.
 template <int kBlock, size_t kGroupBlock, int kCols, template <int> class Tile>
 void gemm_groups(int64_t n, const std::byte* groups, int64_t n_rows, const std::byte* x, size_t xs,
                  const std::byte* side, size_t ss, int64_t n_cols, float* y, int64_t ys) {
-  static_assert(kCols >= 1 && kCols <= 4);
+  static_assert(kCols >= 1 && kCols <= 8);
   const int64_t nb = n / kBlock;
   const size_t stride = static_cast<size_t>(nb) * kGroupBlock;
   for (int64_t r0 = 0; r0 < n_rows; r0 += kRows) {
@@ -1039,13 +1065,7 @@ void gemm_groups(int64_t n, const std::byte* groups, int64_t n_rows, const std::
     int64_t c0 = 0;
     for (; c0 + kCols <= n_cols; c0 += kCols)
       Tile<kCols>::run(nb, g, x + c0 * xs, xs, side + c0 * ss, ss, rows, y + c0 * ys + r0, ys);
-    const int64_t rest = n_cols - c0;
-    const std::byte* xt = x + c0 * xs;
-    const std::byte* st = side + c0 * ss;
-    float* yt = y + c0 * ys + r0;
-    if constexpr (kCols > 3) if (rest == 3) Tile<3>::run(nb, g, xt, xs, st, ss, rows, yt, ys);
-    if constexpr (kCols > 2) if (rest == 2) Tile<2>::run(nb, g, xt, xs, st, ss, rows, yt, ys);
-    if constexpr (kCols > 1) if (rest == 1) Tile<1>::run(nb, g, xt, xs, st, ss, rows, yt, ys);
+    run_rest_tile<kCols, Tile>(n_cols - c0, nb, g, x + c0 * xs, xs, side + c0 * ss, ss, rows, y + c0 * ys + r0, ys);
   }
 }
 
@@ -1108,19 +1128,19 @@ void mm_q8_0_avx2(MatmulKernels& mk) {
   mk.vec_dot = &vec_dot_cols<PlainKernel<BlockQ8_0>>;
   mk.gemm = &gemm_cols<PlainKernel<BlockQ8_0>>;
   mk.interleaved = {"q8_0x8", kRows, &group_bytes<kQ8_0GroupBlock, kQk>, &q8_side_bytes, &prepare_side_q8<0>,
-                    &pack_q8<BlockQ8_0, kQ8_0GroupBlock, 32>, &gemm_groups<kQk, kQ8_0GroupBlock, 4, TileQ8_0>};
+                    &pack_q8<BlockQ8_0, kQ8_0GroupBlock, 32>, &gemm_groups<kQk, kQ8_0GroupBlock, 6, TileQ8_0>};
 }
 void mm_q4_0_avx2(MatmulKernels& mk) {
   mk.vec_dot = &vec_dot_cols<PlainKernel<BlockQ4_0>>;
   mk.gemm = &gemm_cols<PlainKernel<BlockQ4_0>>;
   mk.interleaved = {"q4_0x8", kRows, &group_bytes<kQ4_0GroupBlock, kQk>, &q8_side_bytes, &prepare_side_q8<8>,
-                    &pack_q8<BlockQ4_0, kQ4_0GroupBlock, 16>, &gemm_groups<kQk, kQ4_0GroupBlock, 4, TileQ4_0>};
+                    &pack_q8<BlockQ4_0, kQ4_0GroupBlock, 16>, &gemm_groups<kQk, kQ4_0GroupBlock, 6, TileQ4_0>};
 }
 void mm_q5_0_avx2(MatmulKernels& mk) {
   mk.vec_dot = &vec_dot_cols<PlainKernel<BlockQ5_0>>;
   mk.gemm = &gemm_cols<PlainKernel<BlockQ5_0>>;
   mk.interleaved = {"q5_0x8t", kRows, &group_bytes<kQ5_0GroupBlock, kQk>, &q8_side_bytes, &prepare_side_q8<16>,
-                    &pack_q5_0, &gemm_groups<kQk, kQ5_0GroupBlock, 4, TileQ5_0>};
+                    &pack_q5_0, &gemm_groups<kQk, kQ5_0GroupBlock, 6, TileQ5_0>};
 }
 void mm_q4_k_avx2(MatmulKernels& mk) {
   mk.vec_dot = &vec_dot_cols<PlainKMinKernel<BlockQ4_K>>;

@@ -103,6 +103,13 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
   for (int64_t n_tokens : {1, 4, 9, 17, 64, 512})
     for (DType dt : {DType::kQ4_0, DType::kQ4_K})
       b->Args({1, static_cast<int>(dt), 2304, 9216, n_tokens, 1, 1});
+  // The same for the legacy types' tiles, and q4_0 at gemma2-2b's ffn_down (9216 -> 2304) and
+  // qwen2.5-0.5b's ffn_up (896 -> 4864) shapes.
+  for (int64_t n_tokens : {9, 17, 64, 512}) {
+    for (DType dt : {DType::kQ5_0, DType::kQ8_0}) b->Args({1, static_cast<int>(dt), 2304, 9216, n_tokens, 1, 1});
+    b->Args({1, static_cast<int>(DType::kQ4_0), 9216, 2304, n_tokens, 1, 1});
+    b->Args({1, static_cast<int>(DType::kQ4_0), 896, 4864, n_tokens, 1, 1});
+  }
   // Decode out of cache (~75 MB of q4_0 weights, more than the L3): the memory-bound case.
   for (int table : {1, 2})
     for (int threads : {1, 2})
