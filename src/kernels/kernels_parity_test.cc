@@ -358,7 +358,8 @@ TEST(KernelsParity, InterleavedGemm) {
           const size_t ws = row_bytes(dt, n);
           const std::string where = std::string(t->name) + " " + std::string(dtype_name(dt)) +
                                     " n=" + std::to_string(n) + " w=" + wt.name;
-          for (int64_t n_rows : {int64_t{1}, int64_t{5}, int64_t{ik.rows - 1}, int64_t{ik.rows}, n_rows_max}) {
+          for (int64_t n_rows : {int64_t{1}, int64_t{5}, int64_t{ik.rows - 1}, int64_t{ik.rows}, int64_t{ik.rows + 5},
+                                 n_rows_max}) {
             const int64_t n_groups = (n_rows + ik.rows - 1) / ik.rows;
             const size_t bytes = n_groups * ik.group_bytes(n);
             std::vector<std::byte> groups(bytes + 64, std::byte{0x5a});

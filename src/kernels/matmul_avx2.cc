@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/iq_simd.h"
 #include "kernels/isa_kernels.h"
@@ -557,6 +558,61 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
   store_rows<C>(acc, n_rows, y, ys);
 }
 
+// q4_0, two groups (16 rows, the second kGroupStride bytes after the first) against C
+// columns: each broadcast activation dword meets both groups' nibbles, so a block costs
+// half the broadcasts of two tile_q8 calls. Step kh = 0..7 is dword kh & 3, low nibbles
+// for kh < 4, high after; the int16 sums are tile_q8's (16 products per lane, exact) and
+// the float steps per row and block the same, so each row's result is bit for bit
+// tile_q8's. The second group may be short: rows past n_rows are not stored.
+template <int C>
+void tile_q4_0_pair(int64_t nb, const std::byte* group, size_t group_stride, const std::byte* x, size_t xs,
+                    const std::byte* side, size_t ss, int64_t n_rows, float* y, int64_t ys) {
+  const __m256i m4 = _mm256_set1_epi8(15);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  __m256 acc[2][C];
+  #pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) acc[0][c] = acc[1][c] = _mm256_setzero_ps();
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    const std::byte* gb[2] = {group + ib * kQ4_0GroupBlock, group + group_stride + ib * kQ4_0GroupBlock};
+    const std::byte* xb = x + ib * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, qs);
+    prefetch_ahead<kQ4_0GroupBlock>(gb[0]);
+    prefetch_ahead<kQ4_0GroupBlock>(gb[1]);
+    __m256i s16[2][C];
+    #pragma GCC unroll 8
+    for (int kh = 0; kh < 8; ++kh) {
+      __m256i w[2];
+      #pragma GCC unroll 2
+      for (int g = 0; g < 2; ++g) {
+        const __m256i q = load256(gb[g] + 32 * (kh & 3));
+        w[g] = _mm256_and_si256(kh < 4 ? q : _mm256_srli_epi16(q, 4), m4);
+      }
+      #pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) {
+        const __m256i xv = bcast_i32(xb + c * xs + 4 * kh);  // element 4kh: low nibbles 0..15, high 16..31
+        #pragma GCC unroll 2
+        for (int g = 0; g < 2; ++g) {
+          const __m256i p = _mm256_maddubs_epi16(w[g], xv);
+          s16[g][c] = kh == 0 ? p : _mm256_add_epi16(s16[g][c], p);
+          LUMEN_PIN_REG(s16[g][c]);
+        }
+      }
+    }
+    const __m256 dw[2] = {_mm256_cvtph_ps(load128(gb[0] + 128)), _mm256_cvtph_ps(load128(gb[1] + 128))};
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      const __m256i corr = bcast_i32(side + c * ss + ib * 8 + 4);
+      const __m256 dx = bcast_f32(side + c * ss + ib * 8);
+      #pragma GCC unroll 2
+      for (int g = 0; g < 2; ++g) {
+        const __m256i si = _mm256_add_epi32(_mm256_madd_epi16(s16[g][c], ones16), corr);
+        acc[g][c] = _mm256_add_ps(acc[g][c], _mm256_mul_ps(_mm256_cvtepi32_ps(si), _mm256_mul_ps(dw[g], dx)));
+      }
+    }
+  }
+  store_rows<C>(acc[0], kRows, y, ys);
+  store_rows<C>(acc[1], n_rows - kRows, y + kRows, ys);
+}
+
 // q5_0: as q4_0 with the fifth bits. In the transposed qh dword, element 4k + j's bit is
 // bit k of byte j and element 16 + 4k + j's bit 4 + k of byte j: one shift of the dword
 // brings either to bit 4 of every byte j (bits shifted in from the next byte land below or
@@ -1000,6 +1056,8 @@ template <int C> struct TileQ8_0 {
 template <int C> struct TileQ4_0 {
   static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
                   int64_t n_rows, float* y, int64_t ys) { tile_q8<true, C>(nb, g, x, xs, s, ss, n_rows, y, ys); }
+  static void run2(int64_t nb, const std::byte* g, size_t gs, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
+                   int64_t n_rows, float* y, int64_t ys) { tile_q4_0_pair<C>(nb, g, gs, x, xs, s, ss, n_rows, y, ys); }
 };
 template <int C> struct TileQ5_0 {
   static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
@@ -1038,35 +1096,58 @@ template <int C> struct TileQ6_K {
   }
 };
 
-// Tile<c>::run for the c = rest < kCols columns left over at the end of a row of tiles.
-template <int kCols, template <int> class Tile>
-[[gnu::always_inline]] inline void run_rest_tile(int64_t rest, int64_t nb, const std::byte* g, const std::byte* x, size_t xs,
-                                                 const std::byte* side, size_t ss, int64_t rows, float* y, int64_t ys) {
-  if constexpr (kCols > 1) {
-    if (rest == kCols - 1) {
-      Tile<kCols - 1>::run(nb, g, x, xs, side, ss, rows, y, ys);
-    } else {
-      run_rest_tile<kCols - 1, Tile>(rest, nb, g, x, xs, side, ss, rows, y, ys);
+// A tile type with a two-group form: Tile<C>::run2(nb, g, group_stride, x, xs, side, ss,
+// n_rows, y, ys) computes rows 0 .. n_rows - 1 (8 < n_rows <= 16) of the groups at g and
+// g + group_stride, bit for bit as two run calls.
+template <template <int> class Tile>
+concept PairTile = requires { &Tile<1>::run2; };
+
+// One tile of c columns: run(...) of one group, or run2(...) of two (group_stride != 0).
+template <int C, template <int> class Tile>
+[[gnu::always_inline]] inline void run_tile(int64_t nb, const std::byte* g, size_t group_stride, const std::byte* x,
+                                            size_t xs, const std::byte* side, size_t ss, int64_t rows, float* y, int64_t ys) {
+  if constexpr (PairTile<Tile>) {
+    if (group_stride != 0) {
+      Tile<C>::run2(nb, g, group_stride, x, xs, side, ss, rows, y, ys);
+      return;
     }
   }
+  Tile<C>::run(nb, g, x, xs, side, ss, rows, y, ys);
 }
 
-// n_rows rows = consecutive groups from `groups`, each against every activation row, kCols
-// at a time, the tail by one narrower tile.
+// The row of tiles of one group (or pair) across all n_cols columns: kCols at a time, the
+// c = rest < kCols columns left over by one narrower tile.
+template <int kCols, template <int> class Tile>
+void run_tile_row(int64_t nb, const std::byte* g, size_t group_stride, const std::byte* x, size_t xs,
+                  const std::byte* side, size_t ss, int64_t rows, int64_t n_cols, float* y, int64_t ys) {
+  int64_t c0 = 0;
+  for (; c0 + kCols <= n_cols; c0 += kCols)
+    run_tile<kCols, Tile>(nb, g, group_stride, x + c0 * xs, xs, side + c0 * ss, ss, rows, y + c0 * ys, ys);
+  const int64_t rest = n_cols - c0;
+  [&]<int... kC>(std::integer_sequence<int, kC...>) {
+    ((rest == kC + 1 ? run_tile<kC + 1, Tile>(nb, g, group_stride, x + c0 * xs, xs, side + c0 * ss, ss, rows, y + c0 * ys, ys)
+                     : void()),
+     ...);
+  }(std::make_integer_sequence<int, kCols - 1>{});
+}
+
+// n_rows rows = consecutive groups from `groups`, each against every activation row; two
+// groups at a time while more than one is left, for tiles that have that form and from 2
+// columns on (one column, decode, reads each group once either way).
 template <int kBlock, size_t kGroupBlock, int kCols, template <int> class Tile>
 void gemm_groups(int64_t n, const std::byte* groups, int64_t n_rows, const std::byte* x, size_t xs,
                  const std::byte* side, size_t ss, int64_t n_cols, float* y, int64_t ys) {
   static_assert(kCols >= 1 && kCols <= 8);
   const int64_t nb = n / kBlock;
   const size_t stride = static_cast<size_t>(nb) * kGroupBlock;
-  for (int64_t r0 = 0; r0 < n_rows; r0 += kRows) {
-    const std::byte* g = groups + (r0 / kRows) * stride;
-    const int64_t rows = n_rows - r0;
-    int64_t c0 = 0;
-    for (; c0 + kCols <= n_cols; c0 += kCols)
-      Tile<kCols>::run(nb, g, x + c0 * xs, xs, side + c0 * ss, ss, rows, y + c0 * ys + r0, ys);
-    run_rest_tile<kCols, Tile>(n_cols - c0, nb, g, x + c0 * xs, xs, side + c0 * ss, ss, rows, y + c0 * ys + r0, ys);
+  int64_t r0 = 0;
+  if (PairTile<Tile> && n_cols >= 2) {
+    for (; r0 + kRows < n_rows; r0 += 2 * kRows)
+      run_tile_row<kCols, Tile>(nb, groups + (r0 / kRows) * stride, stride, x, xs, side, ss,
+                                std::min<int64_t>(n_rows - r0, 2 * kRows), n_cols, y + r0, ys);
   }
+  for (; r0 < n_rows; r0 += kRows)
+    run_tile_row<kCols, Tile>(nb, groups + (r0 / kRows) * stride, 0, x, xs, side, ss, n_rows - r0, n_cols, y + r0, ys);
 }
 
 size_t no_side_bytes(int64_t) { return 0; }

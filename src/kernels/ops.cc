@@ -29,8 +29,11 @@ namespace {
 //   prefill (panel path): a chunk is one panel of rows: the thread packs it into its own
 //     scratch and sweeps every activation row of the batch against it.
 //   interleaved weights (a copy made at load, kernel_table.h): decode as above for few
-//     activation rows, one group per chunk for many (no packing: the copy is already in
-//     the kernels' layout).
+//     activation rows. For many, a chunk is a few consecutive groups (up to
+//     kInterleavedChunkGroups, fewer when there would be too few chunks to share out)
+//     that meet the whole batch: the activations stream from L3 once per chunk, and the
+//     kernels see several groups at once (the AVX2 q4_0 tile takes two). No packing: the
+//     copy is already in the kernels' layout.
 //   fallback tiles (tables without a panel path): ranges as in decode; inside, kRowTile
 //     weight rows x kColTile activation rows, so a weight tile stays in L1/L2 while it meets
 //     the whole batch.
@@ -38,9 +41,10 @@ constexpr int64_t kRowTile = 16;
 constexpr int64_t kColTile = 64;
 constexpr int64_t kRowGroup = 16;
 constexpr size_t kGrainBytes = 128 * 1024;
-// Interleaved weights: from this many activation rows on, a chunk is one group (each
-// group meets the whole batch while it is in cache), below it decode-sized ranges.
+// Interleaved weights: from this many activation rows on, chunks of up to
+// kInterleavedChunkGroups groups (above), below it decode-sized ranges.
 constexpr int64_t kInterleavedGroupChunkCols = 8;
+constexpr int64_t kInterleavedChunkGroups = 4;
 
 constexpr int kMaxRopeDim = 1024;
 
@@ -218,9 +222,17 @@ void matmul_fused(const KernelTable& k, ThreadPool& pool, std::span<const Matmul
     }
   };
   if (panels || (ik != nullptr && n_tokens >= kInterleavedGroupChunkCols)) {
-    // Many activation rows: one unit (a panel, or an interleaved group) per chunk, each
-    // meeting the whole batch while it is in cache.
-    pool.for_chunks(n_active, n_units, [&](int64_t u, int thread_idx) { run_units(u, u + 1, thread_idx); });
+    // Many activation rows: one panel, or a few interleaved groups (whole pairs; at least
+    // 4 chunks per thread, so that the threads end close together), per chunk, meeting
+    // the whole batch while they are in cache.
+    int64_t chunk_units = 1;
+    if (!panels) {
+      chunk_units = std::clamp<int64_t>(n_units / (4 * static_cast<int64_t>(n_active)), 1, kInterleavedChunkGroups);
+      if (chunk_units > 1) chunk_units &= ~int64_t{1};
+    }
+    pool.for_chunks(n_active, (n_units + chunk_units - 1) / chunk_units, [&](int64_t chunk, int thread_idx) {
+      run_units(chunk * chunk_units, std::min(n_units, (chunk + 1) * chunk_units), thread_idx);
+    });
     return;
   }
   // Few activation rows: a contiguous range of units per thread, claimed kGrainBytes at a
