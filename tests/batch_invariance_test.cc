@@ -27,6 +27,8 @@ struct RunSetup {
   bool prefix_cache = true;
   bool neighbours = false;      // three other requests beside it
   bool warm_prefix = false;     // the same prompt ran before (prefix-cache hit)
+  int prompt_repeats = 1;       // the prompt under test is kPrompt this many times
+  size_t min_prompt_tokens = 0; // checked: the prompt under test is at least this long
 };
 
 const char* kPrompt = "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun.";
@@ -35,7 +37,7 @@ const char* kPrompt = "Once upon a time, there was a little girl named Lily. She
 std::vector<float> run(const RunSetup& s) {
   EngineConfig c;
   c.n_threads = s.n_threads;
-  c.n_ctx = 256;
+  c.n_ctx = 320;
   c.max_batch_tokens = s.max_batch_tokens;
   c.max_seqs = 4;
   c.enable_prefix_cache = s.prefix_cache;
@@ -48,6 +50,9 @@ std::vector<float> run(const RunSetup& s) {
   auto add = [&](const std::string& prompt, float temperature, int32_t n_tokens, int32_t top) {
     Request r;
     r.prompt_ids = eng.tokenizer().encode(prompt, true, false);
+    if (top > 0) {
+      EXPECT_GE(r.prompt_ids.size(), s.min_prompt_tokens);
+    }
     r.params.max_tokens = n_tokens;
     r.params.ignore_eos = true;
     r.params.sampling.temperature = temperature;
@@ -78,7 +83,9 @@ std::vector<float> run(const RunSetup& s) {
     add("Tom had a red ball. One day", 0.7f, 25, 0);
     add(std::string(kPrompt) + " Her mom said", 1.0f, 20, 0);
   }
-  const RequestId me = add(kPrompt, 0.0f, 12, n_vocab);
+  std::string prompt = kPrompt;
+  for (int i = 1; i < s.prompt_repeats; ++i) prompt += std::string(" ") + kPrompt;
+  const RequestId me = add(prompt, 0.0f, 12, n_vocab);
   std::vector<float> logits;
   drain(me, &logits);
   EXPECT_EQ(logits.size(), static_cast<size_t>(12) * n_vocab);
@@ -115,6 +122,25 @@ TEST(BatchInvariance, LogitsAreTheSameBitsWhateverRunsBeside) { expect_invariant
 // is in the step, each token's experts and the order their outputs are summed in are its own.
 TEST(BatchInvariance, MixtureOfExpertsLogitsAreTheSameBitsWhateverRunsBeside) {
   expect_invariant(std::string(LUMEN_TEST_DATA_DIR) + "/arch/qwen2moe-shared-expert/model.gguf");
+}
+
+// A small step runs its MoE experts' matrices as two parallel jobs and its MLA heads one per
+// thread; a big one runs the experts and heads one by one, each split over the threads
+// (model/blocks.h: kMoeBatchedPairs, kMlaHeadJobTokens). A prompt of 130+ tokens prefilled
+// in one step (the big paths: 130 tokens x 2 experts > 128 pairs, > 32 tokens) and in
+// steps of 5 tokens (the small ones, like decode) gives the same bits, on 2 threads.
+TEST(BatchInvariance, SmallAndLargeStepsOfMoeAndMlaGiveTheSameBits) {
+  for (const char* name : {"qwen2moe-shared-expert", "deepseek2-mla"}) {
+    SCOPED_TRACE(name);
+    const std::string model = std::string(LUMEN_TEST_DATA_DIR) + "/arch/" + name + "/model.gguf";
+    const RunSetup big{.model = model, .n_threads = 2, .max_batch_tokens = 256, .prompt_repeats = 6,
+                       .min_prompt_tokens = 130};
+    RunSetup small = big;
+    small.max_batch_tokens = 5;
+    const std::vector<float> a = run(big), b = run(small);
+    ASSERT_FALSE(a.empty());
+    EXPECT_TRUE(same_bits(a, b));
+  }
 }
 
 }  // namespace

@@ -87,6 +87,12 @@ Workspace make_workspace(const HParams& hp, const std::vector<LayerSpec>& specs,
     ws.expert_rows.resize(T * hp.n_expert_used);
     ws.xe.resize(T * hp.n_embd);
     ws.ye.resize(T * hp.n_embd);
+    const size_t P = std::min<size_t>(T * hp.n_expert_used, kMoeBatchedPairs);
+    ws.moe_x.resize(P * hp.n_embd);
+    ws.moe_gate.resize(P * hp.n_ff_exp);
+    ws.moe_up.resize(P * hp.n_ff_exp);
+    ws.moe_y.resize(P * hp.n_embd);
+    ws.moe_jobs.resize(2 * (hp.n_expert + 1));
   }
   if (hp.is_mla()) {
     const size_t row = hp.mla_row(), L = hp.n_lora_kv;
@@ -94,8 +100,10 @@ Workspace make_workspace(const HParams& hp, const std::vector<LayerSpec>& specs,
     ws.mla_kv.resize(T * row);
     ws.mla_q.resize(T * hp.n_head * row);
     ws.mla_o.resize(T * hp.n_head * row);
-    ws.mla_in.resize(T * std::max<size_t>(hp.qk_nope_dim(), L));
-    ws.mla_out.resize(T * std::max<size_t>(L, hp.head_dim_v));
+    const size_t rows = std::max(T, static_cast<size_t>(std::max(limits.n_threads, 1)) *
+                                        std::min<size_t>(T, kMlaHeadJobTokens));
+    ws.mla_in.resize(rows * std::max<size_t>(hp.qk_nope_dim(), L));
+    ws.mla_out.resize(rows * std::max<size_t>(L, hp.head_dim_v));
   }
   ws.sel.resize(R * hp.n_embd);
   ws.pos.resize(T);
@@ -126,6 +134,31 @@ Workspace make_workspace(const HParams& hp, const std::vector<LayerSpec>& specs,
   for (const LayerWeights& l : w.layers)
     for (const TensorView& m : l.w_uk)
       scratch = std::max(scratch, kernels::matmul_scratch_bytes(m.dtype, m.ne[0], T, limits.n_threads));
+  // MLA heads as one-thread jobs (at most kMlaHeadJobTokens rows); MoE experts as
+  // matmul_jobs (their gate / up, then down, over at most P pairs and T_b tokens).
+  size_t per_thread = 0;
+  const int64_t T_heads = std::min<int64_t>(T, kMlaHeadJobTokens);
+  const int64_t P = std::min<int64_t>(T * hp.n_expert_used, kMoeBatchedPairs);
+  const int64_t T_b = std::min<int64_t>(T, P);
+  for (const LayerWeights& l : w.layers) {
+    for (const std::vector<TensorView>* heads : {&l.w_uk, &l.w_uv})
+      for (const TensorView& m : *heads)
+        per_thread = std::max(per_thread, kernels::matmul_scratch_bytes(m.dtype, m.ne[0], T_heads, 1));
+    if (l.w_gate_exp.empty()) continue;
+    const bool sh = l.w_gate_shexp.data != nullptr;
+    const kernels::MatmulJobRows in_rows[] = {{l.w_gate_exp[0].dtype, hp.n_embd, P},
+                                              {l.w_up_exp[0].dtype, hp.n_embd, P},
+                                              {l.w_gate_shexp.dtype, hp.n_embd, sh ? T_b : 0},
+                                              {l.w_up_shexp.dtype, hp.n_embd, sh ? T_b : 0}};
+    const kernels::MatmulJobRows down_rows[] = {{l.w_down_exp[0].dtype, hp.n_ff_exp, P},
+                                                {l.w_down_shexp.dtype, hp.n_ff_shexp, sh ? T_b : 0}};
+    const int64_t n_jobs = 2 * (hp.n_expert + 1);
+    scratch = std::max({scratch, kernels::matmul_jobs_scratch_bytes(n_jobs, std::span(in_rows, sh ? 4 : 2)),
+                        kernels::matmul_jobs_scratch_bytes(n_jobs, std::span(down_rows, sh ? 2 : 1))});
+  }
+  ws.serial = std::make_unique<ThreadPool>(1);
+  ws.thread_scratch_bytes = (per_thread + 63) / 64 * 64;
+  ws.thread_scratch.resize(static_cast<size_t>(std::max(limits.n_threads, 1)) * ws.thread_scratch_bytes);
   kernels::AttentionParams ap{hp.n_head, hp.n_kv_head, hp.head_dim, 1.0f};
   if (hp.is_mla()) ap = kernels::AttentionParams{hp.n_head, 1, hp.mla_row(), 1.0f};
   scratch = std::max(scratch, kernels::attention_scratch_bytes(ap, T, limits.max_ctx, limits.n_threads));

@@ -8,11 +8,13 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
 
 #include "kernels/kernel_table.h"
+#include "kernels/matmul_jobs.h"
 #include "kernels/ops.h"
 #include "model/hparams.h"
 #include "model/layer_spec.h"
@@ -48,6 +50,13 @@ struct Workspace {
   std::vector<int32_t> expert_rows;  // [T * K] token * K + slot, grouped by expert
   std::vector<float> xe;             // [T][n_embd] the rows routed to one expert, gathered
   std::vector<float> ye;             // [T][n_embd] that expert's outputs
+  // The batched path of a step with at most kMoeBatchedPairs (token, slot) pairs
+  // (moe_block.cc), P = min(T * K, kMoeBatchedPairs) rows in expert_rows order:
+  std::vector<float> moe_x;          // [P][n_embd] each pair's input row, gathered
+  std::vector<float> moe_gate;       // [P][n_ff_exp]
+  std::vector<float> moe_up;         // [P][n_ff_exp]
+  std::vector<float> moe_y;          // [P][n_embd] each pair's expert output (unweighted)
+  std::vector<kernels::MatmulJob> moe_jobs;  // [2 (n_expert + 1)] one step's gate and up (or down) matmuls
   std::vector<int32_t> pos;        // [T] position of each token
   bool flash_attn = false;         // attention by kernels::flash_attention (ModelLimits)
   // Multi-head latent attention (empty otherwise): H heads, latent L, rope dims R.
@@ -55,9 +64,17 @@ struct Workspace {
   std::vector<float> mla_kv;       // [T][L + R] normed latent | roped key: the cache rows
   std::vector<float> mla_q;        // [T][H][L + R] absorbed queries: q_nope W_uk | roped q_pe
   std::vector<float> mla_o;        // [T][H][L + R] attention over the latent rows
-  std::vector<float> mla_in;       // [T][max(nope, L)] one head's rows, gathered
-  std::vector<float> mla_out;      // [T][max(L, v)] one head's projection
+  std::vector<float> mla_in;       // [max(T, n_threads * min(T, kMlaHeadJobTokens))][max(nope, L)]
+                                   // one head's rows, gathered (one head per thread)
+  std::vector<float> mla_out;      // [the same][max(L, v)] one head's projection
   std::vector<float> qk_rotation_signs;  // [head_dim] when ModelLimits::rotate_qk, else empty
+  // MLA heads of a small step in one parallel job: each head's projection runs whole on one
+  // thread of Pass::pool, through this one-thread pool (which runs it inline) and that
+  // thread's scratch (mla_block.cc).
+  std::unique_ptr<ThreadPool> serial;     // ThreadPool(1)
+  std::vector<std::byte> thread_scratch;  // [n_threads][thread_scratch_bytes]
+  size_t thread_scratch_bytes = 0;        // a multiple of 64
+  std::byte* scratch_of_thread(int thread_idx) { return thread_scratch.data() + thread_idx * thread_scratch_bytes; }
 
   // RoPE: the distinct RopeSpecs of the layers ("sets"), the set of each layer (-1: NoPE),
   // and each set's angles for this pass ([T][n_rot / 2] cos and sin), computed once per
@@ -67,6 +84,15 @@ struct Workspace {
   std::vector<std::vector<float>> rope_cos;  // [n_sets][T * n_rot / 2]
   std::vector<std::vector<float>> rope_sin;
 };
+
+// A MoE step with at most this many (token, slot) pairs runs all its experts' matrices as
+// two parallel jobs (kernels::matmul_jobs); a larger one runs the experts one by one, each
+// split over the threads (moe_block.cc).
+inline constexpr int64_t kMoeBatchedPairs = 128;
+// A step of at most this many tokens runs its MLA heads' projections as one parallel job,
+// each head whole on one thread; a larger one runs them one by one, each split over the
+// threads (mla_block.cc).
+inline constexpr int64_t kMlaHeadJobTokens = 32;
 
 // Builds the workspace of a model (every buffer at its largest size).
 Workspace make_workspace(const HParams& hp, const std::vector<LayerSpec>& specs, const ModelWeights& w,

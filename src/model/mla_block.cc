@@ -29,6 +29,7 @@
 // attention with -fa, the cache types of --kv-type; V takes K's type).
 // Wuk_h is a transposed copy made at load (ModelWeights::owned_matrices), Wuv_h a view of
 // wkv_b's rows.
+#include <algorithm>
 #include <cstring>
 
 #include "base/check.h"
@@ -45,6 +46,28 @@ void gather_cols(const float* src, int64_t T, int64_t stride, int64_t off, int64
 // columns [off, off + n) of dst [T][stride] = src [T][n]
 void scatter_cols(const float* src, int64_t T, int64_t n, float* dst, int64_t stride, int64_t off) {
   for (int64_t t = 0; t < T; ++t) std::memcpy(dst + t * stride + off, src + t * n, n * sizeof(float));
+}
+
+// fn(h, in, proj, pool, scratch) for every head h. A small step (at most kMlaHeadJobTokens
+// tokens: decode) shares the heads out over the pool's threads in one job, each head's
+// projection whole on its thread (pool = Workspace::serial) with that thread's rows of
+// mla_in / mla_out and its scratch: one dispatch per projection instead of one per head
+// (16 heads x 2 projections x 27 layers of DeepSeek-V2-Lite per token). A bigger step runs
+// the heads one by one, each split over the threads. The same bits either way.
+template <typename Fn>
+void for_heads(Pass& p, Fn&& fn) {
+  Workspace& ws = p.ws;
+  const int64_t T = p.n_tokens, H = p.hp.n_head, L = p.hp.n_lora_kv;
+  const int64_t in_stride = T * std::max<int64_t>(p.hp.qk_nope_dim(), L);
+  const int64_t out_stride = T * std::max<int64_t>(L, p.hp.head_dim_v);
+  if (T > kMlaHeadJobTokens) {  // big enough to split each head over the threads
+    for (int64_t h = 0; h < H; ++h) fn(h, ws.mla_in.data(), ws.mla_out.data(), p.pool, ws.scratch.data());
+    return;
+  }
+  p.pool.for_chunks(p.pool.n_threads(), H, [&](int64_t h, int thread_idx) {
+    fn(h, ws.mla_in.data() + thread_idx * in_stride, ws.mla_out.data() + thread_idx * out_stride, *ws.serial,
+       ws.scratch_of_thread(thread_idx));
+  });
 }
 
 }  // namespace
@@ -74,13 +97,13 @@ void mla_attention_block(Pass& p, int32_t il, const float* xn, float* out) {
 
   // Absorbed queries: qa_h = [q_nope_h Wuk_h | q_pe_h], then RoPE on the q_pe parts and on
   // the key (rows of L + R, rotating dims [L, L + R)).
-  for (int64_t h = 0; h < H; ++h) {
-    gather_cols(ws.q.data(), T, H * qk, h * qk, nope, ws.mla_in.data());
-    kernels::matmul(p.k, p.pool, l.w_uk[h], ws.mla_in.data(), T, ws.mla_out.data(), scratch);
-    scatter_cols(ws.mla_out.data(), T, L, ws.mla_q.data(), H * row, h * row);
+  for_heads(p, [&](int64_t h, float* in, float* proj, ThreadPool& pool, std::byte* head_scratch) {
+    gather_cols(ws.q.data(), T, H * qk, h * qk, nope, in);
+    kernels::matmul(p.k, pool, l.w_uk[h], in, T, proj, head_scratch);
+    scatter_cols(proj, T, L, ws.mla_q.data(), H * row, h * row);
     for (int64_t t = 0; t < T; ++t)
       std::memcpy(ws.mla_q.data() + (t * H + h) * row + L, ws.q.data() + (t * H + h) * qk + nope, R * sizeof(float));
-  }
+  });
   const int32_t set = ws.rope_set_of_layer[il];
   LUMEN_CHECK(set >= 0);
   const kernels::RopeParams& rp = ws.rope_sets[set];
@@ -102,11 +125,11 @@ void mla_attention_block(Pass& p, int32_t il, const float* xn, float* out) {
   }
 
   // Back from the latent: a_h = o_h[0:L] Wuv_h^T, then out = a Wo^T.
-  for (int64_t h = 0; h < H; ++h) {
-    gather_cols(ws.mla_o.data(), T, H * row, h * row, L, ws.mla_in.data());
-    kernels::matmul(p.k, p.pool, l.w_uv[h], ws.mla_in.data(), T, ws.mla_out.data(), scratch);
-    scatter_cols(ws.mla_out.data(), T, V, ws.attn.data(), H * V, h * V);
-  }
+  for_heads(p, [&](int64_t h, float* in, float* proj, ThreadPool& pool, std::byte* head_scratch) {
+    gather_cols(ws.mla_o.data(), T, H * row, h * row, L, in);
+    kernels::matmul(p.k, pool, l.w_uv[h], in, T, proj, head_scratch);
+    scatter_cols(proj, T, V, ws.attn.data(), H * V, h * V);
+  });
   p.tap("attn_out", il, ws.attn.data(), T * H * V);
   kernels::matmul(p.k, p.pool, l.wo, ws.attn.data(), T, out, scratch);
 }

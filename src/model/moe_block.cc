@@ -20,8 +20,19 @@
 //   expert 5's weights are read once for the three tokens; experts 1, 2, 4, 6, 7 not at all
 //
 // so a step with many tokens (prefill, many sequences decoding) reads each selected expert
-// once, and decode reads only the K selected ones. Nothing allocates: every buffer is in
-// the Workspace, sized at load for max_batch_tokens.
+// once, and decode reads only the K selected ones. How the experts' matmuls are issued
+// depends on the step's size:
+//
+//   at most kMoeBatchedPairs (token, slot) pairs (decode, a few sequences): every expert's
+//     gate and up rows as one parallel job, then every down row as another
+//     (kernels::matmul_jobs), the shared expert in the same jobs: 2 dispatches a layer
+//     instead of 2-3 per expert;
+//   more (prefill): expert by expert, each matmul split over the threads (each expert has
+//     enough rows to keep them busy, and the dispatches are a small share).
+//
+// Both sum the experts' outputs into a token's row in the same order (by expert), so a
+// token gets the same bits whichever path its step took. Nothing allocates: every buffer
+// is in the Workspace, sized at load for max_batch_tokens.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -84,16 +95,53 @@ void add_scaled(float* out, const float* y, float w, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] += w * y[i];
 }
 
-// down(silu(x Wgate^T) * (x Wup^T)) of n rows x [n][n_embd] -> y [n][n_embd], through the
-// workspace's gate / up buffers.
-void swiglu(Pass& p, const TensorView& w_gate, const TensorView& w_up, const TensorView& w_down, const float* x,
-            int64_t n, float* y) {
-  Workspace& ws = p.ws;
-  std::byte* scratch = ws.scratch.data();
+// y [n][n_embd] = down(silu(x Wgate^T) * (x Wup^T)) of n rows x [n][n_embd], through
+// gate / up [n][n_ff] and `scratch` (matmul scratch for n rows on `pool`).
+void swiglu(const kernels::KernelTable& k, ThreadPool& pool, const TensorView& w_gate, const TensorView& w_up,
+            const TensorView& w_down, const float* x, int64_t n, float* y, float* gate, float* up,
+            std::byte* scratch) {
   const int64_t f = w_gate.ne[1];
-  matmul_group(p.k, p.pool, {{&w_gate, ws.gate.data()}, {&w_up, ws.up.data()}}, x, n, scratch);
-  kernels::silu_mul(p.k, ws.gate.data(), ws.up.data(), n * f);
-  kernels::matmul(p.k, p.pool, w_down, ws.gate.data(), n, y, scratch);
+  matmul_group(k, pool, {{&w_gate, gate}, {&w_up, up}}, x, n, scratch);
+  kernels::silu_mul(k, gate, up, n * f);
+  kernels::matmul(k, pool, w_down, gate, n, y, scratch);
+}
+
+// The experts of a small step (decode, a few sequences: at most kMoeBatchedPairs pairs)
+// as two parallel jobs (kernels::matmul_jobs): the gate and up rows of every expert with
+// tokens (and of the shared expert), then their down rows, instead of two or three
+// dispatches per expert. Pair i's output row goes to moe_y row i (expert_rows order),
+// unweighted; the shared expert's to ye. A matmul row's result does not depend on how the
+// work was split (kernels/ops.h), so this gives the same bits as the expert-by-expert path.
+void experts_batched(Pass& p, const LayerWeights& l, bool shared, const float* xn) {
+  Workspace& ws = p.ws;
+  const int64_t T = p.n_tokens, E = p.hp.n_embd, F = p.hp.n_ff_exp;
+  const int32_t n_expert = p.hp.n_expert, K = p.hp.n_expert_used;
+  const int32_t* begin = ws.expert_begin.data();
+  for (int64_t i = 0; i < T * K; ++i)
+    std::memcpy(ws.moe_x.data() + i * E, xn + (ws.expert_rows[i] / K) * E, E * sizeof(float));
+  kernels::MatmulJob* jobs = ws.moe_jobs.data();
+  int64_t n_jobs = 0;
+  for (int32_t e = 0; e < n_expert; ++e) {
+    const int32_t r0 = begin[e], n = begin[e + 1] - r0;
+    if (n == 0) continue;
+    const float* x = ws.moe_x.data() + int64_t{r0} * E;
+    jobs[n_jobs++] = {&l.w_gate_exp[e], x, n, ws.moe_gate.data() + int64_t{r0} * F};
+    jobs[n_jobs++] = {&l.w_up_exp[e], x, n, ws.moe_up.data() + int64_t{r0} * F};
+  }
+  if (shared) {
+    jobs[n_jobs++] = {&l.w_gate_shexp, xn, T, ws.gate.data()};
+    jobs[n_jobs++] = {&l.w_up_shexp, xn, T, ws.up.data()};
+  }
+  kernels::matmul_jobs(p.k, p.pool, {jobs, static_cast<size_t>(n_jobs)}, ws.scratch.data(), ws.scratch.size());
+  kernels::silu_mul(p.k, ws.moe_gate.data(), ws.moe_up.data(), T * K * F);
+  if (shared) kernels::silu_mul(p.k, ws.gate.data(), ws.up.data(), T * p.hp.n_ff_shexp);
+  n_jobs = 0;
+  for (int32_t e = 0; e < n_expert; ++e) {
+    const int32_t r0 = begin[e], n = begin[e + 1] - r0;
+    if (n > 0) jobs[n_jobs++] = {&l.w_down_exp[e], ws.moe_gate.data() + int64_t{r0} * F, n, ws.moe_y.data() + int64_t{r0} * E};
+  }
+  if (shared) jobs[n_jobs++] = {&l.w_down_shexp, ws.gate.data(), T, ws.ye.data()};
+  kernels::matmul_jobs(p.k, p.pool, {jobs, static_cast<size_t>(n_jobs)}, ws.scratch.data(), ws.scratch.size());
 }
 
 }  // namespace
@@ -126,14 +174,24 @@ void moe_mlp(Pass& p, int32_t il, const float* xn, float* out) {
   for (int32_t e = n_expert; e > 0; --e) begin[e] = begin[e - 1];
   begin[0] = 0;
 
-  // Each expert with tokens: gather their rows, run the expert once, add back scaled.
+  // Each expert with tokens: gather their rows, run the expert once, add back scaled (in
+  // expert order, whichever path ran them).
   std::fill(out, out + T * E, 0.0f);
-  for (int32_t e = 0; e < n_expert; ++e) {
+  const bool batched = T * K <= kMoeBatchedPairs;
+  if (batched) {
+    experts_batched(p, l, s.shared_expert, xn);
+    for (int64_t i = 0; i < T * K; ++i) {
+      const int32_t pair = ws.expert_rows[i];
+      add_scaled(out + (pair / K) * E, ws.moe_y.data() + i * E, ws.expert_w[pair], E);
+    }
+  }
+  for (int32_t e = 0; e < n_expert && !batched; ++e) {
     const int32_t r0 = begin[e], n = begin[e + 1] - r0;
     if (n == 0) continue;
     for (int32_t i = 0; i < n; ++i)
       std::memcpy(ws.xe.data() + int64_t{i} * E, xn + (ws.expert_rows[r0 + i] / K) * E, E * sizeof(float));
-    swiglu(p, l.w_gate_exp[e], l.w_up_exp[e], l.w_down_exp[e], ws.xe.data(), n, ws.ye.data());
+    swiglu(p.k, p.pool, l.w_gate_exp[e], l.w_up_exp[e], l.w_down_exp[e], ws.xe.data(), n, ws.ye.data(),
+           ws.gate.data(), ws.up.data(), ws.scratch.data());
     for (int32_t i = 0; i < n; ++i) {
       const int32_t pair = ws.expert_rows[r0 + i];
       add_scaled(out + (pair / K) * E, ws.ye.data() + int64_t{i} * E, ws.expert_w[pair], E);
@@ -142,7 +200,9 @@ void moe_mlp(Pass& p, int32_t il, const float* xn, float* out) {
 
   // The shared expert: every token; Qwen2-MoE's scaled by a sigmoid gate of its own.
   if (s.shared_expert) {
-    swiglu(p, l.w_gate_shexp, l.w_up_shexp, l.w_down_shexp, xn, T, ws.ye.data());
+    if (!batched)
+      swiglu(p.k, p.pool, l.w_gate_shexp, l.w_up_shexp, l.w_down_shexp, xn, T, ws.ye.data(), ws.gate.data(),
+             ws.up.data(), ws.scratch.data());
     if (l.gate_inp_shexp == nullptr) kernels::add_in_place(p.k, out, ws.ye.data(), T * E);
     for (int64_t t = 0; t < T && l.gate_inp_shexp != nullptr; ++t) {
       float g = 0.0f;
