@@ -665,90 +665,110 @@ __m256i q4_k_scale_pairs(const std::byte* gb, int s) {
   return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
 }
 
+// The end of a q4_Kx8 / q5_Kx8 group block against C columns: summ = sum_s m[s] * bsum[s]
+// from the side data (this block's at side + c * ss), then acc += (d_x * d_w) * (float)sumi
+// and acc_m += (-d_x * dmin_w) * (float)summ, the reference's float steps.
+template <int C>
+[[gnu::always_inline]] inline void kmin_block_end(const std::byte* gb, const std::byte* xb, size_t xs, const std::byte* side,
+                                                  size_t ss, const __m256i* sumi, __m256* acc, __m256* acc_m) {
+  __m256i summ[C];
+  #pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) summ[c] = _mm256_setzero_si256();
+  #pragma GCC unroll 4
+  for (int t = 0; t < 4; ++t) {
+    const __m256i mins = _mm256_cvtepu8_epi16(load128(gb + 1088 + 16 * t));
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) summ[c] = _mm256_add_epi32(summ[c], _mm256_madd_epi16(mins, bcast_i32(side + c * ss + 4 * t)));
+  }
+  const __m256 dw = _mm256_cvtph_ps(load128(gb + 1152)), dminw = _mm256_cvtph_ps(load128(gb + 1168));
+  #pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) {
+    float dx;
+    std::memcpy(&dx, xb + c * xs + offsetof(BlockQ8_K, d), 4);
+    acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dx), dw), _mm256_cvtepi32_ps(sumi[c])));
+    acc_m[c] = _mm256_add_ps(acc_m[c], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(-dx), dminw), _mm256_cvtepi32_ps(summ[c])));
+  }
+}
+
+// Orders the unpacked quants v after `after` (the last accumulator of the previous step), so
+// that the compiler cannot hoist every step's loads and unpacking to the top of an unrolled
+// loop (they would all be live at once and spill).
+[[gnu::always_inline]] inline void keep_after(__m256i& v, __m256i& after) { asm("" : "+x"(v), "+x"(after)); }
+
 // q4_K / q5_K: acc += (d_x * d_w) * (float)sumi, acc_m += (-d_x * dmin_w) * (float)summ
 // per block, result acc + acc_m; sumi = sum_s sc[s] * (q . q8 over s), summ = sum_s m[s] *
 // bsum[s]. q4_K: a sub-block's 8 maddubs add up in int16 as q4_0's (16 products of a nibble
 // and an int8, |sum| <= 30720). q5_K (quants 0..31, the fifth bit from the transposed
 // dword: bit 8j + k -> bit 4 of byte j by one shift): 4 maddubs at a time (8 products,
 // |sum| <= 31744), so each sub-block is two int16 sums, each scaled by its own madd.
+//
+// q4_K / q5_K against C >= 2 activation rows (prefill, verify): the arithmetic above
+// sub-block by sub-block, so that only C int16 sums are live. Sub-block s = 2cc + half is the
+// low (half 0) or high (half 1) nibbles of dwords 8cc .. 8cc + 7; t[c] sums its 8 maddubs
+// (q5_K: two runs of 4, |sum| <= 31744, each scaled on its own), then sumi[c] += madd(t[c],
+// (sc, sc)). The int sums are exact, so this equals vec_dot (and the reference) bit for bit.
 template <bool kQ5, int C>
-void tile_kmin(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side, size_t ss,
-               int64_t n_rows, float* y, int64_t ys) {
+void tile_kmin_cols(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side, size_t ss,
+                    int64_t n_rows, float* y, int64_t ys) {
+  static_assert(C >= 2);
   constexpr size_t kGroupBlock = kQ5 ? kQ5_KGroupBlock : kQ4_KGroupBlock;
-  constexpr int kSplit = kQ5 ? 2 : 1;  // int16 partial sums per sub-block
+  constexpr int kRun = kQ5 ? 4 : 8;  // maddubs per int16 sum
   const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16);
   __m256 acc[C], acc_m[C];
-  #pragma GCC unroll 4
+  #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) acc[c] = acc_m[c] = _mm256_setzero_ps();
   for (int64_t ib = 0; ib < nb; ++ib) {
     const std::byte* gb = group + ib * kGroupBlock;
     const std::byte* xb = x + ib * sizeof(BlockQ8_K);
     prefetch_ahead<kGroupBlock>(gb);
-    __m256i sumi[C], summ[C];
-    #pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) sumi[c] = summ[c] = _mm256_setzero_si256();
+    __m256i sumi[C];
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) sumi[c] = _mm256_setzero_si256();
     #pragma GCC unroll 1
     for (int cc = 0; cc < 4; ++cc) {
-      const std::byte* xq = xb + offsetof(BlockQ8_K, qs) + 64 * cc;
-      const __m256i scl = q4_k_scale_pairs(gb, 2 * cc), sch = q4_k_scale_pairs(gb, 2 * cc + 1);
-      __m256i hl = _mm256_setzero_si256(), hh = _mm256_setzero_si256();
-      if constexpr (kQ5) {
-        hl = load256(gb + 1184 + 64 * cc);
-        hh = load256(gb + 1184 + 64 * cc + 32);
-      }
       #pragma GCC unroll 2
-      for (int part = 0; part < kSplit; ++part) {
-        __m256i tl[C], th[C];
-        #pragma GCC unroll 4
-        for (int c = 0; c < C; ++c) tl[c] = th[c] = _mm256_setzero_si256();
-        #pragma GCC unroll 8
-        for (int kk = 0; kk < 8 / kSplit; ++kk) {
-          const int k = part * (8 / kSplit) + kk;
-          const __m256i q = load256(gb + (8 * cc + k) * 32);
-          __m256i lo = _mm256_and_si256(q, m4);
-          __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-          if constexpr (kQ5) {
-            lo = _mm256_or_si256(lo, _mm256_and_si256(shift_epi16(hl, 4 - k), b4));
-            hi = _mm256_or_si256(hi, _mm256_and_si256(shift_epi16(hh, 4 - k), b4));
+      for (int half = 0; half < 2; ++half) {
+        const int s = 2 * cc + half;
+        const std::byte* xq = xb + offsetof(BlockQ8_K, qs) + 32 * s;
+        __m256i h = _mm256_setzero_si256();
+        if constexpr (kQ5) h = load256(gb + 1184 + 32 * s);
+        #pragma GCC unroll 2
+        for (int run = 0; run < 8 / kRun; ++run) {
+          __m256i t[C];
+          #pragma GCC unroll 8
+          for (int c = 0; c < C; ++c) t[c] = _mm256_setzero_si256();
+          #pragma GCC unroll 8
+          for (int kk = 0; kk < kRun; ++kk) {
+            const int k = run * kRun + kk;
+            const __m256i q = load256(gb + (8 * cc + k) * 32);
+            __m256i v = _mm256_and_si256(half == 0 ? q : _mm256_srli_epi16(q, 4), m4);
+            if constexpr (kQ5) v = _mm256_or_si256(v, _mm256_and_si256(shift_epi16(h, 4 - k), b4));
+            keep_after(v, t[C - 1]);
+            #pragma GCC unroll 8
+            for (int c = 0; c < C; ++c) {
+              t[c] = _mm256_add_epi16(t[c], _mm256_maddubs_epi16(v, bcast_i32(xq + c * xs + 4 * k)));
+              LUMEN_PIN_REG(t[c]);
+            }
           }
-          #pragma GCC unroll 4
-          for (int c = 0; c < C; ++c) {
-            tl[c] = _mm256_add_epi16(tl[c], _mm256_maddubs_epi16(lo, bcast_i32(xq + c * xs + 4 * k)));
-            th[c] = _mm256_add_epi16(th[c], _mm256_maddubs_epi16(hi, bcast_i32(xq + c * xs + 32 + 4 * k)));
-          }
+          const __m256i sc = q4_k_scale_pairs(gb, s);
+          #pragma GCC unroll 8
+          for (int c = 0; c < C; ++c) sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(t[c], sc));
         }
-        #pragma GCC unroll 4
-        for (int c = 0; c < C; ++c)
-          sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(_mm256_madd_epi16(tl[c], scl), _mm256_madd_epi16(th[c], sch)));
       }
     }
-    #pragma GCC unroll 4
-    for (int t = 0; t < 4; ++t) {
-      const __m256i mins = _mm256_cvtepu8_epi16(load128(gb + 1088 + 16 * t));
-      #pragma GCC unroll 4
-      for (int c = 0; c < C; ++c)
-        summ[c] = _mm256_add_epi32(summ[c], _mm256_madd_epi16(mins, bcast_i32(side + c * ss + ib * 16 + 4 * t)));
-    }
-    const __m256 dw = _mm256_cvtph_ps(load128(gb + 1152)), dminw = _mm256_cvtph_ps(load128(gb + 1168));
-    #pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) {
-      float dx;
-      std::memcpy(&dx, xb + c * xs + offsetof(BlockQ8_K, d), 4);
-      acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dx), dw), _mm256_cvtepi32_ps(sumi[c])));
-      acc_m[c] = _mm256_add_ps(acc_m[c], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(-dx), dminw), _mm256_cvtepi32_ps(summ[c])));
-    }
+    kmin_block_end<C>(gb, xb, xs, side + ib * 16, ss, sumi, acc, acc_m);
   }
-  #pragma GCC unroll 4
+  #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) acc[c] = _mm256_add_ps(acc[c], acc_m[c]);
   store_rows<C>(acc, n_rows, y, ys);
 }
 
-// q4_K / q5_K against one activation row (decode), the arithmetic of tile_kmin<kQ5, 1>
+// q4_K / q5_K against one activation row (decode), the arithmetic of tile_kmin_cols
 // written for the 1-column case: per sub-block pair two int16 accumulators per nibble half
 // (short add chains, no spills), the per-row scales applied by one madd_epi16 per int16
-// sum (q4_K adds the two first: 8 maddubs of nibbles stay within int16, see tile_kmin; q5_K's
+// sum (q4_K adds the two first: 8 maddubs of nibbles stay within int16, see tile_kmin_cols; q5_K's
 // 4 each are at the limit), one float conversion per super-block. The int sums are exact,
-// so this equals tile_kmin<kQ5, 1> (and vec_dot) bit for bit.
+// so this equals tile_kmin_cols (and vec_dot) bit for bit.
 template <bool kQ5>
 void tile_kmin_col(int64_t nb, const std::byte* group, const std::byte* x, const std::byte* side, int64_t n_rows,
                    float* y) {
@@ -956,21 +976,26 @@ void tile_q6_k_col(int64_t nb, const std::byte* group, const std::byte* x, int64
 // sum_b sc[b] * (v . q8 over sub-block b), v = kIq4nlValues[code] (int8 in [-127, 113]).
 // maddubs(|q8|, v with q8's signs) gives pairs up to 2 * 127 * 127, so each is widened and
 // scaled at once by a madd against the rows' (sc, sc) pairs.
+// iq4_xs against C >= 2 activation rows (prefill, verify), the arithmetic above with
+// |q8| taken from the broadcast activation dword (vpabsb; |-128| is 128 unsigned, as the
+// side data has it) instead of a second broadcast from the side data: on AVX2 a broadcast
+// load costs about as much as two vector ops, and the tile is bound by them. The int sums
+// are exact, so this equals vec_dot (and the reference) bit for bit.
 template <int C>
-void tile_iq4_xs(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side, size_t ss,
-                 int64_t n_rows, float* y, int64_t ys) {
+void tile_iq4_xs_cols(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* /*side*/,
+                      size_t /*ss*/, int64_t n_rows, float* y, int64_t ys) {
+  static_assert(C >= 2);
   const __m256i m4 = _mm256_set1_epi8(15);
   const __m256i table = _mm256_broadcastsi128_si256(load128(kIq4nlValues));
   __m256 acc[C];
-  #pragma GCC unroll 4
+  #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
   for (int64_t ib = 0; ib < nb; ++ib) {
     const std::byte* gb = group + ib * kIQ4_XSGroupBlock;
     const std::byte* xq = x + ib * sizeof(BlockQ8_K) + offsetof(BlockQ8_K, qs);
-    const std::byte* sb0 = side + ib * kQkK;
     prefetch_ahead<kIQ4_XSGroupBlock>(gb);
     __m256i sumi[C];
-    #pragma GCC unroll 4
+    #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) sumi[c] = _mm256_setzero_si256();
     #pragma GCC unroll 1
     for (int b = 0; b < 8; ++b) {
@@ -980,20 +1005,23 @@ void tile_iq4_xs(int64_t nb, const std::byte* group, const std::byte* x, size_t 
       #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
         const __m256i q = load256(gb + (4 * b + k) * 32);
-        const __m256i vl = _mm256_shuffle_epi8(table, _mm256_and_si256(q, m4));
-        const __m256i vh = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
-        #pragma GCC unroll 4
+        __m256i vl = _mm256_shuffle_epi8(table, _mm256_and_si256(q, m4));
+        __m256i vh = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+        keep_after(vl, sumi[C - 1]);
+        keep_after(vh, sumi[C - 1]);
+        #pragma GCC unroll 8
         for (int c = 0; c < C; ++c) {
-          const size_t e = 32 * b + 4 * k;
-          const __m256i pl = _mm256_maddubs_epi16(bcast_i32(sb0 + c * ss + e), _mm256_sign_epi8(vl, bcast_i32(xq + c * xs + e)));
-          const __m256i ph =
-              _mm256_maddubs_epi16(bcast_i32(sb0 + c * ss + e + 16), _mm256_sign_epi8(vh, bcast_i32(xq + c * xs + e + 16)));
+          const std::byte* xc = xq + c * xs + 32 * b + 4 * k;
+          const __m256i xl = bcast_i32(xc), xh = bcast_i32(xc + 16);
+          const __m256i pl = _mm256_maddubs_epi16(_mm256_abs_epi8(xl), _mm256_sign_epi8(vl, xl));
+          const __m256i ph = _mm256_maddubs_epi16(_mm256_abs_epi8(xh), _mm256_sign_epi8(vh, xh));
           sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(_mm256_madd_epi16(pl, scp), _mm256_madd_epi16(ph, scp)));
+          LUMEN_PIN_REG(sumi[c]);
         }
       }
     }
     const __m256 dw = _mm256_cvtph_ps(load128(gb + 1088));
-    #pragma GCC unroll 4
+    #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
       float dx;
       std::memcpy(&dx, x + c * xs + ib * sizeof(BlockQ8_K) + offsetof(BlockQ8_K, d), 4);
@@ -1003,7 +1031,7 @@ void tile_iq4_xs(int64_t nb, const std::byte* group, const std::byte* x, size_t 
   store_rows<C>(acc, n_rows, y, ys);
 }
 
-// iq4_xs against one activation row (decode), the arithmetic of tile_iq4_xs<1> with the
+// iq4_xs against one activation row (decode), the arithmetic of tile_iq4_xs_cols with the
 // prefetch spread over the block's 8 sub-block steps (bit-exact with it).
 void tile_iq4_xs_col(int64_t nb, const std::byte* group, const std::byte* x, const std::byte* side, int64_t n_rows,
                      float* y) {
@@ -1045,7 +1073,7 @@ template <int C> struct TileIQ4_XS {
     if constexpr (C == 1) {
       tile_iq4_xs_col(nb, g, x, s, n_rows, y);
     } else {
-      tile_iq4_xs<C>(nb, g, x, xs, s, ss, n_rows, y, ys);
+      tile_iq4_xs_cols<C>(nb, g, x, xs, s, ss, n_rows, y, ys);
     }
   }
 };
@@ -1069,7 +1097,7 @@ template <int C> struct TileQ4_K {
     if constexpr (C == 1) {
       tile_kmin_col<false>(nb, g, x, s, n_rows, y);
     } else {
-      tile_kmin<false, C>(nb, g, x, xs, s, ss, n_rows, y, ys);
+      tile_kmin_cols<false, C>(nb, g, x, xs, s, ss, n_rows, y, ys);
     }
   }
 };
@@ -1080,7 +1108,7 @@ template <int C> struct TileQ5_K {
     if constexpr (C == 1) {
       tile_kmin_col<true>(nb, g, x, s, n_rows, y);
     } else {
-      tile_kmin<true, C>(nb, g, x, xs, s, ss, n_rows, y, ys);
+      tile_kmin_cols<true, C>(nb, g, x, xs, s, ss, n_rows, y, ys);
     }
   }
 };

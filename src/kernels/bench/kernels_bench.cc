@@ -110,6 +110,12 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
     b->Args({1, static_cast<int>(DType::kQ4_0), 9216, 2304, n_tokens, 1, 1});
     b->Args({1, static_cast<int>(DType::kQ4_0), 896, 4864, n_tokens, 1, 1});
   }
+  // One thread, the AVX2 interleaved K- and i-quant tiles of llama.cpp's Q4_K_M / Q5_K_M /
+  // IQ4_XS mixes at llama-3.2-1b's ffn shapes (2048 -> 8192 up / gate, 8192 -> 2048 down):
+  // verify widths and prefill.
+  for (int64_t n_tokens : {9, 17, 64, 512})
+    for (DType dt : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS})
+      for (int64_t n_in : {2048, 8192}) b->Args({1, static_cast<int>(dt), n_in, 10240 - n_in, n_tokens, 1, 1});
   // Decode out of cache (~75 MB of q4_0 weights, more than the L3): the memory-bound case.
   for (int table : {1, 2})
     for (int threads : {1, 2})
