@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <utility>
 
@@ -23,6 +24,13 @@ HugeBuffer& HugeBuffer::operator=(HugeBuffer&& other) noexcept {
 
 HugeBuffer::~HugeBuffer() {
   if (data_) munmap(data_, n_bytes_);
+}
+
+bool anonymous_huge_pages_enabled() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string s;
+  std::getline(in, s);
+  return s.find("[always]") != std::string::npos || s.find("[madvise]") != std::string::npos;
 }
 
 Result<HugeBuffer> HugeBuffer::allocate(size_t n_bytes, std::string_view what) {

@@ -10,6 +10,10 @@
 
 namespace lumen {
 
+// Whether anonymous memory advised MADV_HUGEPAGE gets 2 MiB pages (transparent huge pages
+// "always" or "madvise" in /sys/kernel/mm/transparent_hugepage/enabled).
+bool anonymous_huge_pages_enabled();
+
 class HugeBuffer {
  public:
   HugeBuffer() = default;

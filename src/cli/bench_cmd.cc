@@ -38,6 +38,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/mapped_file.h"
 #include "base/timer.h"
 #include "cli/bench_grammar.h"
 #include "cli/bench_spec.h"
@@ -168,19 +169,7 @@ bool weights_on_huge_pages(const model::ModelWeights& w) {
   };
   for (const TensorView* t : model::matrices(w)) span_of(*t);
   if (hi <= lo) return false;
-  std::ifstream in("/proc/self/smaps");
-  std::string line;
-  bool inside = false;
-  int64_t huge_kib = 0;
-  while (std::getline(in, line)) {
-    unsigned long a = 0, b = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx ", &a, &b) == 2 && line.find(':') > line.find(' ')) {
-      inside = a < hi && b > lo;
-    } else if (inside && (line.rfind("FilePmdMapped:", 0) == 0 || line.rfind("AnonHugePages:", 0) == 0)) {
-      huge_kib += std::atol(line.c_str() + line.find(':') + 1);
-    }
-  }
-  return huge_kib * 1024 * 2 >= static_cast<int64_t>(hi - lo);
+  return huge_page_bytes(reinterpret_cast<const void*>(lo), hi - lo) * 2 >= static_cast<int64_t>(hi - lo);
 }
 
 // Resets the process's peak resident set (VmHWM) to its current size; false where the

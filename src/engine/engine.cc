@@ -152,11 +152,15 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path, co
     if (!r.cache_error.empty()) LUMEN_LOG_WARN("engine: interleaved weights: %s", r.cache_error.c_str());
     e->interleave_report_ = r;
     e->config_.load_progress = nullptr;  // only for create(); the caller's object may go
-    if (r.n_bytes > 0)
-      LUMEN_LOG_INFO("engine: %.1f MiB of weights interleaved for the %s kernels in %.0f ms (%s%s)", r.n_bytes / 1048576.0,
-                     std::string(kernels::kernel_table_name(*e->kernels_)).c_str(), now_ms() - t_il,
-                     r.cache_path.empty() ? "in memory" : r.cache_built ? "cache written: " : "cache: ",
-                     r.cache_path.c_str());
+    if (r.n_bytes > 0) {
+      std::string where = r.cache_path.empty() ? "in memory" : (r.cache_built ? "cache written: " : "cache: ") + r.cache_path;
+      if (!r.cache_path.empty())
+        where += ", " + std::to_string(static_cast<int>(100 * r.cache_huge_fraction + 0.5)) + "% on 2 MiB pages" +
+                 (r.cache_copied_to_memory ? ": read into memory" : "");
+      LUMEN_LOG_INFO("engine: %.1f MiB of weights interleaved for the %s kernels in %.0f ms (%s)", r.n_bytes / 1048576.0,
+                     std::string(kernels::kernel_table_name(*e->kernels_)).c_str(), now_ms() - t_il, where.c_str());
+    }
+
   }
 
   // The KV cache by layer group, as the model lays it out (model/kv_layout.h).

@@ -212,7 +212,9 @@ Result<InterleavedCache> open_or_build_interleaved_cache(const InterleavePlan& p
     c.built = true;
     remove_stale(cache_dir, path, key_prefix(std::filesystem::canonical(model_path, ec)));
   }
-  c.file.advise_hugepages();
+  // Decode streams all of it every token: on 4 KiB pages that costs a TLB miss every
+  // 4 KiB (10-13% of llama-3.2-1b's decode here when 35% of its copy was on small pages).
+  c.huge_fraction = c.file.populate_on_huge_pages();
   c.data = c.file.data() + kDataOffset;
   return c;
 }

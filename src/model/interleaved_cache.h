@@ -35,6 +35,7 @@ struct InterleavedCache {
   MappedFile file;
   const std::byte* data = nullptr;  // the plan's buffer inside `file`
   bool built = false;               // written by this call (else found valid)
+  double huge_fraction = 0;         // of the file mapped on 2 MiB pages after loading it
 };
 
 // Maps the valid cache file for (model, plan) under cache_dir, building it first (packing

@@ -111,6 +111,8 @@ class Model {
     std::string cache_path;        // the cache file used, or empty (copies in memory)
     bool cache_built = false;      // the cache file was written by this call
     std::string cache_error;       // why the cache was not used, if it was asked for
+    double cache_huge_fraction = 0;  // of the cache file mapped on 2 MiB pages
+    bool cache_copied_to_memory = false;  // that was under half: read into anonymous huge pages
   };
   // progress (may be null): told when copies are packed (`what`: the cache file being
   // written, or "" for memory), in bytes.
