@@ -110,6 +110,10 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
     b->Args({1, static_cast<int>(DType::kQ4_0), 9216, 2304, n_tokens, 1, 1});
     b->Args({1, static_cast<int>(DType::kQ4_0), 896, 4864, n_tokens, 1, 1});
   }
+  // q4_0 at OLMoE's expert shapes (gate / up 2048 -> 1024, down 1024 -> 2048) and the widths
+  // its experts get in a pp512 step (a few tokens to all 512).
+  for (int64_t n_tokens : {8, 32, 128, 320, 512})
+    for (int64_t n_in : {2048, 1024}) b->Args({1, static_cast<int>(DType::kQ4_0), n_in, 3072 - n_in, n_tokens, 1, 1});
   // One thread, the AVX2 interleaved K- and i-quant tiles of llama.cpp's Q4_K_M / Q5_K_M /
   // IQ4_XS mixes at llama-3.2-1b's ffn shapes (2048 -> 8192 up / gate, 8192 -> 2048 down):
   // verify widths and prefill.
