@@ -21,19 +21,22 @@ namespace {
 // which the pool's threads share out.
 //
 //   decode (few activation rows): each thread starts on its own contiguous range of units
-//     (ThreadPool::for_ranges) and claims kGrainBytes of weights at a time; a thread that
-//     finishes early steals from the back of the other's range. Every weight byte is
-//     streamed once from memory by one thread, each thread's stream is one run of memory
-//     (the prefetchers need a while to ramp up on a new one), and the threads end within
-//     one grain of each other, even when one of them is preempted.
+//     (ThreadPool::for_ranges) and claims kGrainBytes of weights at a time (divided by the
+//     number of activation rows, up to kGrainMaxCols, so that a grain is about as much
+//     work at 9 columns as at 1); a thread that finishes early steals from the back of the
+//     other's range. Every weight byte is streamed once from memory by one thread, each
+//     thread's stream is one run of memory (the prefetchers need a while to ramp up on a
+//     new one), and the threads end within one grain of each other, even when one of them
+//     is preempted.
 //   prefill (panel path): a chunk is one panel of rows: the thread packs it into its own
 //     scratch and sweeps every activation row of the batch against it.
 //   interleaved weights (a copy made at load, kernel_table.h): decode as above for few
-//     activation rows. For many, a chunk is a few consecutive groups (up to
-//     kInterleavedChunkGroups, fewer when there would be too few chunks to share out)
-//     that meet the whole batch: the activations stream from L3 once per chunk, and the
-//     kernels see several groups at once (the AVX2 q4_0 tile takes two). No packing: the
-//     copy is already in the kernels' layout.
+//     activation rows, up to a speculative verify of 16 proposals (two threads that take
+//     turns on small chunks stream the weights slower than two contiguous runs do). For
+//     many, a chunk is a few consecutive groups (up to kInterleavedChunkGroups, fewer when
+//     there would be too few chunks to share out) that meet the whole batch: the
+//     activations stream from L3 once per chunk, and the kernels see several groups at once
+//     (the AVX2 q4_0 tile takes two). No packing: the copy is already in the kernels' layout.
 //   fallback tiles (tables without a panel path): ranges as in decode; inside, kRowTile
 //     weight rows x kColTile activation rows, so a weight tile stays in L1/L2 while it meets
 //     the whole batch.
@@ -42,8 +45,11 @@ constexpr int64_t kColTile = 64;
 constexpr int64_t kRowGroup = 16;
 constexpr size_t kGrainBytes = 128 * 1024;
 // Interleaved weights: from this many activation rows on, chunks of up to
-// kInterleavedChunkGroups groups (above), below it decode-sized ranges.
-constexpr int64_t kInterleavedGroupChunkCols = 8;
+// kInterleavedChunkGroups groups (above), below it decode-sized ranges: at 8-17 columns
+// the ranges take 10-25% less time than the chunks on qwen2.5-0.5b Q4_0 and llama-3.2-1b
+// Q4_K_M (docs/perf.md, "The verify step's dispatch").
+constexpr int64_t kInterleavedGroupChunkCols = 18;
+constexpr int64_t kGrainMaxCols = 16;
 constexpr int64_t kInterleavedChunkGroups = 4;
 
 constexpr int kMaxRopeDim = 1024;
@@ -238,7 +244,8 @@ void matmul_fused(const KernelTable& k, ThreadPool& pool, std::span<const Matmul
   // Few activation rows: a contiguous range of units per thread, claimed kGrainBytes at a
   // time, the ends stolen by whichever thread finishes first.
   const size_t unit_bytes = static_cast<size_t>(unit_rows) * w0.row_stride_bytes();
-  const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(kGrainBytes / unit_bytes));
+  const int64_t grain_bytes = static_cast<int64_t>(kGrainBytes) / std::min(n_tokens, kGrainMaxCols);
+  const int64_t grain = std::max<int64_t>(1, grain_bytes / static_cast<int64_t>(unit_bytes));
   pool.for_ranges(n_active, n_units, grain, run_units);
 }
 

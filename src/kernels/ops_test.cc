@@ -93,8 +93,8 @@ TEST(KernelsMatmul, MatchesNaiveDoubleReference) {
 
 // Through matmul_fused, weights with an interleaved copy (kernel_table.h) give what the file
 // layout gives, bit for bit, whatever the thread count and the number of activation rows
-// (decode ranges and prefill group chunks), with row counts that are not a multiple of the
-// group and two fused targets.
+// (decode ranges up to 17, prefill group chunks from 18), with row counts that are not a
+// multiple of the group and two fused targets.
 TEST(KernelsMatmul, InterleavedCopiesEqualTheFileLayout) {
   std::mt19937 rng(41);
   int n_checked = 0;
@@ -120,7 +120,7 @@ TEST(KernelsMatmul, InterleavedCopiesEqualTheFileLayout) {
         wi[i].interleaved_layout = ik.layout;
         wi[i].interleaved_n_bytes = bytes;
       }
-      for (int64_t n_tokens : {1, 2, 5, 8, 9, 30}) {
+      for (int64_t n_tokens : {1, 2, 5, 8, 9, 17, 18, 30}) {
         const std::vector<float> x = testing::random_floats(rng, n_in * n_tokens);
         std::vector<std::byte> scratch(matmul_scratch_bytes(dt, n_in, n_tokens, 5));
         std::vector<float> want[2], got[2];
