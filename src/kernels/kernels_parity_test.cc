@@ -19,6 +19,7 @@
 #include "kernels/kernel_table.h"
 #include "kernels/kernels_test_util.h"
 #include "kernels/ops.h"
+#include "kernels/quant_blocks.h"
 
 namespace lumen::kernels {
 namespace {
@@ -404,6 +405,70 @@ TEST(KernelsParity, InterleavedGemm) {
   }
   if (cpu_features().has_avx2_fma()) {
     EXPECT_GT(n_checked, 0) << "the avx2 / avx512 tables have no interleaved kernels";
+  }
+  log.report();
+}
+
+// The q8_0-activation group tiles (q4_0, q5_0, q8_0 weights) at the limits of their int16
+// sums: activation blocks written directly (all +127, all -128, all -127, alternating, and
+// mixed with zeros), against weights whose unsigned quants are all at their maximum (q4_0
+// nibbles 15, q5_0 31: a lane's int16 sum reaches -30720 / -31744, the bounds the tiles'
+// comments state) or minimum, every column count 1..17 and 19 and a short second group of
+// a pair; bit for bit the reference's vec_dot. q8_0 weights meet no -128 activations: the
+// activation quantizers never produce one and the sign trick (dot_i8) excludes it.
+TEST(KernelsParity, InterleavedGemmInt16Limits) {
+  const KernelTable& ref = reference_kernel_table();
+  FailureLog log;
+  int n_checked = 0;
+  const int8_t patterns[][2] = {{127, 127}, {-128, -128}, {-127, -127}, {127, -128}, {-128, 0}, {0, 127}};
+  for (const KernelTable* t : simd_tables()) {
+    for (DType dt : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0}) {
+      const MatmulKernels* mk = find_matmul_kernels(*t, dt);
+      const MatmulKernels* mr = find_matmul_kernels(ref, dt);
+      const InterleavedKernels& ik = mk->interleaved;
+      if (ik.layout == nullptr || mr->act_dtype != DType::kQ8_0) continue;
+      for (int64_t n : {int64_t{kQk}, int64_t{5 * kQk}}) {
+        const int64_t n_cols = 19, n_rows = 2 * ik.rows + 5;
+        const size_t xs = row_bytes(DType::kQ8_0, n);
+        std::vector<std::byte> xq(xs * n_cols);
+        for (int64_t c = 0; c < n_cols; ++c) {
+          const int8_t* pat = patterns[c % std::size(patterns)];
+          if (dt == DType::kQ8_0 && (pat[0] == -128 || pat[1] == -128)) pat = patterns[2];
+          auto* bx = reinterpret_cast<BlockQ8_0*>(xq.data() + c * xs);
+          for (int64_t ib = 0; ib < n / kQk; ++ib) {
+            bx[ib].d_f16 = f32_to_fp16(c % 2 ? 0.5f : 1.0f);
+            for (int i = 0; i < kQk; ++i) bx[ib].qs[i] = pat[(i + ib) % 2];
+          }
+        }
+        const size_t ss = ik.side_bytes(n);
+        const std::vector<std::byte> side = side_data(ik.prepare_side, xq, xs, n, ss, n_cols);
+        const size_t ws = row_bytes(dt, n);
+        for (int fill : {0xff, 0x00, 0x80, 0x0f}) {
+          std::vector<std::byte> w(ws * n_rows, static_cast<std::byte>(fill));
+          testing::set_f16_scales(dt, w, f32_to_fp16(1.0f), f32_to_fp16(1.0f));
+          std::vector<std::byte> groups((n_rows + ik.rows - 1) / ik.rows * ik.group_bytes(n));
+          ik.pack(n, w.data(), ws, n_rows, groups.data());
+          const std::string where = std::string(t->name) + " " + std::string(dtype_name(dt)) + " n=" +
+                                    std::to_string(n) + " fill=" + std::to_string(fill);
+          for (int64_t cols = 1; cols <= n_cols; cols += cols < 17 ? 1 : n_cols - 17) {
+            std::vector<float> y(cols * n_rows, -1.0f);
+            ik.gemm(n, groups.data(), n_rows, xq.data(), xs, side.data(), ss, cols, y.data(), n_rows);
+            for (int64_t r = 0; r < n_rows; ++r) {
+              for (int64_t c = 0; c < cols; ++c) {
+                const float want = mr->vec_dot(n, w.data() + r * ws, xq.data() + c * xs);
+                const float got = y[c * n_rows + r];
+                ++n_checked;
+                log.check(got == want, where + " row " + std::to_string(r) + " col " + std::to_string(c) + "/" +
+                                           std::to_string(cols), std::fabs(got - want), 0);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  if (cpu_features().has_avx2_fma()) {
+    EXPECT_GT(n_checked, 0) << "the avx2 / avx512 tables have no q8_0-activation interleaved kernels";
   }
   log.report();
 }
