@@ -853,64 +853,85 @@ __m256i q6_k_scale_pairs(const std::byte* gb, int t) { return _mm256_cvtepi8_epi
                          _mm256_srli_epi16(_mm256_and_si256(r, top), 6));
 }
 
+// Quarter qi (0..3) of one (h, k) unit of a q6_Kx8p group block: its 32 quants (0..63),
+// the same bits as q6_k_unpack's v[qi] (one AND for quarters 0..2, the gathered bit pairs
+// for quarter 3), the loads folded into the ops. The empty asm hides that the units' bytes
+// were read before: GCC would otherwise keep each unit's three vectors from quarter 0 to 3,
+// beside the tile's sums, and spill them.
+[[gnu::always_inline]] inline __m256i q6_k_quarter(const std::byte* unit, int qi) {
+  asm volatile("" : "+r"(unit));
+  const __m256i m63 = _mm256_set1_epi8(63), top = _mm256_set1_epi8(static_cast<char>(0xc0));
+  if (qi < 3) return _mm256_and_si256(load256(unit + 32 * qi), m63);
+  return _mm256_or_si256(_mm256_or_si256(_mm256_srli_epi16(_mm256_and_si256(load256(unit), top), 2),
+                                         _mm256_srli_epi16(_mm256_and_si256(load256(unit + 32), top), 4)),
+                         _mm256_srli_epi16(_mm256_and_si256(load256(unit + 64), top), 6));
+}
+
 // q6_K: acc += (d_x * d_w) * (float)sumi per block, sumi = sum_s scales[s] * (q6 . q8 over
 // s) - 32 * sum_s scales[s] * bsum[s], the q6 values 0..63 unsigned. Two maddubs of a
 // sub-block add up in int16 (4 products of at most 63 * 128: 32256 < 2^15), then one
 // madd_epi16 against the scale pair (scale, scale) of each row widens and scales them.
+//
+// q6_K against C >= 2 activation rows (prefill, verify): one quarter of two units at a time
+// (sub-block 8h + 2qi + kk, dwords k, k + 1 of its four), so that only the C int32 sums, two
+// unpacked vectors and the step's temporaries are live (the older form unpacked two whole
+// units, 8 vectors, beside 4 scale vectors and the sums, and GCC spilled). The step's four
+// scale vectors are picked one at a time, before the quarter's steps. The int sums are
+// exact, so this equals vec_dot (and the reference) bit for bit.
 template <int C>
 void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* /*side*/,
                size_t /*ss*/, int64_t n_rows, float* y, int64_t ys) {
+  static_assert(C >= 2);
   // Within each dword of the scale pairs (sc[2t], sc[2t + 1]): (sc[2t], sc[2t]) or the odd twice.
   const __m256i pick[2] = {dword_shuffle(0x01000100), dword_shuffle(0x03020302)};
   __m256 acc[C];
-  #pragma GCC unroll 4
+  #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
   for (int64_t ib = 0; ib < nb; ++ib) {
     const std::byte* gb = group + ib * kQ6_KGroupBlock;
     const std::byte* xb = x + ib * sizeof(BlockQ8_K);
     prefetch_ahead<kQ6_KGroupBlock>(gb);
     __m256i sumi[C];
-    #pragma GCC unroll 4
+    #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) sumi[c] = _mm256_setzero_si256();
     #pragma GCC unroll 1
     for (int hk = 0; hk < 4; ++hk) {  // half h = hk / 2; dwords k = 4 * (hk % 2) .. + 3
       const int h = hk >> 1, kk = hk & 1;
-      __m256i sc[4];  // quarter qi: sub-block 8h + 2qi + kk = scale pair t = 4h + qi, half kk
       #pragma GCC unroll 4
-      for (int qi = 0; qi < 4; ++qi) sc[qi] = _mm256_shuffle_epi8(q6_k_scale_pairs(gb, 4 * h + qi), pick[kk]);
-      #pragma GCC unroll 2
-      for (int k = 4 * kk; k < 4 * kk + 4; k += 2) {
-        __m256i v[2][4];
+      for (int qi = 0; qi < 4; ++qi) {
+        // Sub-block 8h + 2qi + kk: scale pair t = 4h + qi, half kk.
+        const __m256i sc = _mm256_shuffle_epi8(q6_k_scale_pairs(gb, 4 * h + qi), pick[kk]);
         #pragma GCC unroll 2
         for (int j = 0; j < 2; ++j) {
-          q6_k_unpack(gb + (8 * h + k + j) * 96, v[j]);
-        }
-        const std::byte* xq = xb + offsetof(BlockQ8_K, qs) + 128 * h + 4 * k;
-        #pragma GCC unroll 4
-        for (int qi = 0; qi < 4; ++qi) {
-          #pragma GCC unroll 4
+          const int k = 4 * kk + 2 * j;
+          __m256i v0 = q6_k_quarter(gb + (8 * h + k) * 96, qi), v1 = q6_k_quarter(gb + (8 * h + k + 1) * 96, qi);
+          keep_after(v0, sumi[C - 1]);
+          keep_after(v1, sumi[C - 1]);
+          const std::byte* xq = xb + offsetof(BlockQ8_K, qs) + 128 * h + 32 * qi + 4 * k;
+          #pragma GCC unroll 8
           for (int c = 0; c < C; ++c) {
-            const std::byte* xc = xq + c * xs + 32 * qi;
-            const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(v[0][qi], bcast_i32(xc)),
-                                               _mm256_maddubs_epi16(v[1][qi], bcast_i32(xc + 4)));
-            sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(p, sc[qi]));
+            const std::byte* xc = xq + c * xs;
+            const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(v0, bcast_i32(xc)),
+                                               _mm256_maddubs_epi16(v1, bcast_i32(xc + 4)));
+            sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(p, sc));
+            LUMEN_PIN_REG(sumi[c]);
           }
         }
       }
     }
     // The offset: sum_s scales[s] * bsum[s], pairs (bsum[2t], bsum[2t + 1]) straight from q8_K.
     __m256i off[C];
-    #pragma GCC unroll 4
+    #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) off[c] = _mm256_setzero_si256();
     #pragma GCC unroll 8
     for (int t = 0; t < 8; ++t) {
       const __m256i sp = q6_k_scale_pairs(gb, t);
-      #pragma GCC unroll 4
+      #pragma GCC unroll 8
       for (int c = 0; c < C; ++c)
         off[c] = _mm256_add_epi32(off[c], _mm256_madd_epi16(sp, bcast_i32(xb + c * xs + offsetof(BlockQ8_K, bsums) + 4 * t)));
     }
     const __m256 dw = _mm256_cvtph_ps(load128(gb + 1664));
-    #pragma GCC unroll 4
+    #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
       float dx;
       std::memcpy(&dx, xb + c * xs + offsetof(BlockQ8_K, d), 4);
@@ -921,10 +942,11 @@ void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
   store_rows<C>(acc, n_rows, y, ys);
 }
 
-// q6_K against one activation row (decode), the arithmetic of tile_q6_k<1> written for the
-// 1-column case: each half's four scale-pair vectors loaded once (both sub-block halves are
-// picked from them), the prefetch spread over the block's four steps. Exact int sums and
-// the same float steps, so it equals tile_q6_k<1> bit for bit.
+// q6_K against one activation row (decode), the arithmetic of tile_q6_k written for the
+// 1-column case: each unit unpacked whole (q6_k_unpack), each half's four scale-pair vectors
+// loaded once (both sub-block halves are picked from them), the prefetch spread over the
+// block's four steps. Exact int sums and the same float steps, so it equals tile_q6_k (and
+// vec_dot) bit for bit.
 void tile_q6_k_col(int64_t nb, const std::byte* group, const std::byte* x, int64_t n_rows, float* y) {
   const __m256i pick_even = dword_shuffle(0x01000100), pick_odd = dword_shuffle(0x03020302);
   __m256 acc = _mm256_setzero_ps();
@@ -1277,7 +1299,7 @@ void mm_q6_k_avx2(MatmulKernels& mk) {
   mk.vec_dot = &vec_dot_cols<PlainQ6_KKernel>;
   mk.gemm = &gemm_cols<PlainQ6_KKernel>;
   mk.interleaved = {"q6_Kx8p", kRows, &group_bytes<kQ6_KGroupBlock, kQkK>, &no_side_bytes, nullptr,
-                    &pack_q6_k, &gemm_groups<kQkK, kQ6_KGroupBlock, 4, TileQ6_K>};
+                    &pack_q6_k, &gemm_groups<kQkK, kQ6_KGroupBlock, 6, TileQ6_K>};
 }
 
 }  // namespace lumen::kernels

@@ -120,6 +120,10 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
   for (int64_t n_tokens : {9, 17, 64, 512})
     for (DType dt : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS})
       for (int64_t n_in : {2048, 8192}) b->Args({1, static_cast<int>(dt), n_in, 10240 - n_in, n_tokens, 1, 1});
+  // llama-3.2-1b's tied q6_K output head (2048 -> 128256, 215 MB) cut to an eighth (27 MB,
+  // still out of cache): decode and the verify widths, one thread.
+  for (int64_t n_tokens : {1, 4, 9, 17})
+    b->Args({1, static_cast<int>(DType::kQ6_K), 2048, 128256 / 8, n_tokens, 1, 1});
   // Decode out of cache (~75 MB of q4_0 weights, more than the L3): the memory-bound case.
   for (int table : {1, 2})
     for (int threads : {1, 2})
