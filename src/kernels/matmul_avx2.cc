@@ -763,6 +763,84 @@ void tile_kmin_cols(int64_t nb, const std::byte* group, const std::byte* x, size
   store_rows<C>(acc, n_rows, y, ys);
 }
 
+// q4_K / q5_K, two groups (16 rows, the second group_stride bytes after the first) against
+// C columns: tile_kmin_cols with each broadcast activation dword meeting both groups'
+// quants, half the broadcasts of two tile_kmin_cols calls. Same int sums and float steps
+// per row, so each row equals tile_kmin_cols's bit for bit. The second group may be short.
+template <bool kQ5, int C>
+void tile_kmin_pair(int64_t nb, const std::byte* group, size_t group_stride, const std::byte* x, size_t xs,
+                    const std::byte* side, size_t ss, int64_t n_rows, float* y, int64_t ys) {
+  constexpr size_t kGroupBlock = kQ5 ? kQ5_KGroupBlock : kQ4_KGroupBlock;
+  constexpr int kRun = kQ5 ? 4 : 8;  // maddubs per int16 sum
+  const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16);
+  __m256 acc[2][C], acc_m[2][C];
+  #pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) acc[0][c] = acc[1][c] = acc_m[0][c] = acc_m[1][c] = _mm256_setzero_ps();
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    const std::byte* gb[2] = {group + ib * kGroupBlock, group + group_stride + ib * kGroupBlock};
+    const std::byte* xb = x + ib * sizeof(BlockQ8_K);
+    prefetch_ahead<kGroupBlock>(gb[0]);
+    prefetch_ahead<kGroupBlock>(gb[1]);
+    __m256i sumi[2][C];
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) sumi[0][c] = sumi[1][c] = _mm256_setzero_si256();
+    #pragma GCC unroll 1
+    for (int cc = 0; cc < 4; ++cc) {
+      #pragma GCC unroll 2
+      for (int half = 0; half < 2; ++half) {
+        const int s = 2 * cc + half;
+        const std::byte* xq = xb + offsetof(BlockQ8_K, qs) + 32 * s;
+        __m256i h[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        if constexpr (kQ5) {
+          h[0] = load256(gb[0] + 1184 + 32 * s);
+          h[1] = load256(gb[1] + 1184 + 32 * s);
+        }
+        #pragma GCC unroll 2
+        for (int run = 0; run < 8 / kRun; ++run) {
+          __m256i t[2][C];
+          #pragma GCC unroll 8
+          for (int kk = 0; kk < kRun; ++kk) {
+            const int k = run * kRun + kk;
+            __m256i v[2];
+            #pragma GCC unroll 2
+            for (int g = 0; g < 2; ++g) {
+              const __m256i q = load256(gb[g] + (8 * cc + k) * 32);
+              v[g] = _mm256_and_si256(half == 0 ? q : _mm256_srli_epi16(q, 4), m4);
+              if constexpr (kQ5) v[g] = _mm256_or_si256(v[g], _mm256_and_si256(shift_epi16(h[g], 4 - k), b4));
+              if (kk > 0) keep_after(v[g], t[1][C - 1]);
+            }
+            #pragma GCC unroll 8
+            for (int c = 0; c < C; ++c) {
+              const __m256i xv = bcast_i32(xq + c * xs + 4 * k);
+              #pragma GCC unroll 2
+              for (int g = 0; g < 2; ++g) {
+                const __m256i p = _mm256_maddubs_epi16(v[g], xv);
+                t[g][c] = kk == 0 ? p : _mm256_add_epi16(t[g][c], p);
+                LUMEN_PIN_REG(t[g][c]);
+              }
+            }
+          }
+          #pragma GCC unroll 2
+          for (int g = 0; g < 2; ++g) {
+            const __m256i sc = q4_k_scale_pairs(gb[g], s);
+            #pragma GCC unroll 8
+            for (int c = 0; c < C; ++c) sumi[g][c] = _mm256_add_epi32(sumi[g][c], _mm256_madd_epi16(t[g][c], sc));
+          }
+        }
+      }
+    }
+    #pragma GCC unroll 2
+    for (int g = 0; g < 2; ++g) kmin_block_end<C>(gb[g], xb, xs, side + ib * 16, ss, sumi[g], acc[g], acc_m[g]);
+  }
+  #pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) {
+    acc[0][c] = _mm256_add_ps(acc[0][c], acc_m[0][c]);
+    acc[1][c] = _mm256_add_ps(acc[1][c], acc_m[1][c]);
+  }
+  store_rows<C>(acc[0], kRows, y, ys);
+  store_rows<C>(acc[1], n_rows - kRows, y + kRows, ys);
+}
+
 // q4_K / q5_K against one activation row (decode), the arithmetic of tile_kmin_cols
 // written for the 1-column case: per sub-block pair two int16 accumulators per nibble half
 // (short add chains, no spills), the per-row scales applied by one madd_epi16 per int16
@@ -1113,27 +1191,29 @@ template <int C> struct TileQ5_0 {
   static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
                   int64_t n_rows, float* y, int64_t ys) { tile_q5_0<C>(nb, g, x, xs, s, ss, n_rows, y, ys); }
 };
-template <int C> struct TileQ4_K {
+// q4_K (kQ5 false) / q5_K: the 1-column tile for decode, tile_kmin_cols from 2 columns on;
+// two groups through the pair tile from 2 columns on, one column (a tail) as two run calls.
+template <bool kQ5, int C> struct TileKMin {
   static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
                   int64_t n_rows, float* y, int64_t ys) {
     if constexpr (C == 1) {
-      tile_kmin_col<false>(nb, g, x, s, n_rows, y);
+      tile_kmin_col<kQ5>(nb, g, x, s, n_rows, y);
     } else {
-      tile_kmin_cols<false, C>(nb, g, x, xs, s, ss, n_rows, y, ys);
+      tile_kmin_cols<kQ5, C>(nb, g, x, xs, s, ss, n_rows, y, ys);
     }
   }
-};
-
-template <int C> struct TileQ5_K {
-  static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
-                  int64_t n_rows, float* y, int64_t ys) {
+  static void run2(int64_t nb, const std::byte* g, size_t gs, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
+                   int64_t n_rows, float* y, int64_t ys) {
     if constexpr (C == 1) {
-      tile_kmin_col<true>(nb, g, x, s, n_rows, y);
+      tile_kmin_col<kQ5>(nb, g, x, s, kRows, y);
+      tile_kmin_col<kQ5>(nb, g + gs, x, s, n_rows - kRows, y + kRows);
     } else {
-      tile_kmin_cols<true, C>(nb, g, x, xs, s, ss, n_rows, y, ys);
+      tile_kmin_pair<kQ5, C>(nb, g, gs, x, xs, s, ss, n_rows, y, ys);
     }
   }
 };
+template <int C> struct TileQ4_K : TileKMin<false, C> {};
+template <int C> struct TileQ5_K : TileKMin<true, C> {};
 
 template <int C> struct TileQ6_K {
   static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
