@@ -1131,6 +1131,75 @@ void tile_iq4_xs_cols(int64_t nb, const std::byte* group, const std::byte* x, si
   store_rows<C>(acc, n_rows, y, ys);
 }
 
+// iq4_xs, two groups (16 rows, the second group_stride bytes after the first) against C
+// columns: tile_iq4_xs_cols with each broadcast activation dword and its |q8| meeting both
+// groups' values (half the broadcasts and vpabsb of two tile_iq4_xs_cols calls). Same int
+// sums and float steps per row, so each row equals tile_iq4_xs_cols's bit for bit. The
+// second group may be short.
+template <int C>
+void tile_iq4_xs_pair(int64_t nb, const std::byte* group, size_t group_stride, const std::byte* x, size_t xs,
+                      int64_t n_rows, float* y, int64_t ys) {
+  const __m256i m4 = _mm256_set1_epi8(15);
+  const __m256i table = _mm256_broadcastsi128_si256(load128(kIq4nlValues));
+  __m256 acc[2][C];
+  #pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) acc[0][c] = acc[1][c] = _mm256_setzero_ps();
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    const std::byte* gb[2] = {group + ib * kIQ4_XSGroupBlock, group + group_stride + ib * kIQ4_XSGroupBlock};
+    const std::byte* xq = x + ib * sizeof(BlockQ8_K) + offsetof(BlockQ8_K, qs);
+    prefetch_ahead<kIQ4_XSGroupBlock>(gb[0]);
+    prefetch_ahead<kIQ4_XSGroupBlock>(gb[1]);
+    __m256i sumi[2][C];
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) sumi[0][c] = sumi[1][c] = _mm256_setzero_si256();
+    #pragma GCC unroll 1
+    for (int b = 0; b < 8; ++b) {
+      __m256i scp[2];  // (sc, sc) int16 pairs per row's dword
+      #pragma GCC unroll 2
+      for (int g = 0; g < 2; ++g) {
+        const __m256i sc32 = _mm256_cvtepu16_epi32(_mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(gb[g] + 1024 + 8 * b))));
+        scp[g] = _mm256_or_si256(sc32, _mm256_slli_epi32(sc32, 16));
+      }
+      #pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        #pragma GCC unroll 2
+        for (int hi = 0; hi < 2; ++hi) {  // low nibbles: elements 32b + 4k ..; high: 32b + 16 + 4k ..
+          __m256i v[2];
+          #pragma GCC unroll 2
+          for (int g = 0; g < 2; ++g) {
+            const __m256i q = load256(gb[g] + (4 * b + k) * 32);
+            v[g] = _mm256_shuffle_epi8(table, _mm256_and_si256(hi == 0 ? q : _mm256_srli_epi16(q, 4), m4));
+            keep_after(v[g], sumi[1][C - 1]);
+          }
+          #pragma GCC unroll 8
+          for (int c = 0; c < C; ++c) {
+            const __m256i xv = bcast_i32(xq + c * xs + 32 * b + 16 * hi + 4 * k);
+            const __m256i ax = _mm256_abs_epi8(xv);
+            #pragma GCC unroll 2
+            for (int g = 0; g < 2; ++g) {
+              const __m256i p = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(v[g], xv));
+              sumi[g][c] = _mm256_add_epi32(sumi[g][c], _mm256_madd_epi16(p, scp[g]));
+              LUMEN_PIN_REG(sumi[g][c]);
+            }
+          }
+        }
+      }
+    }
+    #pragma GCC unroll 2
+    for (int g = 0; g < 2; ++g) {
+      const __m256 dw = _mm256_cvtph_ps(load128(gb[g] + 1088));
+      #pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) {
+        float dx;
+        std::memcpy(&dx, x + c * xs + ib * sizeof(BlockQ8_K) + offsetof(BlockQ8_K, d), 4);
+        acc[g][c] = _mm256_add_ps(acc[g][c], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dx), dw), _mm256_cvtepi32_ps(sumi[g][c])));
+      }
+    }
+  }
+  store_rows<C>(acc[0], kRows, y, ys);
+  store_rows<C>(acc[1], n_rows - kRows, y + kRows, ys);
+}
+
 // iq4_xs against one activation row (decode), the arithmetic of tile_iq4_xs_cols with the
 // prefetch spread over the block's 8 sub-block steps (bit-exact with it).
 void tile_iq4_xs_col(int64_t nb, const std::byte* group, const std::byte* x, const std::byte* side, int64_t n_rows,
@@ -1174,6 +1243,16 @@ template <int C> struct TileIQ4_XS {
       tile_iq4_xs_col(nb, g, x, s, n_rows, y);
     } else {
       tile_iq4_xs_cols<C>(nb, g, x, xs, s, ss, n_rows, y, ys);
+    }
+  }
+  // Two groups: the pair tile from 2 columns on; one column (a tail) as two 1-column tiles.
+  static void run2(int64_t nb, const std::byte* g, size_t gs, const std::byte* x, size_t xs, const std::byte* s, size_t /*ss*/,
+                   int64_t n_rows, float* y, int64_t ys) {
+    if constexpr (C == 1) {
+      tile_iq4_xs_col(nb, g, x, s, kRows, y);
+      tile_iq4_xs_col(nb, g + gs, x, s, n_rows - kRows, y + kRows);
+    } else {
+      tile_iq4_xs_pair<C>(nb, g, gs, x, xs, n_rows, y, ys);
     }
   }
 };
