@@ -87,25 +87,31 @@ int64_t huge_page_bytes(const void* p, size_t n) {
   return kib * 1024;
 }
 
-double MappedFile::populate_on_huge_pages() const {
-  if (data_ == nullptr || size_ == 0) return 0;
-  advise_hugepages();
-  auto* p = const_cast<std::byte*>(data_);
-  auto fraction = [&] { return std::min(1.0, static_cast<double>(huge_page_bytes(p, size_)) / static_cast<double>(size_)); };
+double populate_range_on_huge_pages(const std::string& path, const std::byte* begin, size_t n, double enough) {
+  if (begin == nullptr || n == 0) return 0;
+  auto* p = const_cast<std::byte*>(begin);
+#ifdef MADV_HUGEPAGE
+  madvise(p, n, MADV_HUGEPAGE);
+#endif
+  auto fraction = [&] { return std::min(1.0, static_cast<double>(huge_page_bytes(p, n)) / static_cast<double>(n)); };
 #ifdef MADV_POPULATE_READ
-  if (madvise(p, size_, MADV_POPULATE_READ) != 0) return fraction();
+  if (madvise(p, n, MADV_POPULATE_READ) != 0) return fraction();
   // Only whole 2 MiB pages can be mapped so: a file of a few MiB never reaches 90%.
-  const size_t whole = size_ & ~((size_t{2} << 20) - 1);
-  if (static_cast<double>(huge_page_bytes(p, size_)) >= 0.9 * static_cast<double>(whole)) return fraction();
-  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  const size_t whole = n & ~((size_t{2} << 20) - 1);
+  if (static_cast<double>(huge_page_bytes(p, n)) >= enough * static_cast<double>(whole)) return fraction();
+  // Unmap our pages, drop the file's clean page cache (pages mapped elsewhere stay), read
+  // it again through the MADV_HUGEPAGE mapping: readahead then fills 2 MiB folios.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return fraction();
-  madvise(p, size_, MADV_DONTNEED);
+  madvise(p, n, MADV_DONTNEED);
   (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
   ::close(fd);
-  madvise(p, size_, MADV_POPULATE_READ);
+  madvise(p, n, MADV_POPULATE_READ);
 #endif
   return fraction();
 }
+
+double MappedFile::populate_on_huge_pages() const { return populate_range_on_huge_pages(path_, data_, size_, 0.9); }
 
 Result<std::string> read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -49,6 +49,11 @@ class MappedFile {
 // anonymous), from /proc/self/smaps; 0 where that cannot be read.
 int64_t huge_page_bytes(const void* p, size_t n);
 
+// populate_on_huge_pages for [begin, begin + n) of a mapping of the file at `path`: the
+// page cache is dropped and re-read when under `enough` of the range's whole 2 MiB pages
+// are mapped so. Returns the fraction on 2 MiB pages afterwards.
+double populate_range_on_huge_pages(const std::string& path, const std::byte* begin, size_t n, double enough);
+
 // Reads a whole (small) file into a string, e.g. a JSON config.
 Result<std::string> read_text_file(const std::string& path);
 

@@ -55,18 +55,7 @@ void advise_weight_pages(const gguf::ModelFile& file, bool refresh) {
   void* p = reinterpret_cast<void*>(lo);
   const size_t n = hi - lo;
   if (madvise(p, n, MADV_HUGEPAGE) != 0 || !refresh) return;
-#ifdef MADV_POPULATE_READ
-  if (madvise(p, n, MADV_POPULATE_READ) != 0) return;
-  if (huge_page_bytes(p, n) >= static_cast<int64_t>(n / 2)) return;  // mostly huge already
-  // Unmap our pages, drop the file's clean page cache (pages mapped elsewhere stay), read
-  // it again through the MADV_HUGEPAGE mapping: readahead then fills 2 MiB folios.
-  const int fd = open(file.path().c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  madvise(p, n, MADV_DONTNEED);
-  posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  close(fd);
-  madvise(p, n, MADV_POPULATE_READ);
-#endif
+  (void)populate_range_on_huge_pages(file.path(), static_cast<const std::byte*>(p), n, 0.5);
 }
 
 }  // namespace
