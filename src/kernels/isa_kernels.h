@@ -43,12 +43,14 @@ void quantize_row_q8_k_avx2(const float* x, std::byte* y, int64_t n);
 // matmul_avx512.cc (AVX-512 VNNI): decode groups over the GGUF layout, prefill panels
 void mm_q8_0_avx512(MatmulKernels& mk);
 void mm_q4_0_avx512(MatmulKernels& mk);
+void mm_q5_0_avx512(MatmulKernels& mk);
 void mm_q4_k_avx512(MatmulKernels& mk);
 void mm_q6_k_avx512(MatmulKernels& mk);
 
 // matmul_interleaved_avx512.cc (AVX-512 VNNI): the interleaved decode layouts
 void mm_q8_0_avx512_interleaved(MatmulKernels& mk);
 void mm_q4_0_avx512_interleaved(MatmulKernels& mk);
+void mm_q5_0_avx512_interleaved(MatmulKernels& mk);
 void mm_q4_k_avx512_interleaved(MatmulKernels& mk);
 void mm_q6_k_avx512_interleaved(MatmulKernels& mk);
 

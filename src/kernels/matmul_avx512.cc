@@ -1,4 +1,4 @@
-// AVX-512 VNNI matmul kernels for the quantized weight types (q8_0, q4_0, q4_K, q6_K).
+// AVX-512 VNNI matmul kernels for the quantized weight types (q8_0, q4_0, q5_0, q4_K, q6_K).
 // Compiled with the AVX-512 flags (cmake/lumen.cmake); only reached through the table when
 // cpu_features().has_avx512_vnni(). Internal linkage only (see quant_blocks.h).
 //
@@ -23,7 +23,7 @@
 // with the scalar reference bit for bit (no FMA: the reference rounds the product).
 //
 // vpdpbusd multiplies unsigned by signed bytes. Weights go in unsigned with an offset
-// (q4_0: q in 0..15, w = q - 8; q8_0: u = q ^ 0x80, w = u - 128; q6_K: q in 0..63,
+// (q4_0: q in 0..15, w = q - 8; q5_0: q in 0..31, w = q - 16; q8_0: u = q ^ 0x80, w = u - 128; q6_K: q in 0..63,
 // w = q - 32), activations signed; the offset times the activation sum is folded in as an
 // integer correction (initial accumulator value), so every block sum stays exact.
 #include "kernels/matmul_avx512_common.h"
@@ -226,6 +226,23 @@ struct Q4_0Fmt {
     const __m512i z = _mm512_castsi256_si512(load256(x.qs));
     return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(1, 1, 0, 0));
   }
+};
+
+struct Q5_0Fmt {
+  using Block = BlockQ5_0;
+  static constexpr bool kSplit = true;
+  static constexpr int kOffsetShift = 4;  // w = q - 16
+  // Q4_0Fmt's layout with the fifth bits added: [A 0..15 | B 0..15 | A 16..31 | B 16..31].
+  static __m512i unsigned_pair(const Block& a, const Block& b) {
+    uint32_t ha, hb;
+    std::memcpy(&ha, a.qh, 4);
+    std::memcpy(&hb, b.qh, 4);
+    const uint64_t bits = (ha & 0xffffu) | uint64_t{hb & 0xffffu} << 16 | uint64_t{ha >> 16} << 32 | uint64_t{hb >> 16} << 48;
+    const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(a.qs)), load128(b.qs), 1);
+    const __m512i nib = _mm512_and_si512(pair256(q, _mm256_srli_epi16(q, 4)), _mm512_set1_epi8(15));
+    return _mm512_or_si512(nib, _mm512_maskz_mov_epi8(bits, _mm512_set1_epi8(16)));
+  }
+  static __m512i act(const BlockQ8_0& x) { return Q4_0Fmt::act(x); }
 };
 
 // y[c * y_stride + r] for the rows of `g` (mask: valid rows) and NC activation rows.
@@ -449,6 +466,13 @@ template <int NC> struct GroupQ8_0 {
     decode_group_q8<Q8_0Fmt, NC>(nb, g, m, x, xs, y, ys);
   }
 };
+template <int NC> struct GroupQ5_0 {
+  static constexpr int64_t kBlock = kQk;
+  template <typename Rows>
+  static void run(int64_t nb, const Rows& g, __mmask16 m, const std::byte* x, size_t xs, float* y, int64_t ys) {
+    decode_group_q8<Q5_0Fmt, NC>(nb, g, m, x, xs, y, ys);
+  }
+};
 template <int NC> struct GroupQ4_0 {
   static constexpr int64_t kBlock = kQk;
   template <typename Rows>
@@ -538,6 +562,15 @@ template <>
 __m256i unsigned_block<Q4_0Fmt>(const BlockQ4_0& b) {
   const __m128i q = load128(b.qs);
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(15));
+}
+
+template <>
+__m256i unsigned_block<Q5_0Fmt>(const BlockQ5_0& b) {
+  uint32_t h;
+  std::memcpy(&h, b.qh, 4);
+  const __m128i q = load128(b.qs);
+  const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(15));
+  return _mm256_or_si256(nib, _mm256_maskz_mov_epi8(h, _mm256_set1_epi8(16)));
 }
 
 template <typename Fmt>
@@ -823,6 +856,12 @@ void mm_q4_0_avx512(MatmulKernels& mk) {
   mk.gemm = &gemm_groups<GroupQ4_0>;
   mk.panel = {kRows, kPanelMinCols, &q8_panel_bytes, &q8_side_bytes, &prepare_side_q8<3>,
               &pack_q8_panel<Q4_0Fmt>, &panel_gemm_q8};
+}
+void mm_q5_0_avx512(MatmulKernels& mk) {
+  mk.vec_dot = &vec_dot_groups<GroupQ5_0>;
+  mk.gemm = &gemm_groups<GroupQ5_0>;
+  mk.panel = {kRows, kPanelMinCols, &q8_panel_bytes, &q8_side_bytes, &prepare_side_q8<4>,
+              &pack_q8_panel<Q5_0Fmt>, &panel_gemm_q8};
 }
 void mm_q4_k_avx512(MatmulKernels& mk) {
   mk.vec_dot = &vec_dot_groups<GroupQ4_K>;

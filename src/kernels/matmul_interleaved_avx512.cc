@@ -1,5 +1,5 @@
 // AVX-512 VNNI kernels for matrices repacked into row-interleaved groups (the
-// InterleavedKernels of kernel_table.h): q8_0, q4_0, q4_K, q6_K.
+// InterleavedKernels of kernel_table.h): q8_0, q4_0, q5_0, q4_K, q6_K.
 //
 // Why: decode reads every weight once per token, so its speed is the speed at which the
 // weights stream from memory. In the GGUF layout the 16 rows a vector kernel works on are
@@ -49,6 +49,12 @@ namespace {
 //   [k = 0..3][r] u32   qs[4k .. 4k+3] of row r: low nibbles elements 4k .. 4k+3,
 //                       high nibbles elements 16 + 4k ..                           256
 //   [r] f16             d                                                          32
+// q5_0 "q5_0x16", 352 bytes per 32 elements (the GGUF blocks' size):
+//   [k = 0..3][r] u32   qs[4k .. 4k+3] of row r, as q4_0x16                          256
+//   [r] u32             the fifth bits, spread so that one shift and mask per k puts
+//                       them at bit 4 of the quant bytes: bit 8b + k = element 4k + b
+//                       (low nibble of qs[4k + b]), bit 8b + 4 + k = element 16 + 4k + b   64
+//   [r] f16             d                                                           32
 // q4_K "q4_Kx16", 2368 bytes per 256 elements:
 //   [c = 0..3][k = 0..7][r] u32  qs[32c + 4k ..] of row r: low nibbles elements
 //                       64c + 4k .. (sub-block 2c), high nibbles 64c + 32 + 4k ..   2048
@@ -64,6 +70,7 @@ namespace {
 //    high nibbles) or B (qi 1, 3), and bits 2qi, 2qi + 1 of the qh dword.)
 constexpr size_t kQ8_0GroupBlock = 544;
 constexpr size_t kQ4_0GroupBlock = 288;
+constexpr size_t kQ5_0GroupBlock = 352;
 constexpr size_t kQ4_KGroupBlock = 2368;
 constexpr size_t kQ6_KGroupBlock = 3360;
 
@@ -114,6 +121,32 @@ void pack_q4_0(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, s
           const BlockQ4_0& b = rows[r][ib];
           for (int k = 0; k < 4; ++k) put_u32(gb + 64 * k + 4 * r, b.qs + 4 * k);
           std::memcpy(gb + 256 + 2 * r, &b.d_f16, 2);
+        }
+      });
+}
+
+// qh of a q5_0 block in the q5_0x16 spread order (see the layout above).
+uint32_t spread_q5_bits(const uint8_t* qh) {
+  const uint32_t h = get_u32(qh);
+  uint32_t out = 0;
+  for (int k = 0; k < 4; ++k) {
+    for (int b = 0; b < 4; ++b) {
+      out |= ((h >> (4 * k + b)) & 1u) << (8 * b + k);
+      out |= ((h >> (16 + 4 * k + b)) & 1u) << (8 * b + 4 + k);
+    }
+  }
+  return out;
+}
+
+void pack_q5_0(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* dst) {
+  pack_groups<BlockQ5_0, kQ5_0GroupBlock, kQk>(
+      n, w, w_stride, n_rows, dst, [](const BlockQ5_0* const* rows, int64_t ib, std::byte* gb) {
+        for (int r = 0; r < kRows; ++r) {
+          const BlockQ5_0& b = rows[r][ib];
+          for (int k = 0; k < 4; ++k) put_u32(gb + 64 * k + 4 * r, b.qs + 4 * k);
+          const uint32_t h = spread_q5_bits(b.qh);
+          put_u32(gb + 256 + 4 * r, &h);
+          std::memcpy(gb + 320 + 2 * r, &b.d_f16, 2);
         }
       });
 }
@@ -211,26 +244,27 @@ template <int C>
   if constexpr (C <= 2) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead), _MM_HINT_T0);
 }
 
-// q8_0 / q4_0: sumf += (float)sumi * (d_w * d_x) per block; the side data holds d_x and the
-// unsigned weights' offset correction.
-template <bool kNibbles, int C>
+// q8_0 / q4_0 / q5_0 (kBits 8, 4, 5): sumf += (float)sumi * (d_w * d_x) per block; the side
+// data holds d_x and the unsigned weights' offset correction (-128, -8 or -16 * sum(q_x)).
+// q5_0's fifth bits are ORed in at bit 4 of every quant byte.
+template <int kBits, int C>
 void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side,
              size_t ss, __mmask16 mask, float* y, int64_t ys) {
-  constexpr size_t kGroupBlock = kNibbles ? kQ4_0GroupBlock : kQ8_0GroupBlock;
-  constexpr size_t kScales = kNibbles ? 256 : 512;
-  const __m512i m4 = _mm512_set1_epi8(15);
+  constexpr size_t kGroupBlock = kBits == 8 ? kQ8_0GroupBlock : kBits == 4 ? kQ4_0GroupBlock : kQ5_0GroupBlock;
+  constexpr size_t kScales = kGroupBlock - 32;
+  const __m512i m4 = _mm512_set1_epi8(15), m16 = _mm512_set1_epi8(16);
   __m512 acc[C];
   #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
   for (int64_t ib = 0; ib < nb; ++ib) {
     const std::byte* gb = group + ib * kGroupBlock;
     #pragma GCC unroll 16
-    for (size_t off = 0; off < kGroupBlock; off += 64) prefetch_ahead<C>(gb + off);  // 5 or 9 lines
+    for (size_t off = 0; off < kGroupBlock; off += 64) prefetch_ahead<C>(gb + off);  // 5, 6 or 9 lines
     const std::byte* xb = x + ib * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, qs);
     __m512i s[C];
     #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) s[c] = bcast_i32(side + c * ss + ib * 8 + 4);
-    if constexpr (kNibbles) {
+    if constexpr (kBits != 8) {
       // Two chains per column (low, high nibbles) so that one block's 8 dot steps are not
       // one serial dependency.
       __m512i s_hi[C];
@@ -239,8 +273,17 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
       #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
         const __m512i q = load512(gb + 64 * k);
-        const __m512i lo = _mm512_and_si512(q, m4);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        __m512i lo, hi;
+        if constexpr (kBits == 4) {
+          lo = _mm512_and_si512(q, m4);
+          hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        } else {
+          // (q & 15) | (fifth bits & 16): vpternlogd 0xea is (A & B) | C.
+          const __m512i h = load512(gb + 256);
+          lo = _mm512_ternarylogic_epi32(q, m4, _mm512_and_si512(_mm512_slli_epi32(h, 4 - k), m16), 0xea);
+          hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(q, 4), m4, _mm512_and_si512(_mm512_srli_epi32(h, k), m16),
+                                         0xea);
+        }
         #pragma GCC unroll 8
         for (int c = 0; c < C; ++c) {
           s[c] = _mm512_dpbusd_epi32(s[c], lo, bcast_i32(xb + c * xs + 4 * k));
@@ -379,11 +422,15 @@ void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
 
 template <int C> struct TileQ8_0 {
   static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
-                  __mmask16 m, float* y, int64_t ys) { tile_q8<false, C>(nb, g, x, xs, s, ss, m, y, ys); }
+                  __mmask16 m, float* y, int64_t ys) { tile_q8<8, C>(nb, g, x, xs, s, ss, m, y, ys); }
 };
 template <int C> struct TileQ4_0 {
   static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
-                  __mmask16 m, float* y, int64_t ys) { tile_q8<true, C>(nb, g, x, xs, s, ss, m, y, ys); }
+                  __mmask16 m, float* y, int64_t ys) { tile_q8<4, C>(nb, g, x, xs, s, ss, m, y, ys); }
+};
+template <int C> struct TileQ5_0 {
+  static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
+                  __mmask16 m, float* y, int64_t ys) { tile_q8<5, C>(nb, g, x, xs, s, ss, m, y, ys); }
 };
 template <int C> struct TileQ4_K {
   static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
@@ -415,6 +462,10 @@ void mm_q8_0_avx512_interleaved(MatmulKernels& mk) {
 void mm_q4_0_avx512_interleaved(MatmulKernels& mk) {
   mk.interleaved = {"q4_0x16", kRows, &group_bytes<kQ4_0GroupBlock, kQk>, &q8_side_bytes, &prepare_side_q8<3>,
                     &pack_q4_0, &gemm_groups<kQk, kQ4_0GroupBlock, 8, TileQ4_0>};
+}
+void mm_q5_0_avx512_interleaved(MatmulKernels& mk) {
+  mk.interleaved = {"q5_0x16", kRows, &group_bytes<kQ5_0GroupBlock, kQk>, &q8_side_bytes, &prepare_side_q8<4>,
+                    &pack_q5_0, &gemm_groups<kQk, kQ5_0GroupBlock, 8, TileQ5_0>};
 }
 void mm_q4_k_avx512_interleaved(MatmulKernels& mk) {
   mk.interleaved = {"q4_Kx16", kRows, &group_bytes<kQ4_KGroupBlock, kQkK>, &q4_k_side_bytes, &prepare_side_q4_k,

@@ -136,6 +136,21 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
     for (DType dt : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
                      DType::kIQ4_XS})
       b->Args({1, static_cast<int>(dt), 2048, 128, 1, 1, il});
+  // The types whose AVX-512 kernels came in session 14 (q5_0, q5_K, iq4_nl, iq4_xs), the
+  // AVX-512 table (2) against the AVX2 one (1), file layout (il 0) and interleaved (il 1):
+  // one thread, decode widths 1..8 on weights that stay in the L2 (2048 x 128; CPU time per
+  // call is the kernel's own), prefill at 64 and 512 columns (2048 x 2048), and decode out
+  // of cache (8192 x 8192, 2 threads: the memory-bound case).
+  for (int table : {1, 2}) {
+    for (DType dt : {DType::kQ5_0, DType::kQ5_K, DType::kIQ4_NL, DType::kIQ4_XS}) {
+      for (int il : {0, 1}) {
+        for (int64_t n_tokens = 1; n_tokens <= 8; ++n_tokens)
+          b->Args({table, static_cast<int>(dt), 2048, 128, n_tokens, 1, il});
+        for (int64_t n_tokens : {64, 512}) b->Args({table, static_cast<int>(dt), 2048, 2048, n_tokens, 1, il});
+        b->Args({table, static_cast<int>(dt), 8192, 8192, 1, 2, il});
+      }
+    }
+  }
   for (int table = 0; table < 3; ++table) {
     for (int threads : {1, 2}) {
       // qwen2-0.5B-ish: ffn_up/gate 896 -> 4864 (q4_0, q8_0, f16), ffn_down 4864 -> 896 (K types)
