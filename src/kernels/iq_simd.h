@@ -1,6 +1,7 @@
 // AVX2 building blocks of the i-quant kernels (kernels_iq_avx2.cc; everything is in an
 // anonymous namespace, as kernels_isa_common.h explains, so another ISA's translation unit
-// can compile its own copy with its flags). Include only from *_avx2.cc files.
+// can compile its own copy with its flags). Include only from *_avx2.cc and *_avx512.cc files
+// (kernels_iq_avx512.cc packs its panels with Unpack).
 //
 // Unpack<W>::chunk(b, k) gives the 32 int8 values v of elements 32k .. 32k+31 of a widened
 // super-block (iq_blocks.h) in one vector: grid entries gathered by scalar loads (as ggml

@@ -44,6 +44,7 @@ void quantize_row_q8_k_avx2(const float* x, std::byte* y, int64_t n);
 void mm_q8_0_avx512(MatmulKernels& mk);
 void mm_q4_0_avx512(MatmulKernels& mk);
 void mm_q5_0_avx512(MatmulKernels& mk);
+void mm_iq4_nl_avx512(MatmulKernels& mk);
 void mm_q4_k_avx512(MatmulKernels& mk);
 void mm_q6_k_avx512(MatmulKernels& mk);
 
@@ -53,5 +54,16 @@ void mm_q4_0_avx512_interleaved(MatmulKernels& mk);
 void mm_q5_0_avx512_interleaved(MatmulKernels& mk);
 void mm_q4_k_avx512_interleaved(MatmulKernels& mk);
 void mm_q6_k_avx512_interleaved(MatmulKernels& mk);
+void mm_iq4_xs_avx512_interleaved(MatmulKernels& mk);
+
+// kernels_iq_avx512.cc (AVX-512 VNNI): the 256-element i-quants' prefill panels
+void mm_iq4_xs_avx512(MatmulKernels& mk);
+void mm_iq3_s_avx512(MatmulKernels& mk);
+void mm_iq3_xxs_avx512(MatmulKernels& mk);
+void mm_iq2_s_avx512(MatmulKernels& mk);
+void mm_iq2_xs_avx512(MatmulKernels& mk);
+void mm_iq2_xxs_avx512(MatmulKernels& mk);
+void mm_iq1_s_avx512(MatmulKernels& mk);
+void mm_iq1_m_avx512(MatmulKernels& mk);
 
 }  // namespace lumen::kernels

@@ -3,8 +3,10 @@
 // (cmake/lumen.cmake); only reached when cpu_features().has_avx512_vnni().
 //
 //   quantized matmuls           matmul_avx512.cc, matmul_interleaved_avx512.cc: VNNI decode
-//                               groups, prefill panels and interleaved layouts, bit-exact
-//                               with the scalar reference (entries of the type table's rows)
+//                               groups, prefill panels and interleaved layouts;
+//                               kernels_iq_avx512.cc: the 256-element i-quants' prefill
+//                               panels; all bit-exact with the scalar reference
+//                               (entries of the type table's rows)
 //   attention group kernels     attention_avx512.cc: all query heads of a GQA group per
 //                               K/V row, bit for bit the AVX2 single-head kernels
 //   f32 / f16 / bf16, row ops   the AVX2 kernels: 16-lane versions measured slower on Zen 4

@@ -1,4 +1,5 @@
-// AVX-512 VNNI matmul kernels for the quantized weight types (q8_0, q4_0, q5_0, q4_K, q6_K).
+// AVX-512 VNNI matmul kernels for the quantized weight types (q8_0, q4_0, q5_0, iq4_nl, q4_K,
+// q6_K; the 256-element i-quants use its panels from kernels_iq_avx512.cc).
 // Compiled with the AVX-512 flags (cmake/lumen.cmake); only reached through the table when
 // cpu_features().has_avx512_vnni(). Internal linkage only (see quant_blocks.h).
 //
@@ -23,8 +24,8 @@
 // with the scalar reference bit for bit (no FMA: the reference rounds the product).
 //
 // vpdpbusd multiplies unsigned by signed bytes. Weights go in unsigned with an offset
-// (q4_0: q in 0..15, w = q - 8; q5_0: q in 0..31, w = q - 16; q8_0: u = q ^ 0x80, w = u - 128; q6_K: q in 0..63,
-// w = q - 32), activations signed; the offset times the activation sum is folded in as an
+// (q4_0: q in 0..15, w = q - 8; q5_0: q in 0..31, w = q - 16; q8_0: u = q ^ 0x80, w = u - 128;
+// iq4_nl: u = value + 128, w = u - 128; q6_K: q in 0..63, w = q - 32), activations signed; the offset times the activation sum is folded in as an
 // integer correction (initial accumulator value), so every block sum stays exact.
 #include "kernels/matmul_avx512_common.h"
 
@@ -241,6 +242,23 @@ struct Q5_0Fmt {
     const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(a.qs)), load128(b.qs), 1);
     const __m512i nib = _mm512_and_si512(pair256(q, _mm256_srli_epi16(q, 4)), _mm512_set1_epi8(15));
     return _mm512_or_si512(nib, _mm512_maskz_mov_epi8(bits, _mm512_set1_epi8(16)));
+  }
+  static __m512i act(const BlockQ8_0& x) { return Q4_0Fmt::act(x); }
+};
+
+struct IQ4_NLFmt {
+  using Block = BlockIQ4_NL;
+  static constexpr bool kSplit = true;
+  static constexpr int kOffsetShift = 7;  // u = value + 128
+  // kIq4nlValues + 128 as unsigned bytes, in every 128-bit lane (a vpshufb table).
+  static __m512i table() {
+    return _mm512_xor_si512(_mm512_broadcast_i32x4(load128(kIq4nlValues)), _mm512_set1_epi8(static_cast<char>(0x80)));
+  }
+  // The codes in Q4_0Fmt's layout, each replaced by its value + 128.
+  static __m512i unsigned_pair(const Block& a, const Block& b) {
+    const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(a.qs)), load128(b.qs), 1);
+    const __m512i codes = _mm512_and_si512(pair256(q, _mm256_srli_epi16(q, 4)), _mm512_set1_epi8(15));
+    return _mm512_shuffle_epi8(table(), codes);
   }
   static __m512i act(const BlockQ8_0& x) { return Q4_0Fmt::act(x); }
 };
@@ -480,6 +498,13 @@ template <int NC> struct GroupQ4_0 {
     decode_group_q8<Q4_0Fmt, NC>(nb, g, m, x, xs, y, ys);
   }
 };
+template <int NC> struct GroupIQ4_NL {
+  static constexpr int64_t kBlock = kQk;
+  template <typename Rows>
+  static void run(int64_t nb, const Rows& g, __mmask16 m, const std::byte* x, size_t xs, float* y, int64_t ys) {
+    decode_group_q8<IQ4_NLFmt, NC>(nb, g, m, x, xs, y, ys);
+  }
+};
 template <int NC> struct GroupQ4_K {
   static constexpr int64_t kBlock = kQkK;
   template <typename Rows>
@@ -512,46 +537,6 @@ constexpr size_t kQ8PanelBlockBytes = 512 + 64;
 
 size_t q8_panel_bytes(int64_t n) { return static_cast<size_t>(n / kQk) * kQ8PanelBlockBytes; }
 
-// Packing reads the weights from memory (each byte once per matmul) in 16 interleaved row
-// streams: fetch each row kPackAheadBytes ahead of the block being packed.
-constexpr size_t kPackAheadBytes = 512;
-template <typename Block>
-void prefetch_rows_ahead(const Block* const rows[kRows], int64_t ib, int64_t nb) {
-  const int64_t ahead = ib + static_cast<int64_t>(kPackAheadBytes / sizeof(Block)) + 1;
-  if (ahead >= nb) return;
-  for (int r = 0; r < kRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(rows[r] + ahead), _MM_HINT_T0);
-}
-
-// Panel stores: 16 rows' 32 bytes (8 dwords each) of one block into [g = 0..7][r = 0..15]
-// dwords (64-byte groups), i.e. a 16 x 8 dword transpose: two 8 x 8 register transposes
-// (rows 0-7 and 8-15), each group's halves stored side by side.
-void transpose8x8(const __m256i* r, __m256i* out) {
-  __m256i t[8], s8[8];
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 2; ++i) {
-    s8[4 * i + 0] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    s8[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    s8[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    s8[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (int g = 0; g < 4; ++g) {
-    out[g] = _mm256_permute2x128_si256(s8[g], s8[4 + g], 0x20);
-    out[g + 4] = _mm256_permute2x128_si256(s8[g], s8[4 + g], 0x31);
-  }
-}
-void store_panel_group(const __m256i u[kRows], std::byte* pb) {
-  __m256i lo[8], hi[8];
-  transpose8x8(u, lo);
-  transpose8x8(u + 8, hi);
-  for (int g = 0; g < 8; ++g) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + g * 64), lo[g]);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + g * 64 + 32), hi[g]);
-  }
-}
-
 template <typename Fmt>
 __m256i unsigned_block(const typename Fmt::Block& b);
 template <>
@@ -571,6 +556,13 @@ __m256i unsigned_block<Q5_0Fmt>(const BlockQ5_0& b) {
   const __m128i q = load128(b.qs);
   const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(15));
   return _mm256_or_si256(nib, _mm256_maskz_mov_epi8(h, _mm256_set1_epi8(16)));
+}
+
+template <>
+__m256i unsigned_block<IQ4_NLFmt>(const BlockIQ4_NL& b) {
+  const __m128i q = load128(b.qs);
+  const __m256i codes = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(15));
+  return _mm256_shuffle_epi8(_mm512_castsi512_si256(IQ4_NLFmt::table()), codes);
 }
 
 template <typename Fmt>
@@ -709,13 +701,8 @@ void panel_tile_q4_k(int64_t nb, const std::byte* panel, const std::byte* x, siz
 
 // ---- q6_K panels -------------------------------------------------------------------------
 //
-// Per 256-element block ib (5696 bytes):
-//   [s = 0..15][g = 0..3][r] 4 bytes  quants (0..63) of elements 16s + 4g .. +3    4096
-//   [s][r] int32                      scales[s]                                    1024
-//   [k = 0..7][r] int32               scales[2k], scales[2k+1] as two int16         512
-//   [r] f32 d_w                                                                      64
-constexpr size_t kQ6KPanelBlockBytes = 4096 + 1024 + 512 + 64;
-
+// The 16-element sub-block panel of matmul_avx512_common.h (kQ6KPanelBlockBytes), quants
+// 0..63 (w = q - 32: offset shift 5).
 size_t q6_k_panel_bytes(int64_t n) { return static_cast<size_t>(n / kQkK) * kQ6KPanelBlockBytes; }
 
 // q6 values of quarter k (elements 128h + 32k .. +31) of half h of a q6_K block, 0..63.
@@ -762,52 +749,6 @@ void pack_q6_k_panel(int64_t n, const std::byte* w, size_t w_stride, int64_t n_r
   }
 }
 
-template <int C>
-void panel_tile_q6_k(int64_t nb, const std::byte* panel, const std::byte* x, size_t xs,
-                     const std::byte*, size_t, __mmask16 mask, float* y, int64_t ys) {
-  __m512 acc[C];
-  #pragma GCC unroll 8
-  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
-  for (int64_t ib = 0; ib < nb; ++ib) {
-    const std::byte* pb = panel + ib * kQ6KPanelBlockBytes;
-    const std::byte* xb = x + ib * sizeof(BlockQ8_K);
-    __m512i sumi[C];
-    #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) sumi[c] = _mm512_setzero_si512();
-    for (int s = 0; s < 16; ++s) {
-      __m512i t[C];
-      #pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) t[c] = _mm512_setzero_si512();
-      const std::byte* ps = pb + s * 256;
-      const std::byte* xs_ = xb + offsetof(BlockQ8_K, qs) + 16 * s;
-      #pragma GCC unroll 4
-      for (int gi = 0; gi < 4; ++gi) {
-        const __m512i wv = load512(ps + 64 * gi);
-        #pragma GCC unroll 8
-        for (int c = 0; c < C; ++c) t[c] = _mm512_dpbusd_epi32(t[c], wv, bcast_i32(xs_ + c * xs + 4 * gi));
-      }
-      const __m512i scv = load512(pb + 4096 + s * 64);
-      #pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(t[c], scv));
-    }
-    // The -32 offset: 32 * sum_s scales[s] * bsums[s].
-    __m512i bs[C];
-    #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) bs[c] = _mm512_setzero_si512();
-    #pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) {
-      const __m512i sv = load512(pb + 5120 + k * 64);
-      #pragma GCC unroll 8
-      for (int c = 0; c < C; ++c)
-        bs[c] = _mm512_dpwssd_epi32(bs[c], sv, bcast_i32(xb + c * xs + offsetof(BlockQ8_K, bsums) + 4 * k));
-    }
-    #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) sumi[c] = _mm512_sub_epi32(sumi[c], _mm512_slli_epi32(bs[c], 5));
-    add_k_block<C>(acc, xb, xs, 1.0f, _mm512_loadu_ps(reinterpret_cast<const float*>(pb + 5632)), sumi);
-  }
-  store_cols<C>(acc, nullptr, mask, y, ys);
-}
-
 // ---- panel gemm drivers ----------------------------------------------------------------
 
 template <int C> struct TileQ8 {
@@ -820,7 +761,7 @@ template <int C> struct TileQ4_K {
 };
 template <int C> struct TileQ6_K {
   static void run(int64_t nb, const std::byte* p, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
-                  __mmask16 m, float* y, int64_t ys) { panel_tile_q6_k<C>(nb, p, x, xs, s, ss, m, y, ys); }
+                  __mmask16 m, float* y, int64_t ys) { panel_tile_k16<C, 5>(nb, p, x, xs, s, ss, m, y, ys); }
 };
 
 void panel_gemm_q8(int64_t n, const std::byte* panel, int64_t n_rows, const std::byte* x, size_t xs,
@@ -862,6 +803,12 @@ void mm_q5_0_avx512(MatmulKernels& mk) {
   mk.gemm = &gemm_groups<GroupQ5_0>;
   mk.panel = {kRows, kPanelMinCols, &q8_panel_bytes, &q8_side_bytes, &prepare_side_q8<4>,
               &pack_q8_panel<Q5_0Fmt>, &panel_gemm_q8};
+}
+void mm_iq4_nl_avx512(MatmulKernels& mk) {
+  mk.vec_dot = &vec_dot_groups<GroupIQ4_NL>;
+  mk.gemm = &gemm_groups<GroupIQ4_NL>;
+  mk.panel = {kRows, kPanelMinCols, &q8_panel_bytes, &q8_side_bytes, &prepare_side_q8<7>,
+              &pack_q8_panel<IQ4_NLFmt>, &panel_gemm_q8};
 }
 void mm_q4_k_avx512(MatmulKernels& mk) {
   mk.vec_dot = &vec_dot_groups<GroupQ4_K>;

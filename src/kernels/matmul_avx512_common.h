@@ -25,29 +25,29 @@ namespace {  // NOLINT(google-build-namespaces): deliberate, see above
 
 constexpr int kRows = 16;  // weight rows per decode group and per panel (one zmm of f32)
 
-__m512i bcast_i32(const void* p) {
+inline __m512i bcast_i32(const void* p) {
   int32_t v;
   std::memcpy(&v, p, sizeof(v));
   return _mm512_set1_epi32(v);
 }
-__m512 bcast_f32(const void* p) {
+inline __m512 bcast_f32(const void* p) {
   float v;
   std::memcpy(&v, p, sizeof(v));
   return _mm512_set1_ps(v);
 }
-__m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-__m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
-__m512i load512(const void* p) { return _mm512_loadu_si512(p); }
-float f16(uint16_t h) { return _cvtsh_ss(h); }
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
+inline float f16(uint16_t h) { return _cvtsh_ss(h); }
 
-__mmask16 row_mask(int64_t n_rows) {
+inline __mmask16 row_mask(int64_t n_rows) {
   return n_rows >= kRows ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n_rows) - 1);
 }
 
 // Side data of a q8_0 activation row for the q8_0 / q4_0 panel and interleaved kernels,
 // per 32-element block ib (8 bytes): f32 d_x, int32 -offset * sum(q_x) with offset =
 // 1 << kOffsetShift (the unsigned weights' bias: 128 for q8_0, 8 for q4_0).
-size_t q8_side_bytes(int64_t n) { return static_cast<size_t>(n / kQk) * 8; }
+inline size_t q8_side_bytes(int64_t n) { return static_cast<size_t>(n / kQk) * 8; }
 template <int kOffsetShift>
 void prepare_side_q8(const std::byte* xq, int64_t n, std::byte* side) {
   const auto* bx = reinterpret_cast<const BlockQ8_0*>(xq);
@@ -95,6 +95,104 @@ template <int C>
   #pragma GCC unroll 8
   for (int c = 0; c < C; ++c)
     _mm512_mask_storeu_ps(y + c * ys, mask, acc_m ? _mm512_add_ps(acc[c], acc_m[c]) : acc[c]);
+}
+
+// Packing reads the weights from memory (each byte once per matmul) in 16 interleaved row
+// streams: fetch each row kPackAheadBytes ahead of the block being packed.
+constexpr size_t kPackAheadBytes = 512;
+template <typename Block>
+void prefetch_rows_ahead(const Block* const rows[kRows], int64_t ib, int64_t nb) {
+  const int64_t ahead = ib + static_cast<int64_t>(kPackAheadBytes / sizeof(Block)) + 1;
+  if (ahead >= nb) return;
+  for (int r = 0; r < kRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(rows[r] + ahead), _MM_HINT_T0);
+}
+
+// Panel stores: 16 rows' 32 bytes (8 dwords each) of one block into [g = 0..7][r = 0..15]
+// dwords (64-byte groups), i.e. a 16 x 8 dword transpose: two 8 x 8 register transposes
+// (rows 0-7 and 8-15), each group's halves stored side by side.
+inline void transpose8x8(const __m256i* r, __m256i* out) {
+  __m256i t[8], s8[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {
+    s8[4 * i + 0] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    s8[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    s8[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    s8[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int g = 0; g < 4; ++g) {
+    out[g] = _mm256_permute2x128_si256(s8[g], s8[4 + g], 0x20);
+    out[g + 4] = _mm256_permute2x128_si256(s8[g], s8[4 + g], 0x31);
+  }
+}
+inline void store_panel_group(const __m256i u[kRows], std::byte* pb) {
+  __m256i lo[8], hi[8];
+  transpose8x8(u, lo);
+  transpose8x8(u + 8, hi);
+  for (int g = 0; g < 8; ++g) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + g * 64), lo[g]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + g * 64 + 32), hi[g]);
+  }
+}
+
+// ---- the 16-element sub-block panel (q6_K, the 256-element i-quants) -------------------
+//
+// Per 256-element block ib (5696 bytes):
+//   [s = 0..15][g = 0..3][r] 4 bytes  unsigned quants u of elements 16s + 4g .. +3  4096
+//   [s][r] int32                      scale sc[s] of sub-block s                    1024
+//   [k = 0..7][r] int32               sc[2k], sc[2k+1] as two int16                  512
+//   [r] f32 d_w                                                                      64
+// with w = d_w * sc[s] * (u - (1 << kOffsetShift)): per block and row the tile forms
+//   sumi = sum_s sc[s] * (u . q8 over s) - (1 << kOffsetShift) * sum_s sc[s] * bsums[s]
+// (exact int32), then the reference's float step acc += (d_x * d_w) * (float)sumi.
+constexpr size_t kQ6KPanelBlockBytes = 4096 + 1024 + 512 + 64;
+
+template <int C, int kOffsetShift>
+void panel_tile_k16(int64_t nb, const std::byte* panel, const std::byte* x, size_t xs,
+                    const std::byte*, size_t, __mmask16 mask, float* y, int64_t ys) {
+  __m512 acc[C];
+  #pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    const std::byte* pb = panel + ib * kQ6KPanelBlockBytes;
+    const std::byte* xb = x + ib * sizeof(BlockQ8_K);
+    __m512i sumi[C];
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) sumi[c] = _mm512_setzero_si512();
+    for (int s = 0; s < 16; ++s) {
+      __m512i t[C];
+      #pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) t[c] = _mm512_setzero_si512();
+      const std::byte* ps = pb + s * 256;
+      const std::byte* xs_ = xb + offsetof(BlockQ8_K, qs) + 16 * s;
+      #pragma GCC unroll 4
+      for (int gi = 0; gi < 4; ++gi) {
+        const __m512i wv = load512(ps + 64 * gi);
+        #pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) t[c] = _mm512_dpbusd_epi32(t[c], wv, bcast_i32(xs_ + c * xs + 4 * gi));
+      }
+      const __m512i scv = load512(pb + 4096 + s * 64);
+      #pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(t[c], scv));
+    }
+    // The offset: (1 << kOffsetShift) * sum_s sc[s] * bsums[s].
+    __m512i bs[C];
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) bs[c] = _mm512_setzero_si512();
+    #pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      const __m512i sv = load512(pb + 5120 + k * 64);
+      #pragma GCC unroll 8
+      for (int c = 0; c < C; ++c)
+        bs[c] = _mm512_dpwssd_epi32(bs[c], sv, bcast_i32(xb + c * xs + offsetof(BlockQ8_K, bsums) + 4 * k));
+    }
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) sumi[c] = _mm512_sub_epi32(sumi[c], _mm512_slli_epi32(bs[c], kOffsetShift));
+    add_k_block<C>(acc, xb, xs, 1.0f, _mm512_loadu_ps(reinterpret_cast<const float*>(pb + 5632)), sumi);
+  }
+  store_cols<C>(acc, nullptr, mask, y, ys);
 }
 
 // A panel of up to 16 rows against n_cols activation rows, kCols at a time, the tail by the

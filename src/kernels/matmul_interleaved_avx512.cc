@@ -1,5 +1,5 @@
 // AVX-512 VNNI kernels for matrices repacked into row-interleaved groups (the
-// InterleavedKernels of kernel_table.h): q8_0, q4_0, q5_0, q4_K, q6_K.
+// InterleavedKernels of kernel_table.h): q8_0, q4_0, q5_0, q4_K, q6_K, iq4_xs.
 //
 // Why: decode reads every weight once per token, so its speed is the speed at which the
 // weights stream from memory. In the GGUF layout the 16 rows a vector kernel works on are
@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/iq_blocks.h"
 #include "kernels/isa_kernels.h"
 #include "kernels/kernel_table.h"
 #include "kernels/kernels_isa_common.h"
@@ -68,11 +69,17 @@ namespace {
 //   [r] f16             d                                                           32
 //   (quarter qi of half h: element 128h + 32qi + 4k .. from ql dword A (qi 0, 2: low,
 //    high nibbles) or B (qi 1, 3), and bits 2qi, 2qi + 1 of the qh dword.)
+// iq4_xs "iq4_xsx16", 2208 bytes per 256 elements:
+//   [c = 0..7][k = 0..3][r] u32  qs[16c + 4k ..] of row r: low nibbles (codes) elements
+//                       32c + 4k .., high nibbles 32c + 16 + 4k .. (sub-block c)     2048
+//   [c = 0..7][r] i8    the scale ls[c] - 32                                       128
+//   [r] f16             d                                                           32
 constexpr size_t kQ8_0GroupBlock = 544;
 constexpr size_t kQ4_0GroupBlock = 288;
 constexpr size_t kQ5_0GroupBlock = 352;
 constexpr size_t kQ4_KGroupBlock = 2368;
 constexpr size_t kQ6_KGroupBlock = 3360;
+constexpr size_t kIQ4_XSGroupBlock = 2208;
 
 template <size_t kGroupBlock, int kBlock>
 size_t group_bytes(int64_t n) {
@@ -189,6 +196,21 @@ void pack_q6_k(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, s
       });
 }
 
+void pack_iq4_xs(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* dst) {
+  pack_groups<BlockIQ4_XS, kIQ4_XSGroupBlock, kQkK>(
+      n, w, w_stride, n_rows, dst, [](const BlockIQ4_XS* const* rows, int64_t ib, std::byte* gb) {
+        for (int r = 0; r < kRows; ++r) {
+          const BlockIQ4_XS& b = rows[r][ib];
+          for (int c = 0; c < 8; ++c)
+            for (int k = 0; k < 4; ++k) put_u32(gb + (4 * c + k) * 64 + 4 * r, b.qs + 16 * c + 4 * k);
+          int16_t sc[16];
+          WidenIQ4_XS::scales(b, sc);
+          for (int c = 0; c < 8; ++c) gb[2048 + 16 * c + r] = static_cast<std::byte>(static_cast<int8_t>(sc[2 * c]));
+          std::memcpy(gb + 2176 + 2 * r, &b.d_f16, 2);
+        }
+      });
+}
+
 // ---- side data of q8_K activation rows -----------------------------------------------------
 
 // q4_K, per block (32 bytes): [s = 0..7] int32 sum of the 32 quants of sub-block s.
@@ -212,6 +234,19 @@ void prepare_side_q6_k(const std::byte* xq, int64_t n, std::byte* side) {
     for (int s = 0; s < 16; ++s) {
       const int32_t v = -32 * int32_t{bx[ib].bsums[s]};
       std::memcpy(side + ib * 64 + 4 * s, &v, 4);
+    }
+  }
+}
+
+// iq4_xs, per block (32 bytes): [c = 0..7] int32 -128 * (sum of the 32 quants of sub-block
+// c), the unsigned values' offset (the start value of the sub-block's integer dot).
+size_t iq4_xs_side_bytes(int64_t n) { return static_cast<size_t>(n / kQkK) * 32; }
+void prepare_side_iq4_xs(const std::byte* xq, int64_t n, std::byte* side) {
+  const auto* bx = reinterpret_cast<const BlockQ8_K*>(xq);
+  for (int64_t ib = 0; ib < n / kQkK; ++ib) {
+    for (int c = 0; c < 8; ++c) {
+      const int32_t v = -128 * (int32_t{bx[ib].bsums[2 * c]} + bx[ib].bsums[2 * c + 1]);
+      std::memcpy(side + ib * 32 + 4 * c, &v, 4);
     }
   }
 }
@@ -420,6 +455,56 @@ void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
   store_cols<C>(acc, nullptr, mask, y, ys);
 }
 
+// iq4_xs: acc += (d_x * d_w) * (float)sumi per block, sumi = sum_c (ls[c] - 32) * (v . q8
+// over sub-block c), the values v looked up from the codes as v + 128 (vpshufb), each
+// sub-block's dot starting at the side data's -128 * bsum[c]; two chains per column (low,
+// high nibbles) as tile_q8's. The reference's kScaleMul is 1.
+template <int C>
+void tile_iq4_xs(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side,
+                 size_t ss, __mmask16 mask, float* y, int64_t ys) {
+  const __m512i m4 = _mm512_set1_epi8(15);
+  const __m512i table = _mm512_xor_si512(_mm512_broadcast_i32x4(load128(kIq4nlValues)),
+                                         _mm512_set1_epi8(static_cast<char>(0x80)));
+  __m512 acc[C];
+  #pragma GCC unroll 4
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    const std::byte* gb = group + ib * kIQ4_XSGroupBlock;
+    const std::byte* xb = x + ib * sizeof(BlockQ8_K);
+    __m512i sumi[C];
+    #pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) sumi[c] = _mm512_setzero_si512();
+    #pragma GCC unroll 2
+    for (int sb = 0; sb < 8; ++sb) {
+      __m512i t[C], t_hi[C];
+      #pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) {
+        t[c] = bcast_i32(side + c * ss + ib * 32 + 4 * sb);
+        t_hi[c] = _mm512_setzero_si512();
+      }
+      const std::byte* xq = xb + offsetof(BlockQ8_K, qs) + 32 * sb;
+      #pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const __m512i q = load512(gb + (4 * sb + k) * 64);
+        prefetch_ahead<C>(gb + (4 * sb + k) * 64);
+        const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(q, m4));
+        const __m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+        #pragma GCC unroll 4
+        for (int c = 0; c < C; ++c) {
+          t[c] = _mm512_dpbusd_epi32(t[c], lo, bcast_i32(xq + c * xs + 4 * k));
+          t_hi[c] = _mm512_dpbusd_epi32(t_hi[c], hi, bcast_i32(xq + c * xs + 16 + 4 * k));
+        }
+      }
+      if (sb < 3) prefetch_ahead<C>(gb + 2048 + 64 * sb);  // scales, d: 160 bytes
+      const __m512i sc = _mm512_cvtepi8_epi32(load128(gb + 2048 + 16 * sb));
+      #pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(_mm512_add_epi32(t[c], t_hi[c]), sc));
+    }
+    add_k_block<C>(acc, xb, xs, 1.0f, _mm512_cvtph_ps(load256(gb + 2176)), sumi);
+  }
+  store_cols<C>(acc, nullptr, mask, y, ys);
+}
+
 template <int C> struct TileQ8_0 {
   static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
                   __mmask16 m, float* y, int64_t ys) { tile_q8<8, C>(nb, g, x, xs, s, ss, m, y, ys); }
@@ -435,6 +520,10 @@ template <int C> struct TileQ5_0 {
 template <int C> struct TileQ4_K {
   static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
                   __mmask16 m, float* y, int64_t ys) { tile_q4_k<C>(nb, g, x, xs, s, ss, m, y, ys); }
+};
+template <int C> struct TileIQ4_XS {
+  static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
+                  __mmask16 m, float* y, int64_t ys) { tile_iq4_xs<C>(nb, g, x, xs, s, ss, m, y, ys); }
 };
 template <int C> struct TileQ6_K {
   static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
@@ -474,6 +563,10 @@ void mm_q4_k_avx512_interleaved(MatmulKernels& mk) {
 void mm_q6_k_avx512_interleaved(MatmulKernels& mk) {
   mk.interleaved = {"q6_Kx16", kRows, &group_bytes<kQ6_KGroupBlock, kQkK>, &q6_k_side_bytes, &prepare_side_q6_k,
                     &pack_q6_k, &gemm_groups<kQkK, kQ6_KGroupBlock, 2, TileQ6_K>};
+}
+void mm_iq4_xs_avx512_interleaved(MatmulKernels& mk) {
+  mk.interleaved = {"iq4_xsx16", kRows, &group_bytes<kIQ4_XSGroupBlock, kQkK>, &iq4_xs_side_bytes,
+                    &prepare_side_iq4_xs, &pack_iq4_xs, &gemm_groups<kQkK, kIQ4_XSGroupBlock, 4, TileIQ4_XS>};
 }
 
 }  // namespace lumen::kernels
