@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "base/huge_buffer.h"
 #include "base/shared_dir.h"
 #include "convert/synth.h"
 #include "convert/type_rules.h"
@@ -146,6 +147,41 @@ TEST(Interleave, Q4_K_MMixOutputsEqualTheFileLayout) {
     EXPECT_EQ(greedy(on, 24, path), want);
   }
   fs::remove_all(dir);
+}
+
+// --refresh-pages (EngineConfig::refresh_page_cache): a GGUF file just written sits in the
+// page cache in small folios; with the flag, load drops and re-reads it through the
+// MADV_HUGEPAGE mapping, so its weights map on 2 MiB pages; without it nothing is measured.
+TEST(Interleave, RefreshPagesPutsTheWeightsOnHugePages) {
+  const fs::path dir = temp_dir("refresh");
+  auto c = convert::synth_preset("tiny-llama", shared_dir());
+  ASSERT_TRUE(c.ok()) << c.message();
+  c->n_embd = c->n_ff = 512;
+  c->rules = *convert::make_type_rules("f32", "", "");  // ~25 MiB: whole 2 MiB pages inside
+  const std::string path = (dir / "refresh-f32.gguf").string();
+  ASSERT_TRUE(convert::synth_model(*c, path, nullptr).ok());
+  engine::EngineConfig cfg;
+  cfg.n_threads = 1;
+  cfg.n_ctx = 64;
+  cfg.max_batch_tokens = 16;
+  cfg.interleave_weights = false;
+  {
+    auto e = engine::Engine::create(path, cfg);
+    ASSERT_TRUE(e.ok()) << e.message();
+    EXPECT_LT((*e)->model().weights_huge_fraction(), 0.0);
+  }
+  cfg.refresh_page_cache = true;
+  auto e = engine::Engine::create(path, cfg);
+  ASSERT_TRUE(e.ok()) << e.message();
+  const double fraction = (*e)->model().weights_huge_fraction();
+  fs::remove_all(dir);
+  if (!anonymous_huge_pages_enabled()) GTEST_SKIP() << "transparent huge pages are off on this machine";
+  ASSERT_GE(fraction, 0.0) << "the flag did not reach the model";
+  if (fraction < 0.9) {
+    // As MappedFile.PopulateOnHugePages...: some kernels / filesystems never map files on
+    // 2 MiB pages; the mechanism is tested there, the wiring here.
+    GTEST_SKIP() << "this kernel / filesystem mapped " << fraction << " of the file on 2 MiB pages";
+  }
 }
 
 TEST(Interleave, CacheIsBuiltOnceReusedAndRebuiltWhenStale) {

@@ -104,6 +104,9 @@ double populate_range_on_huge_pages(const std::string& path, const std::byte* be
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return fraction();
   madvise(p, n, MADV_DONTNEED);
+  // A file just written (or downloaded) is still dirty in the page cache, and dirty pages
+  // are not dropped: write them back first.
+  (void)::fdatasync(fd);
   (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
   ::close(fd);
   madvise(p, n, MADV_POPULATE_READ);

@@ -133,7 +133,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path, co
   limits.max_embd_rows = config.enable_embeddings ? config.max_batch_tokens : 0;
   limits.flash_attn = flash;
   limits.rotate_qk = config.rotate_k;
+  limits.refresh_page_cache_for_huge_pages = config.refresh_page_cache;
   LUMEN_ASSIGN_OR_RETURN(model::Model model, model::Model::load(std::move(file), limits));
+  if (model.weights_huge_fraction() >= 0)
+    LUMEN_LOG_INFO("engine: --refresh-pages: %d%% of the file's weights on 2 MiB pages",
+                   static_cast<int>(100 * model.weights_huge_fraction() + 0.5));
   // A latent-attention cache has no V rows: a V type other than K's (and not the default)
   // would be a flag that does nothing.
   if (model.kv_layout().k_only && config.kv_dtypes.v != config.kv_dtypes.k && config.kv_dtypes.v != DType::kF16)

@@ -68,6 +68,8 @@ struct EngineConfig {
   // decode streams them at close to full memory bandwidth. Off: the kernels read the
   // mmapped file as it is (load is faster; the file's pages are shared between processes).
   bool interleave_weights = true;
+  // model::ModelLimits::refresh_page_cache_for_huge_pages (--refresh-pages).
+  bool refresh_page_cache = false;
   // Where the interleaved copies are cached as a file (mmapped on later loads; see
   // model/interleaved_cache.h). Empty: they are packed into memory at every load.
   std::string interleave_cache_dir = "";

@@ -47,15 +47,18 @@ std::pair<uintptr_t, uintptr_t> weight_range(const gguf::ModelFile& file) {
   return {lo, hi};
 }
 
-void advise_weight_pages(const gguf::ModelFile& file, bool refresh) {
+// Returns, with `refresh`, the fraction of the weights' whole 2 MiB pages mapped so after
+// the refresh (populate_range_on_huge_pages); else (or for a file that is not GGUF, or
+// weights smaller than one 2 MiB page) -1.
+double advise_weight_pages(const gguf::ModelFile& file, bool refresh) {
   auto [lo, hi] = weight_range(file);
   lo = (lo + kHugePage - 1) & ~(kHugePage - 1);  // whole huge pages inside the weights
   hi &= ~(kHugePage - 1);
-  if (file.container() != "gguf" || hi <= lo) return;
+  if (file.container() != "gguf" || hi <= lo) return -1;
   void* p = reinterpret_cast<void*>(lo);
   const size_t n = hi - lo;
-  if (madvise(p, n, MADV_HUGEPAGE) != 0 || !refresh) return;
-  (void)populate_range_on_huge_pages(file.path(), static_cast<const std::byte*>(p), n, 0.5);
+  if (madvise(p, n, MADV_HUGEPAGE) != 0 || !refresh) return -1;
+  return populate_range_on_huge_pages(file.path(), static_cast<const std::byte*>(p), n, 0.5);
 }
 
 }  // namespace
@@ -141,7 +144,7 @@ Result<Model> Model::load(gguf::ModelFile file, const ModelLimits& limits) {
     return error("--rotate-k: latent attention (" + m.hp_.arch_key +
                  ") caches a compressed latent, not per-head keys; it cannot be rotated");
   LUMEN_ASSIGN_OR_RETURN(m.weights_, bind_weights(*m.file_, m.hp_, m.specs_, limits.max_ctx));
-  advise_weight_pages(*m.file_, limits.refresh_page_cache_for_huge_pages);
+  m.weights_huge_fraction_ = advise_weight_pages(*m.file_, limits.refresh_page_cache_for_huge_pages);
   m.limits_ = limits;
   m.ws_ = std::make_unique<Workspace>(make_workspace(m.hp_, m.specs_, m.weights_, limits));
   return m;

@@ -114,6 +114,11 @@ class Model {
     double cache_huge_fraction = 0;  // of the cache file mapped on 2 MiB pages
     bool cache_copied_to_memory = false;  // that was under half: read into anonymous huge pages
   };
+  // With ModelLimits::refresh_page_cache_for_huge_pages: the fraction of the GGUF weights'
+  // whole 2 MiB pages that load left mapped on 2 MiB pages; -1 when not refreshed (or
+  // nothing to refresh: not GGUF, weights under one 2 MiB page).
+  double weights_huge_fraction() const { return weights_huge_fraction_; }
+
   // progress (may be null): told when copies are packed (`what`: the cache file being
   // written, or "" for memory), in bytes.
   InterleaveReport interleave_weights(const kernels::KernelTable& k, ThreadPool& pool,
@@ -158,6 +163,7 @@ class Model {
   HugeBuffer interleaved_memory_;  // the interleaved copies, when packed in memory
   MappedFile interleaved_file_;    // the interleaved copies, when from a cache file
   ModelLimits limits_;
+  double weights_huge_fraction_ = -1;
   std::unique_ptr<Workspace> ws_;
   TapFn tap_;
 };
