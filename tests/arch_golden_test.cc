@@ -292,6 +292,37 @@ TEST_P(ArchGolden, TeacherForcedLogitsMatchReference) {
               p.hf ? " hf/" : "", arch.c_str(), rep.n_rows, rep.max_err, s.tol, rep.n_argmax_checked);
 }
 
+// Multi-head latent attention (deepseek2 cases) in each of its forms alone, every step of
+// the comparison (the prompt, its chunks of 7, each decode step): absorbed, and expanded
+// (per-head keys and values made from the cached latents, mla_expanded.cc), which the
+// default mixes by step size (ModelLimits::mla_expand_tokens). Both kernel tables.
+TEST(ArchGoldenMla, AbsorbedAndExpandedFormsEachMatchReference) {
+  int n_checked = 0;
+  for (const ArchCase& c : find_cases()) {
+    auto probe = open_case_model(c, false);
+    if (!probe.ok() || probe->get_string("general.architecture").value_or("") != "deepseek2") continue;
+    const nlohmann::json golden = read_json((c.dir / "golden.json").string());
+    const CaseSettings s = case_settings(c, golden, *probe);
+    for (const int32_t mla_expand : {-1, 1}) {
+      for (const bool ref : {false, true}) {
+        auto file = open_case_model(c, false);
+        ASSERT_TRUE(file.ok()) << file.message();
+        TeacherForcer tf(std::move(file).value(), s.n_ctx, ref, 2, s.kv_dtypes, s.flash_attn, mla_expand);
+        ASSERT_TRUE(tf.ok()) << tf.load_error();
+        CompareReport rep;
+        for (const auto& prompt : golden["prompts"]) compare_prompt(tf, prompt, s.tol, rep);
+        const char* form = mla_expand < 0 ? "absorbed" : "expanded";
+        EXPECT_TRUE(rep.failures.empty()) << c.name << " " << form << (ref ? " (reference kernels)" : "")
+                                          << " (tol " << s.tol << "):\n" << rep.failures;
+        std::printf("[ arch ] %s %s%s: %d rows, max |dlogit| %.3g (tol %.3g)\n", c.name.c_str(), form,
+                    ref ? " (reference kernels)" : "", rep.n_rows, rep.max_err, s.tol);
+      }
+    }
+    ++n_checked;
+  }
+  if (n_checked == 0) GTEST_SKIP() << "no deepseek2 case";
+}
+
 // Every case with both kernel tables; cases with an hf/ twin also from the twin.
 std::vector<ArchParam> arch_params() {
   std::vector<ArchParam> out;

@@ -50,13 +50,14 @@ class TeacherForcer {
   }
   // Loads an already opened file; on failure ok() is false and load_error() says why
   // (no test failure is added: the caller decides, e.g. to skip an unsupported model).
+  // mla_expand_tokens: model::ModelLimits::mla_expand_tokens (MLA's expanded form).
   TeacherForcer(gguf::ModelFile file, int32_t n_ctx, bool reference_kernels, int n_threads, KvDTypes kv_dtypes,
-                bool flash_attn = false)
+                bool flash_attn = false, int32_t mla_expand_tokens = 0)
       : pool_(n_threads),
         kernels_(reference_kernels ? &kernels::reference_kernel_table()
                                    : &kernels::best_kernel_table()) {
     quiet_ = true;
-    load(std::move(file), n_ctx, reference_kernels, n_threads, kv_dtypes, flash_attn);
+    load(std::move(file), n_ctx, reference_kernels, n_threads, kv_dtypes, flash_attn, mla_expand_tokens);
   }
 
   bool ok() const { return model_ && static_cast<int32_t>(kv_.size()) == model_->kv_layout().n_groups(); }
@@ -82,8 +83,9 @@ class TeacherForcer {
   }
 
   void load(gguf::ModelFile file, int32_t n_ctx, bool reference_kernels, int n_threads, KvDTypes kv_dtypes,
-            bool flash_attn) {
+            bool flash_attn, int32_t mla_expand_tokens = 0) {
     model::ModelLimits limits;
+    limits.mla_expand_tokens = mla_expand_tokens;
     limits.max_batch_tokens = n_ctx;
     limits.max_logit_rows = n_ctx;
     limits.max_ctx = n_ctx;

@@ -7,8 +7,9 @@
 // deepseek3-sigmoid-router).
 #include <algorithm>
 #include <cmath>
-#include <span>
+#include <iterator>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -190,17 +191,28 @@ std::vector<double> expanded_attention(const Model& m, int32_t il, const std::ve
 }
 
 // 300 tokens: four prefill chunks of 64, then 44 decode steps (over more than one
-// 256-key chunk: the flash-decoding split path), with an f32 cache; every layer's
-// attention output (the input of attn_output) against the expanded form.
-TEST(Mla, AbsorbedAttentionEqualsTheExpandedFormOverALongContext) {
-  for (const char* name : {"deepseek2-mla", "deepseek2-lite-mla"}) {
-    SCOPED_TRACE(name);
+// 256-key chunk: the flash-decoding split path of the absorbed form, two key chunks of the
+// expanded one), with an f32 cache; every layer's attention output (the input of
+// attn_output) against the expanded form in double. lumen runs each of its forms alone
+// (absorbed; expanded, decode too) and both (prefill chunks expanded, decode absorbed).
+struct MlaForm {
+  const char* name;
+  int32_t mla_expand_tokens;  // ModelLimits::mla_expand_tokens
+};
+constexpr MlaForm kMlaForms[] = {{"absorbed", -1}, {"expanded", 1}, {"expanded prefill", 64}};
+
+TEST(Mla, AbsorbedAndExpandedAttentionEqualTheExpandedFormOverALongContext) {
+  for (int run = 0; run < 2 * static_cast<int>(std::size(kMlaForms)); ++run) {
+    const char* name = run % 2 == 0 ? "deepseek2-mla" : "deepseek2-lite-mla";
+    const MlaForm& form = kMlaForms[run / 2];
+    SCOPED_TRACE(std::string(name) + ", " + form.name);
     constexpr int64_t kT = 300, kChunk = 64, kPrefill = 256;
     ModelLimits limits;
     limits.max_batch_tokens = kChunk;
     limits.max_logit_rows = kChunk;
     limits.max_ctx = kT;
     limits.n_threads = 2;
+    limits.mla_expand_tokens = form.mla_expand_tokens;
     auto m = Model::load(open_case(name), limits);
     ASSERT_TRUE(m.ok()) << m.message();
     const HParams& hp = m->hparams();

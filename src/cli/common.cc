@@ -30,6 +30,9 @@ std::vector<OptionSpec> engine_option_specs() {
                                                "which only it reads)"},
       {{"--rotate-k"}, "", "rotate K and Q per head (randomized Hadamard) before K is cached: less error in a "
                            "q8_0 / q4_0 K cache, same q.k"},
+      {{"--mla-expand"}, "N|off", "multi-head latent attention (deepseek2): a sequence's step of at least N "
+                                  "tokens runs in the expanded form, a smaller one in the absorbed form (default: "
+                                  "measured, see docs/perf.md); off: always absorbed"},
       {{"--reference-kernels"}, "", "use the scalar reference kernels (debugging)"},
       {{"--no-interleave"}, "", "keep the matrices in the file's layout (no copy; slower decode)"},
       {{"--refresh-pages"}, "", "if the GGUF file sits in the page cache mostly on 4 KiB pages, drop and re-read it "
@@ -182,6 +185,12 @@ Result<engine::EngineConfig> engine_config_from_args(const ArgParser& args, bool
   LUMEN_ASSIGN_OR_RETURN(int64_t batch, args.get_int("--batch-size", 512, 1, 1 << 16));
   c.max_batch_tokens = static_cast<int32_t>(batch);
   LUMEN_TRY(kv_config_from_args(args, &c));
+  if (args.get_or("--mla-expand", "") == "off") {
+    c.mla_expand_tokens = -1;
+  } else if (args.has("--mla-expand")) {
+    LUMEN_ASSIGN_OR_RETURN(int64_t mla_expand, args.get_int("--mla-expand", 0, 1, 1 << 30));
+    c.mla_expand_tokens = static_cast<int32_t>(mla_expand);
+  }
   c.use_reference_kernels = args.has("--reference-kernels");
   c.interleave_weights = !args.has("--no-interleave");
   c.refresh_page_cache = args.has("--refresh-pages");

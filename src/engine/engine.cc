@@ -134,6 +134,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path, co
   limits.flash_attn = flash;
   limits.rotate_qk = config.rotate_k;
   limits.refresh_page_cache_for_huge_pages = config.refresh_page_cache;
+  limits.mla_expand_tokens = config.mla_expand_tokens;
+  if (config.mla_expand_tokens != 0 && !hp.is_mla())
+    return error("--mla-expand: '" + hp.arch_key + "' has no multi-head latent attention");
   LUMEN_ASSIGN_OR_RETURN(model::Model model, model::Model::load(std::move(file), limits));
   if (model.weights_huge_fraction() >= 0)
     LUMEN_LOG_INFO("engine: --refresh-pages: %d%% of the file's weights on 2 MiB pages",

@@ -62,6 +62,10 @@ struct EngineConfig {
   // A Hadamard rotation of q and k before K is cached (model::ModelLimits::rotate_qk):
   // less quantization error in a q8_0 / q4_0 K cache. Needs a quantized K type.
   bool rotate_k = false;
+  // Multi-head latent attention: steps of at least this many tokens of a sequence run in
+  // the expanded form (model::ModelLimits::mla_expand_tokens); 0: the measured default,
+  // < 0: never. Non-zero for a model without latent attention is an error.
+  int32_t mla_expand_tokens = 0;
   int32_t max_logit_rows = 0;      // 0: max_seqs (set to max_batch_tokens for prompt logprobs)
   bool use_reference_kernels = false;
   // Copy the matrices at load into the kernels' row-interleaved layout (kernel_table.h):

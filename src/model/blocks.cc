@@ -104,6 +104,18 @@ Workspace make_workspace(const HParams& hp, const std::vector<LayerSpec>& specs,
                                         std::min<size_t>(T, kMlaHeadJobTokens));
     ws.mla_in.resize(rows * std::max<size_t>(hp.qk_nope_dim(), L));
     ws.mla_out.resize(rows * std::max<size_t>(L, hp.head_dim_v));
+    ws.mla_expand_tokens = limits.mla_expand_tokens == 0 ? kMlaExpandTokens : limits.mla_expand_tokens;
+    if (ws.mla_expand_tokens > 0 && static_cast<size_t>(ws.mla_expand_tokens) <= T) {
+      const size_t Nc = kMlaExpandKeys, H = hp.n_head, qk = hp.head_dim, v = hp.head_dim_v;
+      ws.mlx_lat.resize(Nc * L);
+      ws.mlx_kr.resize(Nc * hp.rope_dims);
+      ws.mlx_kv.resize(Nc * std::max(H * (hp.qk_nope_dim() + v), row));  // also the cache rows' staging
+      ws.mlx_k.resize(H * Nc * qk);
+      ws.mlx_v.resize(H * Nc * v);
+      ws.mlx_max.resize(T * H);
+      ws.mlx_sum.resize(T * H);
+      ws.mlx_tile.resize(static_cast<size_t>(std::max(limits.n_threads, 1)) * kMlaExpandTileTokens * (qk + Nc));
+    }
   }
   ws.sel.resize(R * hp.n_embd);
   ws.pos.resize(T);
@@ -134,6 +146,10 @@ Workspace make_workspace(const HParams& hp, const std::vector<LayerSpec>& specs,
   for (const LayerWeights& l : w.layers)
     for (const TensorView& m : l.w_uk)
       scratch = std::max(scratch, kernels::matmul_scratch_bytes(m.dtype, m.ne[0], T, limits.n_threads));
+  if (!ws.mlx_kv.empty())  // MLA's expansion: kMlaExpandKeys latents times wkv_b
+    for (const LayerWeights& l : w.layers)
+      scratch = std::max(scratch, kernels::matmul_scratch_bytes(l.wkv_b.dtype, l.wkv_b.ne[0], kMlaExpandKeys,
+                                                                limits.n_threads));
   // MLA heads as one-thread jobs (at most kMlaHeadJobTokens rows); MoE experts as
   // matmul_jobs (their gate / up, then down, over at most P pairs and T_b tokens).
   size_t per_thread = 0;

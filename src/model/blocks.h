@@ -67,6 +67,19 @@ struct Workspace {
   std::vector<float> mla_in;       // [max(T, n_threads * min(T, kMlaHeadJobTokens))][max(nope, L)]
                                    // one head's rows, gathered (one head per thread)
   std::vector<float> mla_out;      // [the same][max(L, v)] one head's projection
+  // The expanded form (mla_expanded.cc), for a sequence's step of at least mla_expand_tokens
+  // tokens; its buffers are empty when max_batch_tokens is below that. Keys are expanded
+  // Nc = kMlaExpandKeys at a time; v = head_dim_v, qk = nope + R = head_dim.
+  int32_t mla_expand_tokens = 0;   // ModelLimits::mla_expand_tokens, 0 resolved to kMlaExpandTokens
+                                   // (< 0: never; the buffers below are then empty)
+  std::vector<float> mlx_lat;      // [Nc][L] the chunk's latents, read back from the cache
+  std::vector<float> mlx_kr;       // [Nc][R] their roped keys
+  std::vector<float> mlx_kv;       // [Nc][H][nope + v] latents times wkv_b: k_nope and v per head
+  std::vector<float> mlx_k;        // [H][Nc][qk] each head's keys: k_nope | the shared rope key
+  std::vector<float> mlx_v;        // [H][Nc][v] each head's values
+  std::vector<float> mlx_max;      // [T][H] online softmax of each (token, head): running max
+  std::vector<float> mlx_sum;      // [T][H] and sum of exp(score - max); the sums of exp(.) v are ws.attn
+  std::vector<float> mlx_tile;     // [n_threads][kMlaExpandTileTokens][qk + Nc] a task's queries, scores
   std::vector<float> qk_rotation_signs;  // [head_dim] when ModelLimits::rotate_qk, else empty
   // MLA heads of a small step in one parallel job: each head's projection runs whole on one
   // thread of Pass::pool, through this one-thread pool (which runs it inline) and that
@@ -93,6 +106,13 @@ inline constexpr int64_t kMoeBatchedPairs = 128;
 // each head whole on one thread; a larger one runs them one by one, each split over the
 // threads (mla_block.cc).
 inline constexpr int64_t kMlaHeadJobTokens = 32;
+// MLA's expanded form (mla_expanded.cc): a sequence's step of at least kMlaExpandTokens
+// tokens (ModelLimits::mla_expand_tokens overrides it) expands the cached latents into
+// per-head keys and values, kMlaExpandKeys keys at a time, and runs its attention as
+// tasks of (head, kMlaExpandTileTokens tokens). The threshold is measured (mla_block.cc).
+inline constexpr int32_t kMlaExpandTokens = 128;
+inline constexpr int64_t kMlaExpandKeys = 256;
+inline constexpr int64_t kMlaExpandTileTokens = 32;
 
 // Builds the workspace of a model (every buffer at its largest size).
 Workspace make_workspace(const HParams& hp, const std::vector<LayerSpec>& specs, const ModelWeights& w,
@@ -136,6 +156,10 @@ void attention_block(Pass& p, int32_t il, const float* xn, float* out);
 // (mla_block.cc): the latent and rope key into the cache, attention in the latent space
 // through the absorbed projections, output projection.
 void mla_attention_block(Pass& p, int32_t il, const float* xn, float* out);
+// The expanded form of one sequence's MLA attention (mla_expanded.cc): its rows of ws.attn
+// ([n_tokens][H * v], before Wo) from its roped queries in ws.q ([T][H][head_dim]) and the
+// latent rows 0 .. pos0 + n_tokens - 1 of `view` (this step's already stored).
+void mla_expanded_attention(Pass& p, int32_t il, const ForwardSeq& seq, const PagedKvView& view);
 
 // out [T][n_embd] = MLP of layer il over xn [T][n_embd] (gated SiLU / GELU, or plain GELU
 // with biases).

@@ -31,6 +31,7 @@
 // wkv_b's rows.
 #include <algorithm>
 #include <cstring>
+#include <span>
 
 #include "base/check.h"
 #include "model/blocks.h"
@@ -48,25 +49,69 @@ void scatter_cols(const float* src, int64_t T, int64_t n, float* dst, int64_t st
   for (int64_t t = 0; t < T; ++t) std::memcpy(dst + t * stride + off, src + t * n, n * sizeof(float));
 }
 
-// fn(h, in, proj, pool, scratch) for every head h. A small step (at most kMlaHeadJobTokens
-// tokens: decode) shares the heads out over the pool's threads in one job, each head's
-// projection whole on its thread (pool = Workspace::serial) with that thread's rows of
-// mla_in / mla_out and its scratch: one dispatch per projection instead of one per head
-// (16 heads x 2 projections x 27 layers of DeepSeek-V2-Lite per token). A bigger step runs
-// the heads one by one, each split over the threads. The same bits either way.
+// fn(h, in, proj, pool, scratch) for every head h, over the n tokens of a span of the
+// batch. A small span (at most kMlaHeadJobTokens tokens: decode) shares the heads out over
+// the pool's threads in one job, each head's projection whole on its thread (pool =
+// Workspace::serial) with that thread's rows of mla_in / mla_out and its scratch: one
+// dispatch per projection instead of one per head (16 heads x 2 projections x 27 layers of
+// DeepSeek-V2-Lite per token). A bigger span runs the heads one by one, each split over the
+// threads. The same bits either way.
 template <typename Fn>
-void for_heads(Pass& p, Fn&& fn) {
+void for_heads(Pass& p, int64_t n, Fn&& fn) {
   Workspace& ws = p.ws;
-  const int64_t T = p.n_tokens, H = p.hp.n_head, L = p.hp.n_lora_kv;
-  const int64_t in_stride = T * std::max<int64_t>(p.hp.qk_nope_dim(), L);
-  const int64_t out_stride = T * std::max<int64_t>(L, p.hp.head_dim_v);
-  if (T > kMlaHeadJobTokens) {  // big enough to split each head over the threads
+  const int64_t H = p.hp.n_head, L = p.hp.n_lora_kv;
+  const int64_t in_stride = n * std::max<int64_t>(p.hp.qk_nope_dim(), L);
+  const int64_t out_stride = n * std::max<int64_t>(L, p.hp.head_dim_v);
+  if (n > kMlaHeadJobTokens) {  // big enough to split each head over the threads
     for (int64_t h = 0; h < H; ++h) fn(h, ws.mla_in.data(), ws.mla_out.data(), p.pool, ws.scratch.data());
     return;
   }
   p.pool.for_chunks(p.pool.n_threads(), H, [&](int64_t h, int thread_idx) {
     fn(h, ws.mla_in.data() + thread_idx * in_stride, ws.mla_out.data() + thread_idx * out_stride, *ws.serial,
        ws.scratch_of_thread(thread_idx));
+  });
+}
+
+// The absorbed form for the sequences `seqs` (consecutive in the batch, so their tokens are
+// one span [t0, t0 + n)): their rows of ws.attn [.][H * v] from the roped ws.q.
+void mla_absorbed_attention(Pass& p, int32_t il, std::span<const ForwardSeq> seqs) {
+  const HParams& hp = p.hp;
+  const LayerSpec& s = p.specs[il];
+  const LayerWeights& l = p.w.layers[il];
+  Workspace& ws = p.ws;
+  const int64_t H = hp.n_head, L = hp.n_lora_kv, R = hp.rope_dims, row = hp.mla_row();
+  const int64_t qk = hp.head_dim, nope = hp.qk_nope_dim(), V = hp.head_dim_v;
+  const int64_t t0 = seqs.front().token_begin, n = seqs.back().token_begin + seqs.back().n_tokens - t0;
+  const float* q = ws.q.data() + t0 * H * qk;
+  float* qa = ws.mla_q.data() + t0 * H * row;
+  float* o = ws.mla_o.data() + t0 * H * row;
+
+  // Absorbed queries: qa_h = [q_nope_h Wuk_h | q_pe_h] (q_pe already roped).
+  for_heads(p, n, [&](int64_t h, float* in, float* proj, ThreadPool& pool, std::byte* head_scratch) {
+    gather_cols(q, n, H * qk, h * qk, nope, in);
+    kernels::matmul(p.k, pool, l.w_uk[h], in, n, proj, head_scratch);
+    scatter_cols(proj, n, L, qa, H * row, h * row);
+    for (int64_t t = 0; t < n; ++t)
+      std::memcpy(qa + (t * H + h) * row + L, q + (t * H + h) * qk + nope, R * sizeof(float));
+  });
+
+  // Attention over the cached rows: one kv head of L + R dims, its values the same rows.
+  kernels::AttentionParams ap{static_cast<int32_t>(H), 1, static_cast<int32_t>(row), s.attn_scale};
+  ap.flash = ws.flash_attn;
+  const KvLayout::LayerKv& lkv = p.kv_layout.layers[il];
+  for (const ForwardSeq& seq : seqs) {
+    const PagedKvView view = p.kv_groups[lkv.group].layer_view(lkv.slot, seq.block_tables[lkv.group]);
+    const int64_t i = seq.token_begin - t0;
+    kernels::attention(p.k, p.pool, ap, view, qa + i * H * row, seq.pos0, seq.n_tokens, o + i * H * row,
+                       ws.scratch.data());
+  }
+
+  // Back from the latent: a_h = o_h[0:L] Wuv_h^T.
+  float* a = ws.attn.data() + t0 * H * V;
+  for_heads(p, n, [&](int64_t h, float* in, float* proj, ThreadPool& pool, std::byte* head_scratch) {
+    gather_cols(o, n, H * row, h * row, L, in);
+    kernels::matmul(p.k, pool, l.w_uv[h], in, n, proj, head_scratch);
+    scatter_cols(proj, n, V, a, H * V, h * V);
   });
 }
 
@@ -77,7 +122,7 @@ void mla_attention_block(Pass& p, int32_t il, const float* xn, float* out) {
   const LayerSpec& s = p.specs[il];
   const LayerWeights& l = p.w.layers[il];
   Workspace& ws = p.ws;
-  const int64_t T = p.n_tokens, H = hp.n_head, L = hp.n_lora_kv, R = hp.rope_dims, row = hp.mla_row();
+  const int64_t T = p.n_tokens, H = hp.n_head, L = hp.n_lora_kv, row = hp.mla_row();
   const int64_t qk = hp.head_dim, nope = hp.qk_nope_dim(), V = hp.head_dim_v;
   std::byte* scratch = ws.scratch.data();
   LUMEN_DCHECK(s.mla && s.kv_source_layer < 0);
@@ -95,41 +140,39 @@ void mla_attention_block(Pass& p, int32_t il, const float* xn, float* out) {
     norm(p, NormKind::kRms, c, l.kv_a_norm, nullptr, 1, c, L);
   }
 
-  // Absorbed queries: qa_h = [q_nope_h Wuk_h | q_pe_h], then RoPE on the q_pe parts and on
-  // the key (rows of L + R, rotating dims [L, L + R)).
-  for_heads(p, [&](int64_t h, float* in, float* proj, ThreadPool& pool, std::byte* head_scratch) {
-    gather_cols(ws.q.data(), T, H * qk, h * qk, nope, in);
-    kernels::matmul(p.k, pool, l.w_uk[h], in, T, proj, head_scratch);
-    scatter_cols(proj, T, L, ws.mla_q.data(), H * row, h * row);
-    for (int64_t t = 0; t < T; ++t)
-      std::memcpy(ws.mla_q.data() + (t * H + h) * row + L, ws.q.data() + (t * H + h) * qk + nope, R * sizeof(float));
-  });
+  // RoPE on every head's q_pe (dims [nope, qk) of rows of qk) and on the key (dims [L, L + R)
+  // of the cache rows), then the rows into the cache: the expanded form reads them back.
   const int32_t set = ws.rope_set_of_layer[il];
   LUMEN_CHECK(set >= 0);
   const kernels::RopeParams& rp = ws.rope_sets[set];
-  kernels::rope_rotate(rp, ws.rope_cos[set].data(), ws.rope_sin[set].data(), ws.mla_q.data() + L, T,
+  kernels::RopeParams rq = rp;
+  rq.head_dim = static_cast<int32_t>(qk);
+  kernels::rope_rotate(rq, ws.rope_cos[set].data(), ws.rope_sin[set].data(), ws.q.data() + nope, T,
                        static_cast<int32_t>(H));
   kernels::rope_rotate(rp, ws.rope_cos[set].data(), ws.rope_sin[set].data(), ws.mla_kv.data() + L, T, 1);
   p.tap("kv_latent", il, ws.mla_kv.data(), T * row);
-
-  // Attention over the cached rows: one kv head of L + R dims, its values the same rows.
-  kernels::AttentionParams ap{static_cast<int32_t>(H), 1, static_cast<int32_t>(row), s.attn_scale};
-  ap.flash = ws.flash_attn;
   const KvLayout::LayerKv& lkv = p.kv_layout.layers[il];
-  for (const ForwardSeq& seq : p.batch.seqs) {
-    const PagedKvView view = p.kv_groups[lkv.group].layer_view(lkv.slot, seq.block_tables[lkv.group]);
-    const int64_t t0 = seq.token_begin;
-    kernels::kv_store(p.k, view, seq.pos0, seq.n_tokens, ws.mla_kv.data() + t0 * row, nullptr);
-    kernels::attention(p.k, p.pool, ap, view, ws.mla_q.data() + t0 * H * row, seq.pos0, seq.n_tokens,
-                       ws.mla_o.data() + t0 * H * row, scratch);
-  }
+  auto view_of = [&](const ForwardSeq& seq) {
+    return p.kv_groups[lkv.group].layer_view(lkv.slot, seq.block_tables[lkv.group]);
+  };
+  for (const ForwardSeq& seq : p.batch.seqs)
+    kernels::kv_store(p.k, view_of(seq), seq.pos0, seq.n_tokens, ws.mla_kv.data() + seq.token_begin * row, nullptr);
 
-  // Back from the latent: a_h = o_h[0:L] Wuv_h^T, then out = a Wo^T.
-  for_heads(p, [&](int64_t h, float* in, float* proj, ThreadPool& pool, std::byte* head_scratch) {
-    gather_cols(ws.mla_o.data(), T, H * row, h * row, L, in);
-    kernels::matmul(p.k, pool, l.w_uv[h], in, T, proj, head_scratch);
-    scatter_cols(proj, T, V, ws.attn.data(), H * V, h * V);
-  });
+  // Each sequence's attention into ws.attn [T][H * v]: the expanded form for a step of
+  // mla_expand_tokens or more, the absorbed form for runs of the others.
+  const std::span<const ForwardSeq> seqs = p.batch.seqs;
+  auto expanded = [&](const ForwardSeq& seq) { return seq.n_tokens >= ws.mla_expand_tokens && !ws.mlx_kv.empty(); };
+  for (size_t i = 0; i < seqs.size();) {
+    if (expanded(seqs[i])) {
+      mla_expanded_attention(p, il, seqs[i], view_of(seqs[i]));
+      ++i;
+      continue;
+    }
+    size_t e = i + 1;
+    while (e < seqs.size() && !expanded(seqs[e])) ++e;
+    mla_absorbed_attention(p, il, seqs.subspan(i, e - i));
+    i = e;
+  }
   p.tap("attn_out", il, ws.attn.data(), T * H * V);
   kernels::matmul(p.k, p.pool, l.wo, ws.attn.data(), T, out, scratch);
 }

@@ -73,6 +73,13 @@ struct ModelLimits {
   // then drops that file's clean page cache and reads it again: one cold read, after which
   // every load of it is warm and on 2 MiB pages (decode streams the weights ~25% faster).
   bool refresh_page_cache_for_huge_pages = false;
+  // Multi-head latent attention (deepseek2): a sequence's step of at least this many tokens
+  // runs in the expanded form (per-head keys and values made from the cached latents), a
+  // smaller one in the absorbed form (mla_block.cc). 0: the measured default
+  // (kMlaExpandTokens); < 0: never (always absorbed). Both forms give the same attention up
+  // to rounding, and each alone is batch invariant; a mix is not (a token's bits then
+  // depend on the size of the step it came in).
+  int32_t mla_expand_tokens = 0;
 };
 
 // Named debug taps: called with intermediate activations when set (tests, debugging,
