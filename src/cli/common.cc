@@ -31,8 +31,8 @@ std::vector<OptionSpec> engine_option_specs() {
       {{"--rotate-k"}, "", "rotate K and Q per head (randomized Hadamard) before K is cached: less error in a "
                            "q8_0 / q4_0 K cache, same q.k"},
       {{"--mla-expand"}, "N|off", "multi-head latent attention (deepseek2): a sequence's step of at least N "
-                                  "tokens runs in the expanded form, a smaller one in the absorbed form (default: "
-                                  "measured, see docs/perf.md); off: always absorbed"},
+                                  "tokens runs in the expanded form, a smaller one in the absorbed form (default 64, "
+                                  "measured: docs/perf.md); off: always absorbed"},
       {{"--reference-kernels"}, "", "use the scalar reference kernels (debugging)"},
       {{"--no-interleave"}, "", "keep the matrices in the file's layout (no copy; slower decode)"},
       {{"--refresh-pages"}, "", "if the GGUF file sits in the page cache mostly on 4 KiB pages, drop and re-read it "

@@ -109,8 +109,13 @@ inline constexpr int64_t kMlaHeadJobTokens = 32;
 // MLA's expanded form (mla_expanded.cc): a sequence's step of at least kMlaExpandTokens
 // tokens (ModelLimits::mla_expand_tokens overrides it) expands the cached latents into
 // per-head keys and values, kMlaExpandKeys keys at a time, and runs its attention as
-// tasks of (head, kMlaExpandTileTokens tokens). The threshold is measured (mla_block.cc).
-inline constexpr int32_t kMlaExpandTokens = 128;
+// tasks of (head, kMlaExpandTileTokens tokens). The threshold is measured (mla_block.cc's
+// header, docs/perf.md): DeepSeek-V2-Lite shapes, q4_0, 2 threads, pp2048 prefilled in
+// chunks of T tokens (depths 0-2048), absorbed -> expanded tok/s, one alternating pair per
+// T (two at 64) at load 7-10: T = 32 16.5 -> 13.8, 48 19.8 -> 21.3, 64 20.4 -> 21.8 and
+// 22.1 -> 29.5, 128 21.8 -> 24.2, 256 19.9 -> 27.0; fresh prompts of 32-256 tokens in one
+// step: the expanded form ahead at every size. Break-even between 32 and 48: 64 leaves margin.
+inline constexpr int32_t kMlaExpandTokens = 64;
 inline constexpr int64_t kMlaExpandKeys = 256;
 inline constexpr int64_t kMlaExpandTileTokens = 32;
 

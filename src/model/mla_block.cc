@@ -1,4 +1,5 @@
-// Multi-head latent attention (DeepSeek-V2/V3), in the absorbed form.
+// Multi-head latent attention (DeepSeek-V2/V3): the absorbed form for short steps (decode,
+// small chunks), the expanded form (mla_expanded.cc) for a sequence's long steps (prefill).
 //
 // H heads; per head a query/key of head_dim = nope + R dims (R rotated by RoPE) and a value
 // of v dims; a latent of L = kv_lora_rank dims. Per token x (normed):
@@ -7,28 +8,52 @@
 //   c | kr = x Wkv_a^T                                                            [L] | [R]
 //   c      = rmsnorm(c) * kv_a_norm        kr = rope(kr)        one kr for all heads
 //
-// The paper's (and llama.cpp c392e5094's) expanded form makes each head's key and value
-// from the latent, k_h = [c Wuk_h^T | kr], v_h = c Wuv_h^T (Wuk_h, Wuv_h: head h's rows of
-// wkv_b), and caches them: H * (nope + R + v) floats per token and layer. Since
+// The cache holds [c | kr] (L + R values per token and layer) in both forms; the rows go
+// through the paged cache like any K row (KvLayout::k_only: V aliases K), so prefix
+// sharing, copy-on-write and preemption work on them unchanged.
+//
+// Expanded form (the paper's; llama.cpp c392e5094 caches its keys and values): each head's
+// key and value are made from the latent, k_h = [c Wuk_h^T | kr], v_h = c Wuv_h^T (Wuk_h,
+// Wuv_h: head h's k_nope and v rows of wkv_b), and attention is ordinary multi-head
+// attention. lumen makes them per step, from the cached latents of every key the step sees
+// (keys in chunks of 256, one matmul of the chunk's latents by wkv_b for all heads).
+//
+// Absorbed form: since
 //
 //   q_h . k_h = (q_nope_h Wuk_h) . c + rope(q_pe_h) . kr
 //   sum_j p_j v_h(j) = (sum_j p_j c(j)) Wuv_h^T
 //
-// the cache need only hold [c | kr] (L + R floats per token and layer) and the attention
-// runs over those rows directly, MQA-like: one "kv head" of L + R dims read by all H heads,
+// the attention can run over the cached rows directly, MQA-like: one "kv head" of L + R dims
+// read by all H heads,
 //
 //   qa_h  = [q_nope_h Wuk_h | rope(q_pe_h)]                                       [H][L + R]
 //   o_h   = softmax(scale * qa_h . row(j)) . row(j)       over the cached rows     [H][L + R]
 //   a_h   = o_h[0:L] Wuv_h^T                                                      [H][v]
 //   out   = a Wo^T
 //
-// (o_h's last R dims, the attention-weighted rope keys, are not used). The rows go through
-// the paged cache like any K row (KvLayout::k_only: V aliases K), so prefix sharing,
-// copy-on-write and preemption work on them unchanged; the attention kernel is the common
-// one (kernels::attention with n_kv_head 1 and head_dim L + R: flash-decoding, flash
-// attention with -fa, the cache types of --kv-type; V takes K's type).
-// Wuk_h is a transposed copy made at load (ModelWeights::owned_matrices), Wuv_h a view of
-// wkv_b's rows.
+// (o_h's last R dims, the attention-weighted rope keys, are not used), with the common
+// attention kernel (kernels::attention with n_kv_head 1 and head_dim L + R: flash-decoding,
+// flash attention with -fa, the cache types of --kv-type; V takes K's type). Wuk_h is a
+// transposed copy made at load (ModelWeights::owned_matrices), Wuv_h a view of wkv_b's rows.
+//
+// Which runs: per (query, key) pair and head the absorbed form does 2 (L + R) multiply-adds
+// (1152 for DeepSeek-V2-Lite), the expanded one nope + R + v (320); per key of the step the
+// expanded form spends L (nope + v) per head on the expansion (131 k), per query token the
+// absorbed form as much on its two projections. A step of T queries over N keys (N >= T)
+// thus saves ~T N x 832 per head and spends (N - T) x 131 k, the same trade at every depth
+// once N >> T: the expanded form wins from some T on (158 if every multiply-add cost the
+// same), whatever N, and at N = T (a fresh prompt) always. The expansion runs in the
+// weight type's matmul tiles (q4_0: integer dots), the absorbed attention in f32 / f16 FMAs
+// over 576-wide rows, which moves the break-even down: measured at DeepSeek-V2-Lite's shapes
+// (docs/perf.md, "MLA's expanded form"), between 32 and 48 tokens a step at depth, and
+// below 32 for a fresh prompt. kMlaExpandTokens (blocks.h, 64) comes from that, and
+// --mla-expand N|off (ModelLimits::mla_expand_tokens) moves it. Decode (T = 1) stays
+// absorbed: there the expansion would cost 131 k per key and head against 1152.
+//
+// Each form alone is batch invariant (a token's bits depend only on its context); a mix is
+// not: a token computed in a long step (expanded) and in a short one (absorbed) differs by
+// rounding. Both are checked against the llama.cpp goldens (tests/arch_golden_test.cc,
+// ArchGoldenMla) and against a double-precision expanded reference (tests/mla_test.cc).
 #include <algorithm>
 #include <cstring>
 #include <span>
