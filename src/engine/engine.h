@@ -82,7 +82,10 @@ struct EngineConfig {
   Progress* load_progress = nullptr;
   // There is no "deterministic" switch: a request's logits are the same bits whatever runs
   // beside it, on any number of threads, with or without the prefix cache (the kernels are
-  // batch invariant; tests/batch_invariance_test.cc).
+  // batch invariant; tests/batch_invariance_test.cc). One exception: a latent-attention
+  // model (deepseek2) with mla_expand_tokens > 0 (the default) computes a step of that many
+  // tokens in the expanded form and a shorter one absorbed, so a token's bits depend on the
+  // size of the step it came in; each form alone is invariant: --mla-expand off restores it.
   bool enable_prefix_cache = true;
   // Room for embedding requests (GenerationParams::embed): [max_batch_tokens][n_embd]
   // hidden-state rows per step. Off: they are refused.
