@@ -665,24 +665,7 @@ void panel_tile_q4_k(int64_t nb, const std::byte* panel, const std::byte* x, siz
     const std::byte* pb = panel + ib * kQ4KPanelBlockBytes;
     const std::byte* xb = x + ib * sizeof(BlockQ8_K);
     __m512i sumi[C];
-    #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) sumi[c] = _mm512_setzero_si512();
-    for (int s = 0; s < 8; ++s) {
-      __m512i t[C];
-      #pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) t[c] = _mm512_setzero_si512();
-      const std::byte* ps = pb + s * 512;
-      const std::byte* xs_ = xb + offsetof(BlockQ8_K, qs) + 32 * s;
-      #pragma GCC unroll 8
-      for (int gi = 0; gi < 8; ++gi) {
-        const __m512i wv = load512(ps + 64 * gi);
-        #pragma GCC unroll 8
-        for (int c = 0; c < C; ++c) t[c] = _mm512_dpbusd_epi32(t[c], wv, bcast_i32(xs_ + c * xs + 4 * gi));
-      }
-      const __m512i scv = load512(pb + 4096 + s * 64);
-      #pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(t[c], scv));
-    }
+    scaled_subblock_sums<C, 8, 8>(pb, xb, xs, sumi);
     __m512i summ[C];
     #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) summ[c] = _mm512_setzero_si512();

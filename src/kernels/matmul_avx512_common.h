@@ -149,6 +149,34 @@ inline void store_panel_group(const __m256i u[kRows], std::byte* pb) {
 // (exact int32), then the reference's float step acc += (d_x * d_w) * (float)sumi.
 constexpr size_t kQ6KPanelBlockBytes = 4096 + 1024 + 512 + 64;
 
+// sumi[c] = sum_s sc[s] * (u . q8 over sub-block s), exact int32, for panels whose block
+// starts with kSub sub-blocks of kGroups x 64 bytes of unsigned quants (4 per row and
+// group) followed by [s][r] int32 scales at byte 4096: the q6_K / i-quant panel (16 x 4)
+// and the q4_K panel (8 x 8).
+template <int C, int kSub, int kGroups>
+[[gnu::always_inline]] inline void scaled_subblock_sums(const std::byte* pb, const std::byte* xb, size_t xs,
+                                                        __m512i* sumi) {
+  static_assert(kSub * kGroups * 64 == 4096);
+  #pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) sumi[c] = _mm512_setzero_si512();
+  for (int s = 0; s < kSub; ++s) {
+    __m512i t[C];
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) t[c] = _mm512_setzero_si512();
+    const std::byte* ps = pb + s * kGroups * 64;
+    const std::byte* xs_ = xb + offsetof(BlockQ8_K, qs) + 4 * kGroups * s;
+    #pragma GCC unroll 8
+    for (int gi = 0; gi < kGroups; ++gi) {
+      const __m512i wv = load512(ps + 64 * gi);
+      #pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) t[c] = _mm512_dpbusd_epi32(t[c], wv, bcast_i32(xs_ + c * xs + 4 * gi));
+    }
+    const __m512i scv = load512(pb + 4096 + s * 64);
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(t[c], scv));
+  }
+}
+
 template <int C, int kOffsetShift>
 void panel_tile_k16(int64_t nb, const std::byte* panel, const std::byte* x, size_t xs,
                     const std::byte*, size_t, __mmask16 mask, float* y, int64_t ys) {
@@ -159,24 +187,7 @@ void panel_tile_k16(int64_t nb, const std::byte* panel, const std::byte* x, size
     const std::byte* pb = panel + ib * kQ6KPanelBlockBytes;
     const std::byte* xb = x + ib * sizeof(BlockQ8_K);
     __m512i sumi[C];
-    #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) sumi[c] = _mm512_setzero_si512();
-    for (int s = 0; s < 16; ++s) {
-      __m512i t[C];
-      #pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) t[c] = _mm512_setzero_si512();
-      const std::byte* ps = pb + s * 256;
-      const std::byte* xs_ = xb + offsetof(BlockQ8_K, qs) + 16 * s;
-      #pragma GCC unroll 4
-      for (int gi = 0; gi < 4; ++gi) {
-        const __m512i wv = load512(ps + 64 * gi);
-        #pragma GCC unroll 8
-        for (int c = 0; c < C; ++c) t[c] = _mm512_dpbusd_epi32(t[c], wv, bcast_i32(xs_ + c * xs + 4 * gi));
-      }
-      const __m512i scv = load512(pb + 4096 + s * 64);
-      #pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(t[c], scv));
-    }
+    scaled_subblock_sums<C, 16, 4>(pb, xb, xs, sumi);
     // The offset: (1 << kOffsetShift) * sum_s sc[s] * bsums[s].
     __m512i bs[C];
     #pragma GCC unroll 8
