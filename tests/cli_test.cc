@@ -421,6 +421,28 @@ TEST(CliBench, GrammarReportsTpotRatioAndMaskCost) {
   EXPECT_NE(r.err.find("--grammar-file"), std::string::npos) << r.err;
 }
 
+// `lumen bench --spec replay --draft-fixed`: every target step after the first verifies
+// exactly --draft-max proposals, all accepted (21 tokens at k = 4: the prefill's token, then
+// 4 steps of 5), so the reported speedup is the one at that k; --draft-fixed needs replay.
+TEST(CliBench, ReplayWithFixedDraftVerifiesKProposalsEveryStep) {
+  CmdResult r = run_lumen({"bench", "-m", shared(kStories), "-t", "1", "-n", "21", "-r", "1", "--spec", "replay",
+                           "--draft-max", "4", "--draft-fixed", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out)[0];
+  SCOPED_TRACE(j.dump());
+  EXPECT_EQ(j["draft_fixed"], true);
+  const int64_t runs = j["runs"].get<int64_t>();
+  ASSERT_GT(runs, 0);
+  EXPECT_EQ(j["generated"].get<int64_t>(), runs * 21);
+  EXPECT_EQ(j["target_steps"].get<int64_t>(), runs * 5);
+  EXPECT_EQ(j["proposed"].get<int64_t>(), runs * 16);
+  EXPECT_EQ(j["accepted"].get<int64_t>(), runs * 16);
+  EXPECT_DOUBLE_EQ(j["tokens_per_target_step"].get<double>(), 21.0 / 5);
+  r = run_lumen({"bench", "-m", shared(kStories), "-t", "1", "-n", "8", "--spec", "random", "--draft-fixed"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--draft-fixed"), std::string::npos) << r.err;
+}
+
 // `--vs-roofline`: every test carries the prediction, its ratio and the binding roof; pp's
 // ratio is its tok/s over the prediction, tg's the median of its runs' (each against the
 // roof at its own bandwidth readings).

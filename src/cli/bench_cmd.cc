@@ -582,6 +582,8 @@ int cmd_bench(int argc, char** argv, int first) {
     if (s.names[0] == "--spec") s.help = "speculative vs plain, alternating: ngram, replay or random (bench_spec.cc)";
     specs.push_back(s);
   }
+  specs.push_back({{"--draft-fixed"}, "", "with --spec replay: propose exactly --draft-max tokens every step (no verify-cost "
+                                       "cap; replay's acceptance 1 keeps k there): the speedup at that k"});
   specs.push_back({{"-f", "--file"}, "PATH", "with --spec: prompts, one per line (default: story beginnings)"});
   for (OptionSpec& s : grammar_option_specs()) {
     s.help = s.names[0] == "--json-schema" ? "TPOT with and without this JSON Schema's grammar, alternating, and the mask's cost (bench_grammar.cc)"

@@ -10,8 +10,8 @@
 //   --draft-model F  a draft model (what `lumen run --draft-model F` does)
 //   --spec replay  bench only: proposes the continuation the plain engine produced in its
 //                  run just before (acceptance 1 at no proposal cost): the mechanism's upper
-//                  bound, and with --draft-max K the cost of verifying K tokens, since every
-//                  target step then computes 1 + K positions
+//                  bound; with --draft-max K --draft-fixed every target step verifies K
+//                  proposals (1 + K positions; no verify-cost cap), the speedup at that k
 //   --spec random  bench only: random tokens, almost always rejected (what speculation
 //                  costs when it fails: the adaptive k must keep it near plain speed)
 //
@@ -132,6 +132,10 @@ int run_spec_bench(const ArgParser& args, engine::EngineConfig base, int64_t n_g
   engine::EngineConfig plain_cfg = base;
   plain_cfg.spec = spec::SpecConfig{};
   engine::EngineConfig spec_cfg = base;
+  if (args.has("--draft-fixed") && kind != "replay") {
+    std::fprintf(stderr, "error: --draft-fixed: needs --spec replay (other proposers' k follows acceptance)\n");
+    return 2;
+  }
   if (kind == "ngram" || kind == "draft") {
     if (Status st = spec_config_from_args(args, &spec_cfg.spec); !st.ok()) {
       std::fprintf(stderr, "error: %s\n", st.message().c_str());
@@ -148,6 +152,12 @@ int run_spec_bench(const ArgParser& args, engine::EngineConfig base, int64_t n_g
     sc.kind = spec::ProposerKind::kCustom;
     sc.draft_max = static_cast<int32_t>(*dmax);
     sc.max_step_tokens = static_cast<int32_t>(*knee);
+    // Fixed k: no verify-cost cap, so k follows acceptance alone from draft_max, and the
+    // replay's acceptance of 1 keeps it there (AdaptiveK: all accepted -> min(max, k + 2)).
+    if (args.has("--draft-fixed")) {
+      sc.measure_cost = false;
+      if (sc.draft_max == 0) sc.draft_max = 8;
+    }
   } else {
     std::fprintf(stderr, "error: --spec: '%s' is not a proposer (ngram, replay, random)\n", kind.c_str());
     return 2;
@@ -229,6 +239,7 @@ int run_spec_bench(const ArgParser& args, engine::EngineConfig base, int64_t n_g
                         {"verify_cost", costs},
                         {"proposer", kind},
                         {"draft_max", sp.config().spec.draft_max},
+                        {"draft_fixed", !sp.config().spec.measure_cost},
                         {"n_gen", n_gen},
                         {"runs", plain_tok_s.size()},
                         {"threads", base.n_threads},
@@ -238,6 +249,10 @@ int run_spec_bench(const ArgParser& args, engine::EngineConfig base, int64_t n_g
                         {"spec_tok_s_range", {mn(spec_tok_s), mx(spec_tok_s)}},
                         {"speedup", pm > 0 ? sm / pm : 0},
                         {"acceptance", acc},
+                        {"proposed", proposed},
+                        {"accepted", accepted},
+                        {"target_steps", steps},
+                        {"generated", generated},
                         {"tokens_per_target_step", per_step},
                         {"ms_per_step_plain", median(plain_step_ms)},
                         {"ms_per_step_spec", median(spec_step_ms)},
@@ -252,11 +267,11 @@ int run_spec_bench(const ArgParser& args, engine::EngineConfig base, int64_t n_g
       std::printf("\n");
     }
     std::printf(
-        "lumen bench --spec %s (draft-max %d, %zu runs of %lld tokens, alternating with plain):\n"
+        "lumen bench --spec %s (draft-max %d%s, %zu runs of %lld tokens, alternating with plain):\n"
         "  plain %.1f tok/s [%.1f, %.1f] | spec %.1f tok/s [%.1f, %.1f] | x%.2f\n"
         "  acceptance %.2f | %.2f tokens per target step | step %.2f ms vs plain %.2f ms (x%.2f)\n"
         "  greedy outputs identical\n",
-        kind.c_str(), sp.config().spec.draft_max, plain_tok_s.size(), static_cast<long long>(n_gen), pm, mn(plain_tok_s),
+        kind.c_str(), sp.config().spec.draft_max, sp.config().spec.measure_cost ? "" : " fixed", plain_tok_s.size(), static_cast<long long>(n_gen), pm, mn(plain_tok_s),
         mx(plain_tok_s), sm, mn(spec_tok_s), mx(spec_tok_s), pm > 0 ? sm / pm : 0, acc, per_step,
         median(spec_step_ms), median(plain_step_ms), step_ratio);
   }
