@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/fp16.h"
+#include "base/huge_buffer.h"
 #include "base/thread_pool.h"
 #include "kernels/kernel_table.h"
 #include "kernels/ops.h"
@@ -56,7 +57,10 @@ void BM_Matmul(benchmark::State& state) {
   w.ne[1] = n_out;
   w.data = wdata.data();
   w.n_bytes = wdata.size();
-  std::vector<std::byte> il;
+  // The interleaved copy lies on 2 MiB pages as the model's does (HugeBuffer): on 4 KiB
+  // pages an out-of-cache stream pays a TLB miss per page and the hardware prefetchers stop
+  // at every page boundary, which is not what decode sees.
+  HugeBuffer il;
   if (state.range(6) != 0) {
     const InterleavedKernels& ik = find_matmul_kernels(k, dt)->interleaved;
     if (ik.layout == nullptr) {
@@ -64,13 +68,19 @@ void BM_Matmul(benchmark::State& state) {
       return;
     }
     const size_t group_bytes = ik.group_bytes(n_in);
-    il.resize((n_out + ik.rows - 1) / ik.rows * group_bytes);
+    const size_t il_bytes = (n_out + ik.rows - 1) / ik.rows * group_bytes;
+    auto buf = HugeBuffer::allocate(il_bytes, "interleaved weights");
+    if (!buf.ok()) {
+      state.SkipWithError(buf.message().c_str());
+      return;
+    }
+    il = std::move(*buf);
     for (int64_t r0 = 0; r0 < n_out; r0 += ik.rows)
       ik.pack(n_in, w.data + r0 * w.row_stride_bytes(), w.row_stride_bytes(), std::min<int64_t>(ik.rows, n_out - r0),
               il.data() + r0 / ik.rows * group_bytes);
     w.interleaved = il.data();
     w.interleaved_layout = ik.layout;
-    w.interleaved_n_bytes = il.size();
+    w.interleaved_n_bytes = il_bytes;
   }
   std::vector<float> x(n_in * n_tokens, 0.5f), y(n_out * n_tokens);
   for (size_t i = 0; i < x.size(); ++i) x[i] = 0.001f * (i % 1000) - 0.5f;
@@ -79,7 +89,7 @@ void BM_Matmul(benchmark::State& state) {
     matmul(k, pool, w, x.data(), n_tokens, y.data(), scratch.data());
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetLabel(std::string(k.name) + " " + std::string(dtype_name(dt)) + (il.empty() ? "" : " interleaved"));
+  state.SetLabel(std::string(k.name) + " " + std::string(dtype_name(dt)) + (il.data() == nullptr ? "" : " interleaved"));
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(wdata.size()) * state.iterations(),
                                               benchmark::Counter::kIsRate);
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n_in * n_out * n_tokens * state.iterations() * 1e-9,
@@ -124,6 +134,10 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
   // still out of cache): decode and the verify widths, one thread.
   for (int64_t n_tokens : {1, 4, 9, 17})
     b->Args({1, static_cast<int>(DType::kQ6_K), 2048, 128256 / 8, n_tokens, 1, 1});
+  // Decode's compute cost per table: one thread, one column, 2048 x 256 (<= 557 KB, in the
+  // L2): the rate a decode tile could stream at if memory kept up.
+  for (int table : {1, 2})
+    for (DType dt : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K}) b->Args({table, static_cast<int>(dt), 2048, 256, 1, 1, 1});
   // Decode out of cache (~75 MB of q4_0 weights, more than the L3): the memory-bound case.
   for (int table : {1, 2})
     for (int threads : {1, 2})
