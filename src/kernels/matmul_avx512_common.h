@@ -206,27 +206,31 @@ void panel_tile_k16(int64_t nb, const std::byte* panel, const std::byte* x, size
   store_cols<C>(acc, nullptr, mask, y, ys);
 }
 
-// A panel of up to 16 rows against n_cols activation rows, kCols at a time, the tail by the
-// narrower tiles: Tile<C>::run(nb, panel, x, xs, side, ss, mask, y, ys) handles C columns.
+// A panel of up to 16 rows against n_cols activation rows in chunks of at most kCols,
+// as equal as they can be (9 columns at kCols 4: 3 + 3 + 3, not 4 + 4 + 1: a narrow tile
+// unpacks the weights for fewer columns, and a speculative verify's 9 columns would pay a
+// whole extra unpack for one): Tile<C>::run(nb, panel, x, xs, side, ss, mask, y, ys)
+// handles C columns. Each column's arithmetic is the same in every width.
 template <int kCols, template <int> class Tile>
 struct TileSet {
   static void run(int64_t nb, const std::byte* panel, int64_t n_rows, const std::byte* x, size_t xs,
                   const std::byte* side, size_t ss, int64_t n_cols, float* y, int64_t ys) {
     const __mmask16 mask = row_mask(n_rows);
-    int64_t c0 = 0;
-    for (; c0 + kCols <= n_cols; c0 += kCols)
-      Tile<kCols>::run(nb, panel, x + c0 * xs, xs, side + c0 * ss, ss, mask, y + c0 * ys, ys);
-    const int64_t rest = n_cols - c0;
-    if (rest > 0) tail(rest, nb, panel, x + c0 * xs, xs, side + c0 * ss, ss, mask, y + c0 * ys, ys);
+    for (int64_t c0 = 0; c0 < n_cols;) {
+      const int64_t rest = n_cols - c0, n_chunks = (rest + kCols - 1) / kCols;
+      const int64_t width = (rest + n_chunks - 1) / n_chunks;
+      run_width(width, nb, panel, x + c0 * xs, xs, side + c0 * ss, ss, mask, y + c0 * ys, ys);
+      c0 += width;
+    }
   }
-  template <int C = kCols - 1>
-  static void tail(int64_t rest, int64_t nb, const std::byte* panel, const std::byte* x, size_t xs,
-                   const std::byte* side, size_t ss, __mmask16 mask, float* y, int64_t ys) {
+  template <int C = kCols>
+  static void run_width(int64_t width, int64_t nb, const std::byte* panel, const std::byte* x, size_t xs,
+                        const std::byte* side, size_t ss, __mmask16 mask, float* y, int64_t ys) {
     if constexpr (C >= 1) {
-      if (rest == C) {
+      if (width == C) {
         Tile<C>::run(nb, panel, x, xs, side, ss, mask, y, ys);
       } else {
-        tail<C - 1>(rest, nb, panel, x, xs, side, ss, mask, y, ys);
+        run_width<C - 1>(width, nb, panel, x, xs, side, ss, mask, y, ys);
       }
     }
   }

@@ -562,7 +562,7 @@ void mm_q4_k_avx512_interleaved(MatmulKernels& mk) {
 }
 void mm_q6_k_avx512_interleaved(MatmulKernels& mk) {
   mk.interleaved = {"q6_Kx16", kRows, &group_bytes<kQ6_KGroupBlock, kQkK>, &q6_k_side_bytes, &prepare_side_q6_k,
-                    &pack_q6_k, &gemm_groups<kQkK, kQ6_KGroupBlock, 2, TileQ6_K>};
+                    &pack_q6_k, &gemm_groups<kQkK, kQ6_KGroupBlock, 4, TileQ6_K>};
 }
 void mm_iq4_xs_avx512_interleaved(MatmulKernels& mk) {
   mk.interleaved = {"iq4_xsx16", kRows, &group_bytes<kIQ4_XSGroupBlock, kQkK>, &iq4_xs_side_bytes,

@@ -134,6 +134,10 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
   // still out of cache): decode and the verify widths, one thread.
   for (int64_t n_tokens : {1, 4, 9, 17})
     b->Args({1, static_cast<int>(DType::kQ6_K), 2048, 128256 / 8, n_tokens, 1, 1});
+  // A speculative verify's widths (1 + k columns) on the AVX-512 table, one thread, 2048 x
+  // 2048 (in the L3): what a verify of k proposals costs in compute per type.
+  for (int64_t n_tokens : {1, 2, 3, 4, 5, 8, 9})
+    for (DType dt : {DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) b->Args({2, static_cast<int>(dt), 2048, 2048, n_tokens, 1, 1});
   // Decode's compute cost per table: one thread, one column, 2048 x 256 (<= 557 KB, in the
   // L2): the rate a decode tile could stream at if memory kept up.
   for (int table : {1, 2})
