@@ -253,8 +253,9 @@ void prepare_side_iq4_xs(const std::byte* xq, int64_t n, std::byte* side) {
 
 // ---- group tiles: one group of 16 rows against C activation rows -------------------------
 
-// Decode tiles (one or two activation rows) are memory-bound: each group block is read once
-// and used for a few dot products. The hardware prefetchers alone do not run far enough
+// Tiles that stream their group from memory (the first column tile of a group in calls of
+// up to kStreamCols activation rows: decode, a speculative verify) read each group block
+// once and use it for a few dot products. The hardware prefetchers alone do not run far enough
 // ahead of such a stream, so these tiles prefetch in software the lines kPrefetchAhead bytes
 // further on: q8_0 / q4_0 all of a block's 9 or 5 lines at its start, q4_K / q6_K (37 and
 // 53 lines a block) one next to each 64-byte load of quants and the scales' lines in the
@@ -268,21 +269,21 @@ void prepare_side_iq4_xs(const std::byte* xq, int64_t n, std::byte* side) {
 // (a burst of 37 per q4_K block outruns the L1's miss buffers) gained another 9% on
 // llama-3.2-1b; for q4_0 and q8_0 the spread form was 5-7% slower than the burst. 6-10 KiB
 // ahead was best (less hides less latency, 28 KiB slowed matrices in cache); into L2 only
-// (T1) was 10-20% slower than into L1 (T0). Prefill tiles (more rows) are
-// compute-bound and re-read each group from cache once per tile of columns, so they do not
-// prefetch. Prefetches past the end of a matrix never fault and are at most
+// (T1) was 10-20% slower than into L1 (T0). Tiles of wider calls (prefill
+// chunks) are compute-bound and re-read each group from cache once per tile of columns, so
+// they do not prefetch (kPf false). Prefetches past the end of a matrix never fault and are at most
 // kPrefetchAhead bytes per thread and call.
 constexpr size_t kPrefetchAhead = 8192;
 
-template <int C>
+template <bool kPf>
 [[gnu::always_inline]] inline void prefetch_ahead(const std::byte* p) {
-  if constexpr (C <= 2) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead), _MM_HINT_T0);
+  if constexpr (kPf) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead), _MM_HINT_T0);
 }
 
 // q8_0 / q4_0 / q5_0 (kBits 8, 4, 5): sumf += (float)sumi * (d_w * d_x) per block; the side
 // data holds d_x and the unsigned weights' offset correction (-128, -8 or -16 * sum(q_x)).
 // q5_0's fifth bits are ORed in at bit 4 of every quant byte.
-template <int kBits, int C>
+template <int kBits, int C, bool kPf>
 void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side,
              size_t ss, __mmask16 mask, float* y, int64_t ys) {
   constexpr size_t kGroupBlock = kBits == 8 ? kQ8_0GroupBlock : kBits == 4 ? kQ4_0GroupBlock : kQ5_0GroupBlock;
@@ -294,7 +295,7 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
   for (int64_t ib = 0; ib < nb; ++ib) {
     const std::byte* gb = group + ib * kGroupBlock;
     #pragma GCC unroll 16
-    for (size_t off = 0; off < kGroupBlock; off += 64) prefetch_ahead<C>(gb + off);  // 5, 6 or 9 lines
+    for (size_t off = 0; off < kGroupBlock; off += 64) prefetch_ahead<kPf>(gb + off);  // 5, 6 or 9 lines
     const std::byte* xb = x + ib * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, qs);
     __m512i s[C];
     #pragma GCC unroll 8
@@ -342,7 +343,7 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
 
 // q4_K: acc += (d_x * d_w) * (float)sumi, acc_m += (-d_x * dmin_w) * (float)summ per block,
 // result acc + acc_m; sumi = sum_s sc[s] * (q4 . q8 over s), summ = sum_s m[s] * bsum[s].
-template <int C>
+template <int C, bool kPf>
 void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side,
                size_t ss, __mmask16 mask, float* y, int64_t ys) {
   const __m512i m4 = _mm512_set1_epi8(15);
@@ -364,7 +365,7 @@ void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
       #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) {
         const __m512i q = load512(gb + (8 * cc + k) * 64);
-        prefetch_ahead<C>(gb + (8 * cc + k) * 64);
+        prefetch_ahead<kPf>(gb + (8 * cc + k) * 64);
         const __m512i lo = _mm512_and_si512(q, m4);
         const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
         #pragma GCC unroll 4
@@ -381,7 +382,7 @@ void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
     }
     #pragma GCC unroll 8
     for (int s = 0; s < 8; ++s) {
-      if (s < 5) prefetch_ahead<C>(gb + 2048 + 64 * s);  // scales, mins, d, dmin: 320 bytes
+      if (s < 5) prefetch_ahead<kPf>(gb + 2048 + 64 * s);  // scales, mins, d, dmin: 320 bytes
       const __m512i mv = _mm512_cvtepu8_epi32(load128(gb + 2176 + 16 * s));
       #pragma GCC unroll 4
       for (int c = 0; c < C; ++c)
@@ -395,7 +396,7 @@ void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
 
 // q6_K: acc += (d_x * d_w) * (float)sumi per block, sumi = sum_s scales[s] * ((q6 - 32) . q8
 // over s); each sub-block's dot starts at the side data's -32 * bsum[s].
-template <int C>
+template <int C, bool kPf>
 void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side,
                size_t ss, __mmask16 mask, float* y, int64_t ys) {
   const __m512i m4 = _mm512_set1_epi8(15);
@@ -426,9 +427,9 @@ void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
       for (int k = 4 * kk; k < 4 * kk + 4; ++k) {
         const std::byte* q = gb + (8 * h + k) * 192;
         const __m512i la = load512(q), lb = load512(q + 64), hb = load512(q + 128);
-        prefetch_ahead<C>(q);
-        prefetch_ahead<C>(q + 64);
-        prefetch_ahead<C>(q + 128);
+        prefetch_ahead<kPf>(q);
+        prefetch_ahead<kPf>(q + 64);
+        prefetch_ahead<kPf>(q + 128);
         __m512i v[4];
         v[0] = _mm512_or_si512(_mm512_and_si512(la, m4), _mm512_slli_epi16(_mm512_and_si512(hb, m2lo), 4));
         v[1] = _mm512_or_si512(_mm512_and_si512(lb, m4), _mm512_slli_epi16(_mm512_and_si512(hb, m2mid), 2));
@@ -444,7 +445,7 @@ void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
       }
       #pragma GCC unroll 4
       for (int qi = 0; qi < 4; ++qi) {
-        if (qi < 2 && 2 * hk + qi < 5) prefetch_ahead<C>(gb + 3072 + 64 * (2 * hk + qi));  // scales, d: 288 bytes
+        if (qi < 2 && 2 * hk + qi < 5) prefetch_ahead<kPf>(gb + 3072 + 64 * (2 * hk + qi));  // scales, d: 288 bytes
         const __m512i sc = _mm512_cvtepi8_epi32(load128(gb + 3072 + 16 * (8 * h + 2 * qi + kk)));
         #pragma GCC unroll 4
         for (int c = 0; c < C; ++c) sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(t[qi][c], sc));
@@ -459,7 +460,7 @@ void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
 // over sub-block c), the values v looked up from the codes as v + 128 (vpshufb), each
 // sub-block's dot starting at the side data's -128 * bsum[c]; two chains per column (low,
 // high nibbles) as tile_q8's. The reference's kScaleMul is 1.
-template <int C>
+template <int C, bool kPf>
 void tile_iq4_xs(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side,
                  size_t ss, __mmask16 mask, float* y, int64_t ys) {
   const __m512i m4 = _mm512_set1_epi8(15);
@@ -486,7 +487,7 @@ void tile_iq4_xs(int64_t nb, const std::byte* group, const std::byte* x, size_t 
       #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
         const __m512i q = load512(gb + (4 * sb + k) * 64);
-        prefetch_ahead<C>(gb + (4 * sb + k) * 64);
+        prefetch_ahead<kPf>(gb + (4 * sb + k) * 64);
         const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(q, m4));
         const __m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
         #pragma GCC unroll 4
@@ -495,7 +496,7 @@ void tile_iq4_xs(int64_t nb, const std::byte* group, const std::byte* x, size_t 
           t_hi[c] = _mm512_dpbusd_epi32(t_hi[c], hi, bcast_i32(xq + c * xs + 16 + 4 * k));
         }
       }
-      if (sb < 3) prefetch_ahead<C>(gb + 2048 + 64 * sb);  // scales, d: 160 bytes
+      if (sb < 3) prefetch_ahead<kPf>(gb + 2048 + 64 * sb);  // scales, d: 160 bytes
       const __m512i sc = _mm512_cvtepi8_epi32(load128(gb + 2048 + 16 * sb));
       #pragma GCC unroll 4
       for (int c = 0; c < C; ++c) sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(_mm512_add_epi32(t[c], t_hi[c]), sc));
@@ -505,39 +506,47 @@ void tile_iq4_xs(int64_t nb, const std::byte* group, const std::byte* x, size_t 
   store_cols<C>(acc, nullptr, mask, y, ys);
 }
 
-template <int C> struct TileQ8_0 {
-  static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
-                  __mmask16 m, float* y, int64_t ys) { tile_q8<8, C>(nb, g, x, xs, s, ss, m, y, ys); }
-};
-template <int C> struct TileQ4_0 {
-  static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
-                  __mmask16 m, float* y, int64_t ys) { tile_q8<4, C>(nb, g, x, xs, s, ss, m, y, ys); }
-};
-template <int C> struct TileQ5_0 {
-  static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
-                  __mmask16 m, float* y, int64_t ys) { tile_q8<5, C>(nb, g, x, xs, s, ss, m, y, ys); }
-};
-template <int C> struct TileQ4_K {
-  static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
-                  __mmask16 m, float* y, int64_t ys) { tile_q4_k<C>(nb, g, x, xs, s, ss, m, y, ys); }
-};
-template <int C> struct TileIQ4_XS {
-  static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
-                  __mmask16 m, float* y, int64_t ys) { tile_iq4_xs<C>(nb, g, x, xs, s, ss, m, y, ys); }
-};
-template <int C> struct TileQ6_K {
-  static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
-                  __mmask16 m, float* y, int64_t ys) { tile_q6_k<C>(nb, g, x, xs, s, ss, m, y, ys); }
+enum class TileKind { kQ8_0, kQ4_0, kQ5_0, kQ4_K, kIQ4_XS, kQ6_K };
+
+// The tiles of one kind, C columns; kPf: prefetch the weights (tiles that stream them from
+// memory, see gemm_groups).
+template <TileKind kKind, bool kPf>
+struct Tiles {
+  template <int C>
+  struct Width {
+    static void run(int64_t nb, const std::byte* g, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
+                    __mmask16 m, float* y, int64_t ys) {
+      if constexpr (kKind == TileKind::kQ8_0) tile_q8<8, C, kPf>(nb, g, x, xs, s, ss, m, y, ys);
+      if constexpr (kKind == TileKind::kQ4_0) tile_q8<4, C, kPf>(nb, g, x, xs, s, ss, m, y, ys);
+      if constexpr (kKind == TileKind::kQ5_0) tile_q8<5, C, kPf>(nb, g, x, xs, s, ss, m, y, ys);
+      if constexpr (kKind == TileKind::kQ4_K) tile_q4_k<C, kPf>(nb, g, x, xs, s, ss, m, y, ys);
+      if constexpr (kKind == TileKind::kIQ4_XS) tile_iq4_xs<C, kPf>(nb, g, x, xs, s, ss, m, y, ys);
+      if constexpr (kKind == TileKind::kQ6_K) tile_q6_k<C, kPf>(nb, g, x, xs, s, ss, m, y, ys);
+    }
+  };
 };
 
+// Up to this many activation rows (decode, a speculative verify: ops.cc gives them ranges of
+// groups), each group is read from memory once, by its first column tile, and the tiles
+// prefetch; wider calls (chunks of groups meeting a prefill's batch) re-read groups from
+// cache and are compute-bound, so their tiles do not. At 3-16 columns the first tile's pass
+// used to run without prefetch: llama-3.2-1b Q4_K_M pp9 (9 columns = three 3-column passes)
+// 111-122 -> 131-154 tok/s with it (alternating, 2 threads; pp512 level).
+constexpr int64_t kStreamCols = 16;
+
 // n_rows rows = consecutive groups from `groups`, each against every activation row.
-template <int kBlock, size_t kGroupBlock, int kCols, template <int> class Tile>
+template <int kBlock, size_t kGroupBlock, int kCols, TileKind kKind>
 void gemm_groups(int64_t n, const std::byte* groups, int64_t n_rows, const std::byte* x, size_t xs,
                  const std::byte* side, size_t ss, int64_t n_cols, float* y, int64_t ys) {
   const int64_t nb = n / kBlock;
   const size_t stride = static_cast<size_t>(nb) * kGroupBlock;
-  for (int64_t r0 = 0; r0 < n_rows; r0 += kRows)
-    TileSet<kCols, Tile>::run(nb, groups + (r0 / kRows) * stride, n_rows - r0, x, xs, side, ss, n_cols, y + r0, ys);
+  for (int64_t r0 = 0; r0 < n_rows; r0 += kRows) {
+    const std::byte* g = groups + (r0 / kRows) * stride;
+    if (n_cols <= kStreamCols)
+      TileSet<kCols, Tiles<kKind, true>::template Width>::run(nb, g, n_rows - r0, x, xs, side, ss, n_cols, y + r0, ys);
+    else
+      TileSet<kCols, Tiles<kKind, false>::template Width>::run(nb, g, n_rows - r0, x, xs, side, ss, n_cols, y + r0, ys);
+  }
 }
 
 }  // namespace
@@ -546,27 +555,27 @@ void gemm_groups(int64_t n, const std::byte* groups, int64_t n_rows, const std::
 
 void mm_q8_0_avx512_interleaved(MatmulKernels& mk) {
   mk.interleaved = {"q8_0x16", kRows, &group_bytes<kQ8_0GroupBlock, kQk>, &q8_side_bytes, &prepare_side_q8<7>,
-                    &pack_q8_0, &gemm_groups<kQk, kQ8_0GroupBlock, 8, TileQ8_0>};
+                    &pack_q8_0, &gemm_groups<kQk, kQ8_0GroupBlock, 8, TileKind::kQ8_0>};
 }
 void mm_q4_0_avx512_interleaved(MatmulKernels& mk) {
   mk.interleaved = {"q4_0x16", kRows, &group_bytes<kQ4_0GroupBlock, kQk>, &q8_side_bytes, &prepare_side_q8<3>,
-                    &pack_q4_0, &gemm_groups<kQk, kQ4_0GroupBlock, 8, TileQ4_0>};
+                    &pack_q4_0, &gemm_groups<kQk, kQ4_0GroupBlock, 8, TileKind::kQ4_0>};
 }
 void mm_q5_0_avx512_interleaved(MatmulKernels& mk) {
   mk.interleaved = {"q5_0x16", kRows, &group_bytes<kQ5_0GroupBlock, kQk>, &q8_side_bytes, &prepare_side_q8<4>,
-                    &pack_q5_0, &gemm_groups<kQk, kQ5_0GroupBlock, 8, TileQ5_0>};
+                    &pack_q5_0, &gemm_groups<kQk, kQ5_0GroupBlock, 8, TileKind::kQ5_0>};
 }
 void mm_q4_k_avx512_interleaved(MatmulKernels& mk) {
   mk.interleaved = {"q4_Kx16", kRows, &group_bytes<kQ4_KGroupBlock, kQkK>, &q4_k_side_bytes, &prepare_side_q4_k,
-                    &pack_q4_k, &gemm_groups<kQkK, kQ4_KGroupBlock, 4, TileQ4_K>};
+                    &pack_q4_k, &gemm_groups<kQkK, kQ4_KGroupBlock, 4, TileKind::kQ4_K>};
 }
 void mm_q6_k_avx512_interleaved(MatmulKernels& mk) {
   mk.interleaved = {"q6_Kx16", kRows, &group_bytes<kQ6_KGroupBlock, kQkK>, &q6_k_side_bytes, &prepare_side_q6_k,
-                    &pack_q6_k, &gemm_groups<kQkK, kQ6_KGroupBlock, 4, TileQ6_K>};
+                    &pack_q6_k, &gemm_groups<kQkK, kQ6_KGroupBlock, 4, TileKind::kQ6_K>};
 }
 void mm_iq4_xs_avx512_interleaved(MatmulKernels& mk) {
   mk.interleaved = {"iq4_xsx16", kRows, &group_bytes<kIQ4_XSGroupBlock, kQkK>, &iq4_xs_side_bytes,
-                    &prepare_side_iq4_xs, &pack_iq4_xs, &gemm_groups<kQkK, kIQ4_XSGroupBlock, 4, TileIQ4_XS>};
+                    &prepare_side_iq4_xs, &pack_iq4_xs, &gemm_groups<kQkK, kIQ4_XSGroupBlock, 4, TileKind::kIQ4_XS>};
 }
 
 }  // namespace lumen::kernels
