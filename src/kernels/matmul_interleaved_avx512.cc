@@ -254,15 +254,15 @@ void prepare_side_iq4_xs(const std::byte* xq, int64_t n, std::byte* side) {
 // ---- group tiles: one group of 16 rows against C activation rows -------------------------
 
 // Tiles that stream their group from memory (the first column tile of a group in calls of
-// up to kStreamCols activation rows: decode, a speculative verify) read each group block
-// once and use it for a few dot products. The hardware prefetchers alone do not run far enough
-// ahead of such a stream, so these tiles prefetch in software the lines kPrefetchAhead bytes
-// further on: q8_0 / q4_0 all of a block's 9 or 5 lines at its start, q4_K / q6_K (37 and
+// 2 to kStreamCols activation rows: see kStreamCols for which calls) read each group block
+// once and use it for a few dot products, so they prefetch in software the lines
+// kPrefetchAhead bytes further on: q8_0 / q4_0 all of a block's 9 or 5 lines at its start, q4_K / q6_K (37 and
 // 53 lines a block) one next to each 64-byte load of quants and the scales' lines in the
 // block's later steps. Every line of a thread's run of groups is prefetched (consecutive
 // prefetched addresses are never more than 64 bytes apart).
 //
-// Measured (docs/perf.md, "Software prefetch in the decode tiles"): out of cache, one
+// Measured in session 6, decode of one column, before the weights were on 2 MiB pages
+// (docs/perf.md, "Software prefetch in the decode tiles"): out of cache, one
 // thread read q4_K groups at 25-28 GB/s without, 47-51 with a whole block prefetched at its
 // start; end to end at 2 threads llama-3.2-1b q4_K decode went from 58 to 80 tok/s and
 // qwen2.5-0.5b q4_0 from 237 to 274. Spreading the K-quants' prefetches among the loads
@@ -526,12 +526,19 @@ struct Tiles {
   };
 };
 
-// Up to this many activation rows (decode, a speculative verify: ops.cc gives them ranges of
-// groups), each group is read from memory once, by its first column tile, and the tiles
-// prefetch; wider calls (chunks of groups meeting a prefill's batch) re-read groups from
-// cache and are compute-bound, so their tiles do not. At 3-16 columns the first tile's pass
-// used to run without prefetch: llama-3.2-1b Q4_K_M pp9 (9 columns = three 3-column passes)
-// 111-122 -> 131-154 tok/s with it (alternating, 2 threads; pp512 level).
+// Which tiles prefetch (Zen 4, weights on 2 MiB pages, 2 threads, alternating runs):
+//   1 column (decode of one sequence): none. The hardware prefetchers run unhindered on 2 MiB
+//     pages, and the software prefetches into L1 held decode back when the machine's read
+//     bandwidth was high: llama-3.2-1b Q4_K_M tg64 at 67-73 GB/s 47.2 / 48.9 / 47.2 with
+//     them, 58.0 / 58.3 / 60.8 tok/s without; OLMoE-1B-7B and qwen2.5-0.5b Q4_0 also ahead
+//     without. (On 4 KiB pages the prefetchers stop at every page and the software prefetch
+//     was 0-12% ahead in the kernel bench: the interleaved copies are on 2 MiB pages.)
+//   2 .. kStreamCols columns (batched decode, a speculative verify: ops.cc gives them ranges
+//     of groups; each group is read from memory once, by its first column tile): prefetch.
+//     The tiles are slower per byte and the stream stalls without: llama-3.2-1b Q4_K_M's
+//     9-token verify step 75-76 ms without, 59-61 with.
+//   wider calls (chunks of groups meeting a prefill's batch) re-read groups from cache and
+//     are compute-bound: none.
 constexpr int64_t kStreamCols = 16;
 
 // n_rows rows = consecutive groups from `groups`, each against every activation row.
@@ -542,7 +549,7 @@ void gemm_groups(int64_t n, const std::byte* groups, int64_t n_rows, const std::
   const size_t stride = static_cast<size_t>(nb) * kGroupBlock;
   for (int64_t r0 = 0; r0 < n_rows; r0 += kRows) {
     const std::byte* g = groups + (r0 / kRows) * stride;
-    if (n_cols <= kStreamCols)
+    if (n_cols >= 2 && n_cols <= kStreamCols)
       TileSet<kCols, Tiles<kKind, true>::template Width>::run(nb, g, n_rows - r0, x, xs, side, ss, n_cols, y + r0, ys);
     else
       TileSet<kCols, Tiles<kKind, false>::template Width>::run(nb, g, n_rows - r0, x, xs, side, ss, n_cols, y + r0, ys);
