@@ -271,8 +271,8 @@ int run_spec_bench(const ArgParser& args, engine::EngineConfig base, int64_t n_g
         "  plain %.1f tok/s [%.1f, %.1f] | spec %.1f tok/s [%.1f, %.1f] | x%.2f\n"
         "  acceptance %.2f | %.2f tokens per target step | step %.2f ms vs plain %.2f ms (x%.2f)\n"
         "  greedy outputs identical\n",
-        kind.c_str(), sp.config().spec.draft_max, sp.config().spec.measure_cost ? "" : " fixed", plain_tok_s.size(), static_cast<long long>(n_gen), pm, mn(plain_tok_s),
-        mx(plain_tok_s), sm, mn(spec_tok_s), mx(spec_tok_s), pm > 0 ? sm / pm : 0, acc, per_step,
+        kind.c_str(), sp.config().spec.draft_max, sp.config().spec.measure_cost ? "" : " fixed", plain_tok_s.size(),
+        static_cast<long long>(n_gen), pm, mn(plain_tok_s), mx(plain_tok_s), sm, mn(spec_tok_s), mx(spec_tok_s), pm > 0 ? sm / pm : 0, acc, per_step,
         median(spec_step_ms), median(plain_step_ms), step_ratio);
   }
   return 0;

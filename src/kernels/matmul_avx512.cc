@@ -667,15 +667,7 @@ void panel_tile_q4_k(int64_t nb, const std::byte* panel, const std::byte* x, siz
     __m512i sumi[C];
     scaled_subblock_sums<C, 8, 8>(pb, xb, xs, sumi);
     __m512i summ[C];
-    #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) summ[c] = _mm512_setzero_si512();
-    #pragma GCC unroll 8
-    for (int s = 0; s < 8; ++s) {
-      const __m512i mv = load512(pb + 4608 + s * 64);
-      #pragma GCC unroll 8
-      for (int c = 0; c < C; ++c)
-        summ[c] = _mm512_dpwssd_epi32(summ[c], mv, bcast_i32(xb + c * xs + offsetof(BlockQ8_K, bsums) + 4 * s));
-    }
+    bsum_pair_dots<C>(pb + 4608, xb, xs, summ);
     add_k_block<C>(acc, xb, xs, 1.0f, _mm512_loadu_ps(reinterpret_cast<const float*>(pb + 5120)), sumi);
     add_k_block<C>(acc_m, xb, xs, -1.0f, _mm512_loadu_ps(reinterpret_cast<const float*>(pb + 5184)), summ);
   }

@@ -177,6 +177,22 @@ template <int C, int kSub, int kGroups>
   }
 }
 
+// out[c] = sum_k (int16 pairs at w + 64 k) . (bsums pair k of column c), k = 0 .. 7, exact
+// int32: the panels' scale (q6_K / i-quant offset) or min (q4_K) products with the
+// activations' 16 sub-block sums.
+template <int C>
+[[gnu::always_inline]] inline void bsum_pair_dots(const std::byte* w, const std::byte* xb, size_t xs, __m512i* out) {
+  #pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) out[c] = _mm512_setzero_si512();
+  #pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    const __m512i sv = load512(w + k * 64);
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; ++c)
+      out[c] = _mm512_dpwssd_epi32(out[c], sv, bcast_i32(xb + c * xs + offsetof(BlockQ8_K, bsums) + 4 * k));
+  }
+}
+
 template <int C, int kOffsetShift>
 void panel_tile_k16(int64_t nb, const std::byte* panel, const std::byte* x, size_t xs,
                     const std::byte*, size_t, __mmask16 mask, float* y, int64_t ys) {
@@ -190,15 +206,7 @@ void panel_tile_k16(int64_t nb, const std::byte* panel, const std::byte* x, size
     scaled_subblock_sums<C, 16, 4>(pb, xb, xs, sumi);
     // The offset: (1 << kOffsetShift) * sum_s sc[s] * bsums[s].
     __m512i bs[C];
-    #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) bs[c] = _mm512_setzero_si512();
-    #pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) {
-      const __m512i sv = load512(pb + 5120 + k * 64);
-      #pragma GCC unroll 8
-      for (int c = 0; c < C; ++c)
-        bs[c] = _mm512_dpwssd_epi32(bs[c], sv, bcast_i32(xb + c * xs + offsetof(BlockQ8_K, bsums) + 4 * k));
-    }
+    bsum_pair_dots<C>(pb + 5120, xb, xs, bs);
     #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) sumi[c] = _mm512_sub_epi32(sumi[c], _mm512_slli_epi32(bs[c], kOffsetShift));
     add_k_block<C>(acc, xb, xs, 1.0f, _mm512_loadu_ps(reinterpret_cast<const float*>(pb + 5632)), sumi);

@@ -256,9 +256,9 @@ void prepare_side_iq4_xs(const std::byte* xq, int64_t n, std::byte* side) {
 // Tiles that stream their group from memory (the first column tile of a group in calls of
 // 2 to kStreamCols activation rows: see kStreamCols for which calls) read each group block
 // once and use it for a few dot products, so they prefetch in software the lines
-// kPrefetchAhead bytes further on: q8_0 / q4_0 all of a block's 9 or 5 lines at its start, q4_K / q6_K (37 and
-// 53 lines a block) one next to each 64-byte load of quants and the scales' lines in the
-// block's later steps. Every line of a thread's run of groups is prefetched (consecutive
+// kPrefetchAhead bytes further on: q8_0 / q4_0 all of a block's 9 or 5 lines at its start,
+// q4_K / q6_K (37 and 53 lines a block) one next to each 64-byte load of quants and the
+// scales' lines in the block's later steps. Every line of a thread's run of groups is prefetched (consecutive
 // prefetched addresses are never more than 64 bytes apart).
 //
 // Measured in session 6, decode of one column, before the weights were on 2 MiB pages
@@ -269,9 +269,9 @@ void prepare_side_iq4_xs(const std::byte* xq, int64_t n, std::byte* side) {
 // (a burst of 37 per q4_K block outruns the L1's miss buffers) gained another 9% on
 // llama-3.2-1b; for q4_0 and q8_0 the spread form was 5-7% slower than the burst. 6-10 KiB
 // ahead was best (less hides less latency, 28 KiB slowed matrices in cache); into L2 only
-// (T1) was 10-20% slower than into L1 (T0). Tiles of wider calls (prefill
-// chunks) are compute-bound and re-read each group from cache once per tile of columns, so
-// they do not prefetch (kPf false). Prefetches past the end of a matrix never fault and are at most
+// (T1) was 10-20% slower than into L1 (T0). Tiles of wider calls (prefill chunks) are
+// compute-bound and re-read each group from cache once per tile of columns, so they do not
+// prefetch (kPf false). Prefetches past the end of a matrix never fault and are at most
 // kPrefetchAhead bytes per thread and call.
 constexpr size_t kPrefetchAhead = 8192;
 
