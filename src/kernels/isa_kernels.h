@@ -46,6 +46,7 @@ void mm_q4_0_avx512(MatmulKernels& mk);
 void mm_q5_0_avx512(MatmulKernels& mk);
 void mm_iq4_nl_avx512(MatmulKernels& mk);
 void mm_q4_k_avx512(MatmulKernels& mk);
+void mm_q5_k_avx512(MatmulKernels& mk);
 void mm_q6_k_avx512(MatmulKernels& mk);
 
 // matmul_interleaved_avx512.cc (AVX-512 VNNI): the interleaved decode layouts
@@ -53,6 +54,7 @@ void mm_q8_0_avx512_interleaved(MatmulKernels& mk);
 void mm_q4_0_avx512_interleaved(MatmulKernels& mk);
 void mm_q5_0_avx512_interleaved(MatmulKernels& mk);
 void mm_q4_k_avx512_interleaved(MatmulKernels& mk);
+void mm_q5_k_avx512_interleaved(MatmulKernels& mk);
 void mm_q6_k_avx512_interleaved(MatmulKernels& mk);
 void mm_iq4_xs_avx512_interleaved(MatmulKernels& mk);
 

@@ -1,5 +1,5 @@
 // AVX-512 VNNI matmul kernels for the quantized weight types (q8_0, q4_0, q5_0, iq4_nl, q4_K,
-// q6_K; the 256-element i-quants use its panels from kernels_iq_avx512.cc).
+// q6_K, and q5_K's panels; the 256-element i-quants use its panels from kernels_iq_avx512.cc).
 // Compiled with the AVX-512 flags (cmake/lumen.cmake); only reached through the table when
 // cpu_features().has_avx512_vnni(). Internal linkage only (see quant_blocks.h).
 //
@@ -16,7 +16,7 @@
 // in block order with exactly the scalar reference's operations:
 //
 //   q8_0 / q4_0:  sumf += (float)sumi * (d_w * d_x)
-//   q4_K:         acc += (d_x * d_w) * (float)sumi;  acc_m += (-d_x * dmin_w) * (float)summ;
+//   q4_K, q5_K:   acc += (d_x * d_w) * (float)sumi;  acc_m += (-d_x * dmin_w) * (float)summ;
 //                 result acc + acc_m
 //   q6_K:         acc += (d_x * d_w) * (float)sumi
 //
@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/isa_kernels.h"
 #include "kernels/kernel_table.h"
@@ -612,7 +613,8 @@ void panel_tile_q8(int64_t nb, const std::byte* panel, const std::byte* x, size_
 // ---- q4_K panels -------------------------------------------------------------------------
 //
 // Per 256-element block ib (5248 bytes):
-//   [s = 0..7][g = 0..7][r] 4 bytes  quants (0..15) of elements 32s + 4g .. +3   4096
+//   [s = 0..7][g = 0..7][r] 4 bytes  quants (q4_K 0..15, q5_K 0..31) of elements
+//                                    32s + 4g .. +3                                4096
 //   [s][r] int32                     scale sc[s]                                   512
 //   [s][r] int32                     (m[s] << 16) | m[s]: two int16 for vpdpwssd   512
 //   [r] f32 d_w, [r] f32 dmin_w                                                    128
@@ -620,11 +622,14 @@ constexpr size_t kQ4KPanelBlockBytes = 4096 + 512 + 512 + 128;
 
 size_t q4_k_panel_bytes(int64_t n) { return static_cast<size_t>(n / kQkK) * kQ4KPanelBlockBytes; }
 
+// q4_K (Block = BlockQ4_K) or q5_K (BlockQ5_K: the fifth bits added to the quants here, so
+// the panel tiles are q4_K's).
+template <typename Block>
 void pack_q4_k_panel(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* panel) {
   const int64_t nb = n / kQkK;
   const __m256i m4 = _mm256_set1_epi8(15);
-  const BlockQ4_K* rows[kRows];
-  for (int r = 0; r < kRows; ++r) rows[r] = reinterpret_cast<const BlockQ4_K*>(w + (r < n_rows ? r : n_rows - 1) * w_stride);
+  const Block* rows[kRows];
+  for (int r = 0; r < kRows; ++r) rows[r] = reinterpret_cast<const Block*>(w + (r < n_rows ? r : n_rows - 1) * w_stride);
   for (int64_t ib = 0; ib < nb; ++ib) {
     prefetch_rows_ahead(rows, ib, nb);
     std::byte* pb = panel + ib * kQ4KPanelBlockBytes;
@@ -634,12 +639,19 @@ void pack_q4_k_panel(int64_t n, const std::byte* w, size_t w_stride, int64_t n_r
         const __m256i q = load256(rows[r][ib].qs + 32 * c);
         lo[r] = _mm256_and_si256(q, m4);
         hi[r] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if constexpr (std::is_same_v<Block, BlockQ5_K>) {  // element 64c + l's fifth bit: bit 2c of qh[l]; 64c + 32 + l's: bit 2c + 1
+          const __m256i qh = load256(rows[r][ib].qh), m16 = _mm256_set1_epi8(16);
+          lo[r] = _mm256_mask_add_epi8(lo[r], _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(1 << (2 * c)))),
+                                       lo[r], m16);
+          hi[r] = _mm256_mask_add_epi8(hi[r], _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(2 << (2 * c)))),
+                                       hi[r], m16);
+        }
       }
       store_panel_group(lo, pb + (2 * c) * 512);
       store_panel_group(hi, pb + (2 * c + 1) * 512);
     }
     for (int r = 0; r < kRows; ++r) {
-      const BlockQ4_K& b = rows[r][ib];
+      const Block& b = rows[r][ib];
       uint8_t sc[8], mn[8];
       unpack_q4_k_scales(b.scales, sc, mn);
       for (int s = 0; s < 8; ++s) {
@@ -788,7 +800,14 @@ void mm_iq4_nl_avx512(MatmulKernels& mk) {
 void mm_q4_k_avx512(MatmulKernels& mk) {
   mk.vec_dot = &vec_dot_groups<GroupQ4_K>;
   mk.gemm = &gemm_groups<GroupQ4_K>;
-  mk.panel = {kRows, kPanelMinCols, &q4_k_panel_bytes, &no_side_bytes, nullptr, &pack_q4_k_panel,
+  mk.panel = {kRows, kPanelMinCols, &q4_k_panel_bytes, &no_side_bytes, nullptr, &pack_q4_k_panel<BlockQ4_K>,
+              &panel_gemm_q4_k};
+}
+// q5_K: the panels only. Its decode (few columns) stays on the AVX2 table's file-layout
+// groups and the AVX-512 q5_Kx16 interleaved tiles: AVX-512 file-layout decode groups were
+// 0.7x the AVX2 ones at 3-7 columns (session 14).
+void mm_q5_k_avx512(MatmulKernels& mk) {
+  mk.panel = {kRows, kPanelMinCols, &q4_k_panel_bytes, &no_side_bytes, nullptr, &pack_q4_k_panel<BlockQ5_K>,
               &panel_gemm_q4_k};
 }
 void mm_q6_k_avx512(MatmulKernels& mk) {

@@ -1,5 +1,5 @@
 // AVX-512 VNNI kernels for matrices repacked into row-interleaved groups (the
-// InterleavedKernels of kernel_table.h): q8_0, q4_0, q5_0, q4_K, q6_K, iq4_xs.
+// InterleavedKernels of kernel_table.h): q8_0, q4_0, q5_0, q4_K, q5_K, q6_K, iq4_xs.
 //
 // Why: decode reads every weight once per token, so its speed is the speed at which the
 // weights stream from memory. In the GGUF layout the 16 rows a vector kernel works on are
@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/iq_blocks.h"
 #include "kernels/isa_kernels.h"
@@ -62,6 +63,16 @@ namespace {
 //   [s = 0..7][r] u8    sc[s]                                                      128
 //   [s = 0..7][r] u8    m[s]                                                       128
 //   [r] f16 d, [r] f16 dmin                                                         64
+// q5_K "q5_Kx16", 2880 bytes per 256 elements: q4_Kx16 with the fifth bits first
+//   [k = 0..7][r] u32   qh[4k .. 4k+3] of row r: bit 2c of byte b is element 64c + 4k + b's
+//                       fifth bit, bit 2c + 1 element 64c + 32 + 4k + b's                 512
+//   [c = 0..3][k = 0..7][r] u32  qs[32c + 4k ..] of row r, as q4_Kx16                   2048
+//   [s = 0..7][r] u8 sc[s], [s][r] u8 m[s], [r] f16 d, [r] f16 dmin, as q4_Kx16            320
+//   The fifth bits lead because the compiler hoists their 8 loads to the start of a block:
+//   with them after the quants (session 14's layout) every block's first reads jumped 2 KiB
+//   ahead and then back, the hardware prefetchers lost the stream, and one-column decode out
+//   of cache ran at half the AVX2 q5_Kx8 speed (8192 x 8192, 1 thread: 4.3 ms against 2.0;
+//   qh first: 1.5 ms).
 // q6_K "q6_Kx16", 3360 bytes per 256 elements:
 //   [h = 0..1][k = 0..7] { [r] u32 ql[64h + 4k ..], [r] u32 ql[64h + 32 + 4k ..],
 //                          [r] u32 qh[32h + 4k ..] }                               3072
@@ -78,6 +89,7 @@ constexpr size_t kQ8_0GroupBlock = 544;
 constexpr size_t kQ4_0GroupBlock = 288;
 constexpr size_t kQ5_0GroupBlock = 352;
 constexpr size_t kQ4_KGroupBlock = 2368;
+constexpr size_t kQ5_KGroupBlock = 2880;
 constexpr size_t kQ6_KGroupBlock = 3360;
 constexpr size_t kIQ4_XSGroupBlock = 2208;
 
@@ -158,21 +170,28 @@ void pack_q5_0(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, s
       });
 }
 
+// q4_Kx16 (Block = BlockQ4_K) or q5_Kx16 (BlockQ5_K: kQh bytes of fifth bits, then q4_Kx16's).
+template <typename Block>
 void pack_q4_k(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* dst) {
-  pack_groups<BlockQ4_K, kQ4_KGroupBlock, kQkK>(
-      n, w, w_stride, n_rows, dst, [](const BlockQ4_K* const* rows, int64_t ib, std::byte* gb) {
+  constexpr bool kQ5 = std::is_same_v<Block, BlockQ5_K>;
+  constexpr size_t kQh = kQ5 ? 512 : 0;
+  pack_groups<Block, kQ5 ? kQ5_KGroupBlock : kQ4_KGroupBlock, kQkK>(
+      n, w, w_stride, n_rows, dst, [](const Block* const* rows, int64_t ib, std::byte* gb) {
         for (int r = 0; r < kRows; ++r) {
-          const BlockQ4_K& b = rows[r][ib];
+          const Block& b = rows[r][ib];
           for (int c = 0; c < 4; ++c)
-            for (int k = 0; k < 8; ++k) put_u32(gb + (8 * c + k) * 64 + 4 * r, b.qs + 32 * c + 4 * k);
+            for (int k = 0; k < 8; ++k) put_u32(gb + kQh + (8 * c + k) * 64 + 4 * r, b.qs + 32 * c + 4 * k);
+          if constexpr (kQ5) {
+            for (int k = 0; k < 8; ++k) put_u32(gb + k * 64 + 4 * r, b.qh + 4 * k);
+          }
           uint8_t sc[8], mn[8];
           unpack_q4_k_scales(b.scales, sc, mn);
           for (int s = 0; s < 8; ++s) {
-            gb[2048 + 16 * s + r] = static_cast<std::byte>(sc[s]);
-            gb[2176 + 16 * s + r] = static_cast<std::byte>(mn[s]);
+            gb[kQh + 2048 + 16 * s + r] = static_cast<std::byte>(sc[s]);
+            gb[kQh + 2176 + 16 * s + r] = static_cast<std::byte>(mn[s]);
           }
-          std::memcpy(gb + 2304 + 2 * r, &b.d_f16, 2);
-          std::memcpy(gb + 2336 + 2 * r, &b.dmin_f16, 2);
+          std::memcpy(gb + kQh + 2304 + 2 * r, &b.d_f16, 2);
+          std::memcpy(gb + kQh + 2336 + 2 * r, &b.dmin_f16, 2);
         }
       });
 }
@@ -342,16 +361,19 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
 }
 
 // q4_K: acc += (d_x * d_w) * (float)sumi, acc_m += (-d_x * dmin_w) * (float)summ per block,
-// result acc + acc_m; sumi = sum_s sc[s] * (q4 . q8 over s), summ = sum_s m[s] * bsum[s].
-template <int C, bool kPf>
+// result acc + acc_m; sumi = sum_s sc[s] * (q . q8 over s), summ = sum_s m[s] * bsum[s].
+// q5_K (kQ5): each quant byte gets 16 added where its fifth bit is set (vptestmb + masked add).
+template <bool kQ5, int C, bool kPf>
 void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side,
                size_t ss, __mmask16 mask, float* y, int64_t ys) {
-  const __m512i m4 = _mm512_set1_epi8(15);
+  constexpr size_t kQh = kQ5 ? 512 : 0;  // the fifth bits come first
+  constexpr size_t kGroupBlock = kQ5 ? kQ5_KGroupBlock : kQ4_KGroupBlock;
+  const __m512i m4 = _mm512_set1_epi8(15), m16 = _mm512_set1_epi8(16);
   __m512 acc[C], acc_m[C];
   #pragma GCC unroll 4
   for (int c = 0; c < C; ++c) acc[c] = acc_m[c] = _mm512_setzero_ps();
   for (int64_t ib = 0; ib < nb; ++ib) {
-    const std::byte* gb = group + ib * kQ4_KGroupBlock;
+    const std::byte* gb = group + ib * kGroupBlock;
     const std::byte* xb = x + ib * sizeof(BlockQ8_K);
     __m512i sumi[C], summ[C];
     #pragma GCC unroll 4
@@ -362,34 +384,42 @@ void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
       #pragma GCC unroll 4
       for (int c = 0; c < C; ++c) tl[c] = th[c] = _mm512_setzero_si512();
       const std::byte* xq = xb + offsetof(BlockQ8_K, qs) + 64 * cc;
+      const __m512i bit_lo = _mm512_set1_epi8(static_cast<char>(1 << (2 * cc)));
+      const __m512i bit_hi = _mm512_set1_epi8(static_cast<char>(2 << (2 * cc)));
       #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) {
-        const __m512i q = load512(gb + (8 * cc + k) * 64);
-        prefetch_ahead<kPf>(gb + (8 * cc + k) * 64);
-        const __m512i lo = _mm512_and_si512(q, m4);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        const __m512i q = load512(gb + kQh + (8 * cc + k) * 64);
+        prefetch_ahead<kPf>(gb + kQh + (8 * cc + k) * 64);
+        __m512i lo = _mm512_and_si512(q, m4);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        if constexpr (kQ5) {
+          const __m512i h = load512(gb + 64 * k);
+          if (cc == 0) prefetch_ahead<kPf>(gb + 64 * k);
+          lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(h, bit_lo), lo, m16);
+          hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(h, bit_hi), hi, m16);
+        }
         #pragma GCC unroll 4
         for (int c = 0; c < C; ++c) {
           tl[c] = _mm512_dpbusd_epi32(tl[c], lo, bcast_i32(xq + c * xs + 4 * k));
           th[c] = _mm512_dpbusd_epi32(th[c], hi, bcast_i32(xq + c * xs + 32 + 4 * k));
         }
       }
-      const __m512i scl = _mm512_cvtepu8_epi32(load128(gb + 2048 + 16 * (2 * cc)));
-      const __m512i sch = _mm512_cvtepu8_epi32(load128(gb + 2048 + 16 * (2 * cc + 1)));
+      const __m512i scl = _mm512_cvtepu8_epi32(load128(gb + kQh + 2048 + 16 * (2 * cc)));
+      const __m512i sch = _mm512_cvtepu8_epi32(load128(gb + kQh + 2048 + 16 * (2 * cc + 1)));
       #pragma GCC unroll 4
       for (int c = 0; c < C; ++c)
         sumi[c] = _mm512_add_epi32(sumi[c], _mm512_add_epi32(_mm512_mullo_epi32(tl[c], scl), _mm512_mullo_epi32(th[c], sch)));
     }
     #pragma GCC unroll 8
     for (int s = 0; s < 8; ++s) {
-      if (s < 5) prefetch_ahead<kPf>(gb + 2048 + 64 * s);  // scales, mins, d, dmin: 320 bytes
-      const __m512i mv = _mm512_cvtepu8_epi32(load128(gb + 2176 + 16 * s));
+      if (s < 5) prefetch_ahead<kPf>(gb + kQh + 2048 + 64 * s);  // scales, mins, d, dmin: 320 bytes
+      const __m512i mv = _mm512_cvtepu8_epi32(load128(gb + kQh + 2176 + 16 * s));
       #pragma GCC unroll 4
       for (int c = 0; c < C; ++c)
         summ[c] = _mm512_add_epi32(summ[c], _mm512_mullo_epi32(mv, bcast_i32(side + c * ss + ib * 32 + 4 * s)));
     }
-    add_k_block<C>(acc, xb, xs, 1.0f, _mm512_cvtph_ps(load256(gb + 2304)), sumi);
-    add_k_block<C>(acc_m, xb, xs, -1.0f, _mm512_cvtph_ps(load256(gb + 2336)), summ);
+    add_k_block<C>(acc, xb, xs, 1.0f, _mm512_cvtph_ps(load256(gb + kQh + 2304)), sumi);
+    add_k_block<C>(acc_m, xb, xs, -1.0f, _mm512_cvtph_ps(load256(gb + kQh + 2336)), summ);
   }
   store_cols<C>(acc, acc_m, mask, y, ys);
 }
@@ -506,7 +536,7 @@ void tile_iq4_xs(int64_t nb, const std::byte* group, const std::byte* x, size_t 
   store_cols<C>(acc, nullptr, mask, y, ys);
 }
 
-enum class TileKind { kQ8_0, kQ4_0, kQ5_0, kQ4_K, kIQ4_XS, kQ6_K };
+enum class TileKind { kQ8_0, kQ4_0, kQ5_0, kQ4_K, kQ5_K, kIQ4_XS, kQ6_K };
 
 // The tiles of one kind, C columns; kPf: prefetch the weights (tiles that stream them from
 // memory, see gemm_groups).
@@ -519,7 +549,8 @@ struct Tiles {
       if constexpr (kKind == TileKind::kQ8_0) tile_q8<8, C, kPf>(nb, g, x, xs, s, ss, m, y, ys);
       if constexpr (kKind == TileKind::kQ4_0) tile_q8<4, C, kPf>(nb, g, x, xs, s, ss, m, y, ys);
       if constexpr (kKind == TileKind::kQ5_0) tile_q8<5, C, kPf>(nb, g, x, xs, s, ss, m, y, ys);
-      if constexpr (kKind == TileKind::kQ4_K) tile_q4_k<C, kPf>(nb, g, x, xs, s, ss, m, y, ys);
+      if constexpr (kKind == TileKind::kQ4_K) tile_q4_k<false, C, kPf>(nb, g, x, xs, s, ss, m, y, ys);
+      if constexpr (kKind == TileKind::kQ5_K) tile_q4_k<true, C, kPf>(nb, g, x, xs, s, ss, m, y, ys);
       if constexpr (kKind == TileKind::kIQ4_XS) tile_iq4_xs<C, kPf>(nb, g, x, xs, s, ss, m, y, ys);
       if constexpr (kKind == TileKind::kQ6_K) tile_q6_k<C, kPf>(nb, g, x, xs, s, ss, m, y, ys);
     }
@@ -574,7 +605,11 @@ void mm_q5_0_avx512_interleaved(MatmulKernels& mk) {
 }
 void mm_q4_k_avx512_interleaved(MatmulKernels& mk) {
   mk.interleaved = {"q4_Kx16", kRows, &group_bytes<kQ4_KGroupBlock, kQkK>, &q4_k_side_bytes, &prepare_side_q4_k,
-                    &pack_q4_k, &gemm_groups<kQkK, kQ4_KGroupBlock, 4, TileKind::kQ4_K>};
+                    &pack_q4_k<BlockQ4_K>, &gemm_groups<kQkK, kQ4_KGroupBlock, 4, TileKind::kQ4_K>};
+}
+void mm_q5_k_avx512_interleaved(MatmulKernels& mk) {
+  mk.interleaved = {"q5_Kx16", kRows, &group_bytes<kQ5_KGroupBlock, kQkK>, &q4_k_side_bytes, &prepare_side_q4_k,
+                    &pack_q4_k<BlockQ5_K>, &gemm_groups<kQkK, kQ5_KGroupBlock, 4, TileKind::kQ5_K>};
 }
 void mm_q6_k_avx512_interleaved(MatmulKernels& mk) {
   mk.interleaved = {"q6_Kx16", kRows, &group_bytes<kQ6_KGroupBlock, kQkK>, &q6_k_side_bytes, &prepare_side_q6_k,
