@@ -9,7 +9,10 @@
 //     are exponentiated against a running max, and the value rows are accumulated in f32
 //     (llama.cpp accumulates an f16 V in f16; here it is f32, which is closer to exact);
 //   * V rows of any type are widened (f16, bf16) or dequantized (q8_0, q4_0) kConvKeys at a
-//     time into a small per-thread buffer that the f32 accumulate kernels read from L1.
+//     time into a small per-thread buffer that the f32 accumulate kernels read from L1;
+//     where the table has a group P.V kernel for a q8_0 / q4_0 V (KernelTable::
+//     attn_accum_group_q8_0 / _q4_0) it forms the same values in registers instead, with the
+//     same bits.
 //
 // Keys are cut into chunks at absolute multiples of kChunkKeys. Each chunk gives a partial
 // (m = max score, l = sum of exp(s - m), acc = sum of exp(s - m) V) computed from zero;
@@ -138,6 +141,7 @@ struct TypeKernels {
   GemmFn k_scores;  // the table's K-scores tile for the K type where it has one, else k_mm->gemm
   size_t q_row_bytes;
   DequantizeRowFn v_dequantize;  // V types other than f32 / f16
+  AttnAccumGroupQFn v_accum_group_q;  // q8_0 / q4_0 V straight from the cache, or null
 };
 
 TypeKernels type_kernels(const KernelTable& k, const PagedKvView& kv) {
@@ -164,6 +168,10 @@ TypeKernels type_kernels(const KernelTable& k, const PagedKvView& kv) {
     }
   }
   LUMEN_CHECK(t.v_dequantize != nullptr);
+  if (kv.head_dim % kGroupDimMultiple == 0) {
+    if (kv.v_dtype == DType::kQ8_0) t.v_accum_group_q = k.attn_accum_group_q8_0;
+    if (kv.v_dtype == DType::kQ4_0) t.v_accum_group_q = k.attn_accum_group_q4_0;
+  }
   return t;
 }
 
@@ -260,6 +268,12 @@ void chunk_partial(const KernelTable& k, const TypeKernels& tk, const AttentionP
     ts.part.l[i] = static_cast<float>(k.exp_sum(sc(i, a), b - a, max));
     std::fill(sc(i, u0), sc(i, a), 0.0f);
     std::fill(sc(i, b), sc(i, u1), 0.0f);
+  }
+  if (tk.v_accum_group_q != nullptr) {  // a block's rows at once, values formed in registers
+    for_blocks(kv, rs.kv_head, u0, u1, u1, Fetch::kValues, [&](int64_t j, int64_t n, const std::byte*, const std::byte* v_block) {
+      tk.v_accum_group_q(sc(0, j), kChunkKeys, v_block, kv.v_row_bytes(), n, n_rows, hd, ts.part.acc, hd);
+    });
+    return;
   }
   const bool group = hd % kGroupDimMultiple == 0;
   for_blocks(kv, rs.kv_head, u0, u1, u1, Fetch::kValues, [&](int64_t jb, int64_t nb, const std::byte*, const std::byte* v_block) {

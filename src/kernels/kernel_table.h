@@ -166,6 +166,15 @@ using AttnScoresGroupF16Fn = void (*)(const uint16_t* k, int64_t n, const float*
 using AttnAccumGroupF16Fn = void (*)(const float* p, size_t p_stride, const uint16_t* v, int64_t n,
                                      int32_t n_heads, int32_t head_dim, float* acc, size_t a_stride);
 
+// Flash attention's P.V of a GQA group straight from q8_0 / q4_0 V rows as the cache stores
+// them (n rows, v_stride bytes apart, head_dim / 32 blocks each): bit for bit the same
+// table's dequantize_q8_0 / _q4_0 of the rows followed by attn_accum_group_f32, i.e.
+//   acc[h * a_stride + i] += sum_s p[h * p_stride + s] * (d * q)[s][i], s in increasing order
+// with each value the dequantizer's one f32 product d * q. Optional: null where a table has
+// none (flash attention then dequantizes into a buffer). Precondition: head_dim % 32 == 0.
+using AttnAccumGroupQFn = void (*)(const float* p, size_t p_stride, const std::byte* v, size_t v_stride,
+                                   int64_t n, int32_t n_heads, int32_t head_dim, float* acc, size_t a_stride);
+
 // Flash attention's K scores (flash_attention.cc) for an f16 / q8_0 / q4_0 cache: a GemmFn
 // with the keys of a cache block as rows (w) and a GQA group's queries, in the K type's
 // activation type, as columns (x), shaped for many rows against a few columns: each key is
@@ -205,6 +214,8 @@ struct KernelTable {
   GemmFn attn_key_scores_f16 = nullptr;                  // optional (null: the type's gemm)
   GemmFn attn_key_scores_q8_0 = nullptr;                 // optional
   GemmFn attn_key_scores_q4_0 = nullptr;                 // optional
+  AttnAccumGroupQFn attn_accum_group_q8_0 = nullptr;     // optional (null: dequantize_q8_0 + f32)
+  AttnAccumGroupQFn attn_accum_group_q4_0 = nullptr;     // optional (null: dequantize_q4_0 + f32)
 };
 
 // The matmul kernels for weights of dtype w_dtype, or null if W can't be a matmul weight.
@@ -229,5 +240,6 @@ void override_activations_avx2(KernelTable& table);  // activations_avx2.cc
 void override_attention_avx2(KernelTable& table);    // attention_avx2.cc
 void override_kernels_avx512(KernelTable& table, bool has_bf16);
 void override_attention_avx512(KernelTable& table);  // attention_avx512.cc
+void override_attention_values_avx512(KernelTable& table);  // attention_values_avx512.cc
 
 }  // namespace lumen::kernels

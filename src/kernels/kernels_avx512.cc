@@ -8,7 +8,9 @@
 //                               panels; all bit-exact with the scalar reference
 //                               (entries of the type table's rows)
 //   attention group kernels     attention_avx512.cc: all query heads of a GQA group per
-//                               K/V row, bit for bit the AVX2 single-head kernels
+//                               K/V row, bit for bit the AVX2 single-head kernels;
+//                               attention_values_avx512.cc: their P.V straight from
+//                               q8_0 / q4_0 V rows (no dequantize pass)
 //   f32 / f16 / bf16, row ops   the AVX2 kernels: 16-lane versions measured slower on Zen 4
 //                               (512-bit ops are double-pumped there), and vdpbf16ps would
 //                               flush subnormals
@@ -19,6 +21,7 @@ namespace lumen::kernels {
 void override_kernels_avx512(KernelTable& t, bool /*has_bf16*/) {
   t.name = "avx512";
   override_attention_avx512(t);
+  override_attention_values_avx512(t);
 }
 
 }  // namespace lumen::kernels

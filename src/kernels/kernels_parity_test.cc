@@ -760,5 +760,58 @@ TEST(KernelsParity, AttentionGroupAndSoftmaxSteps) {
   log.report();
 }
 
+// The group P.V entries over q8_0 / q4_0 V rows (attn_accum_group_q8_0 / _q4_0), where a
+// table has them: bit for bit the same table's dequantize_q8_0 / _q4_0 of the rows followed
+// by its attn_accum_group_f32. Rows are random blocks (every quant, scales from fp16
+// subnormals to 2^14, negative and zero) v_stride bytes apart (padded past the row, so a
+// kernel that assumed contiguous rows fails); every head count of the tiles, ragged key
+// counts, head dims 32 .. 256; probabilities include masked keys (exact zeros).
+TEST(KernelsParity, AttentionGroupValuesFromQuantizedRows) {
+  std::mt19937 rng(26);
+  FailureLog log;
+  int n_tables = 0;
+  for (const KernelTable* t : available_kernel_tables()) {
+    for (DType dt : {DType::kQ8_0, DType::kQ4_0}) {
+      const AttnAccumGroupQFn accum_q = dt == DType::kQ8_0 ? t->attn_accum_group_q8_0 : t->attn_accum_group_q4_0;
+      const DequantizeRowFn dequantize = dt == DType::kQ8_0 ? t->dequantize_q8_0 : t->dequantize_q4_0;
+      if (accum_q == nullptr) continue;
+      ++n_tables;
+      const size_t block_bytes = dt == DType::kQ8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+      for (int32_t hd : {32, 64, 96, 128, 256}) {
+        for (int32_t n_heads = 1; n_heads <= 9; ++n_heads) {
+          for (int64_t n : {1, 2, 5, 15, 16, 17, 33}) {
+            const std::string where = std::string(t->name) + " " + std::string(dtype_name(dt)) + " hd=" +
+                                      std::to_string(hd) + " heads=" + std::to_string(n_heads) + " n=" + std::to_string(n);
+            const size_t v_row = row_bytes(dt, hd), v_stride = v_row + 6;
+            std::vector<std::byte> v(n * v_stride);
+            for (std::byte& b : v) b = static_cast<std::byte>(rng());
+            const uint16_t scales[] = {0x0001, 0x8001, 0x0000, 0x03ff, 0x3c00, 0xbc00, 0x7400, 0x2e66, 0x1234};
+            for (int64_t s = 0; s < n; ++s) {
+              for (int32_t ib = 0; ib < hd / kQk; ++ib) {
+                const uint16_t d = rng() % 2 ? scales[rng() % std::size(scales)] : f32_to_fp16(std::ldexp(
+                    static_cast<float>(rng() % 2000) - 1000.0f, static_cast<int>(rng() % 20) - 24));
+                std::memcpy(v.data() + s * v_stride + ib * block_bytes, &d, sizeof(d));  // d_f16 comes first
+              }
+            }
+            std::vector<float> vf(n * hd);
+            for (int64_t s = 0; s < n; ++s) dequantize(v.data() + s * v_stride, vf.data() + s * hd, hd);
+            const size_t p_stride = n + 3, a_stride = hd + 5;
+            std::vector<float> p = testing::random_floats(rng, n_heads * p_stride);
+            for (size_t i = 0; i < p.size(); ++i) p[i] = i % 7 == 3 ? 0.0f : std::fabs(p[i]);
+            const std::vector<float> acc0 = testing::random_floats(rng, n_heads * a_stride, 4.0f);
+            std::vector<float> got = acc0, want = acc0;
+            accum_q(p.data(), p_stride, v.data(), v_stride, n, n_heads, hd, got.data(), a_stride);
+            t->attn_accum_group_f32(p.data(), p_stride, vf.data(), n, n_heads, hd, want.data(), a_stride);
+            log.check(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0,
+                      where + " accum group from quantized rows != dequantize + accum group f32", 1, 0);
+          }
+        }
+      }
+    }
+  }
+  if (cpu_features().has_avx512_vnni()) log.check(n_tables >= 2, "the avx512 table has both entries", 1, 0);
+  log.report();
+}
+
 }  // namespace
 }  // namespace lumen::kernels
