@@ -22,7 +22,9 @@
 // vec_dot_f16.
 //
 // The P.V step of a group (attn_accum_group_f32): each V vector loaded once for up to 4
-// heads, 8 FMA chains in flight; bit for bit attn_accum_f32 per head.
+// heads, 8 FMA chains in flight; bit for bit attn_accum_f32 per head. The same loop over
+// q8_0 / q4_0 V rows as the cache stores them (attn_accum_group_q8_0 / _q4_0) forms each
+// value in registers as the dequantizer does instead of reading a dequantized buffer.
 #pragma GCC optimize("fp-contract=off")
 #include <immintrin.h>
 
@@ -298,12 +300,60 @@ void key_scores_f16(int64_t n, const std::byte* w, size_t w_stride, int64_t n_ro
 
 // ---- P.V of a GQA group ------------------------------------------------------------------
 
-// acc[h * a_stride + i] += sum_s p[h * p_stride + s] * v[s * hd + i] for H heads, 16 dims
-// at a time: each V vector is loaded once for the H heads and 2H independent FMA chains hide
-// the FMA latency (attn_accum_f32 has 4). Every element is the same chain of FMAs over s in
-// increasing order as attn_accum_f32's, so the results are its bits.
-template <int H>
-void accum_heads(const float* p, size_t p_stride, const float* v, int64_t n, int32_t hd, float* acc,
+// V rows as attn_accum_group_f32 reads them: 16 dims [i, i + 16) of row s as two vectors.
+struct RowsF32 {
+  const float* v;
+  int32_t hd;
+  [[gnu::always_inline]] void load(int64_t s, int32_t i, __m256& v0, __m256& v1) const {
+    v0 = _mm256_loadu_ps(v + s * hd + i);
+    v1 = _mm256_loadu_ps(v + s * hd + i + 8);
+  }
+};
+
+// q8_0 / q4_0 V rows as the cache stores them (rows v_stride bytes apart), each value formed
+// in registers as the dequantizer forms it: one f32 product d * q (q exact as a float; d
+// widened exactly by vcvtph2ps, like fp16_to_f32 up to a NaN's quiet bit, which the product
+// sets either way). Dims [i, i + 16) are half a block: q8_0 quants 16 (i % 32) / 16 ..;
+// q4_0 the low nibbles of the 16 bytes for the first half, the high ones for the second.
+[[gnu::always_inline]] inline __m256 scale8(uint16_t d_f16) {
+  return _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(d_f16)));
+}
+__m128i load64(const void* p) { return _mm_loadl_epi64(static_cast<const __m128i*>(p)); }
+
+struct RowsQ8_0 {
+  const std::byte* v;
+  size_t v_stride;
+  [[gnu::always_inline]] void load(int64_t s, int32_t i, __m256& v0, __m256& v1) const {
+    const auto* b = reinterpret_cast<const BlockQ8_0*>(v + s * v_stride) + i / kQk;
+    const __m256 d = scale8(b->d_f16);
+    const int8_t* q = b->qs + i % kQk;
+    v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load64(q))), d);
+    v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load64(q + 8))), d);
+  }
+};
+
+struct RowsQ4_0 {
+  const std::byte* v;
+  size_t v_stride;
+  [[gnu::always_inline]] void load(int64_t s, int32_t i, __m256& v0, __m256& v1) const {
+    const auto* b = reinterpret_cast<const BlockQ4_0*>(v + s * v_stride) + i / kQk;
+    const __m256 d = scale8(b->d_f16);
+    const int shift = i % kQk == 0 ? 0 : 4;  // low nibbles: elements 0-15; high: 16-31
+    const __m256i low4 = _mm256_set1_epi32(15), eight = _mm256_set1_epi32(8);
+    const __m256i q0 = _mm256_and_si256(_mm256_srli_epi32(_mm256_cvtepu8_epi32(load64(b->qs)), shift), low4);
+    const __m256i q1 = _mm256_and_si256(_mm256_srli_epi32(_mm256_cvtepu8_epi32(load64(b->qs + 8)), shift), low4);
+    v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q0, eight)), d);
+    v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q1, eight)), d);
+  }
+};
+
+// acc[h * a_stride + i] += sum_s p[h * p_stride + s] * v[s][i] for H heads, 16 dims at a
+// time: each V vector is loaded (or formed) once for the H heads and 2H independent FMA
+// chains hide the FMA latency (attn_accum_f32 has 4). Every element is the same chain of
+// FMAs over s in increasing order as attn_accum_f32's, so the results are its bits, for
+// any row source that gives the same values.
+template <int H, typename Rows>
+void accum_heads(const float* p, size_t p_stride, const Rows& v, int64_t n, int32_t hd, float* acc,
                  size_t a_stride) {
   for (int32_t i = 0; i < hd; i += 16) {
     __m256 a[H][2];
@@ -311,9 +361,9 @@ void accum_heads(const float* p, size_t p_stride, const float* v, int64_t n, int
       a[h][0] = _mm256_loadu_ps(acc + h * a_stride + i);
       a[h][1] = _mm256_loadu_ps(acc + h * a_stride + i + 8);
     }
-    const float* vs = v + i;
-    for (int64_t s = 0; s < n; ++s, vs += hd) {
-      const __m256 v0 = _mm256_loadu_ps(vs), v1 = _mm256_loadu_ps(vs + 8);
+    for (int64_t s = 0; s < n; ++s) {
+      __m256 v0, v1;
+      v.load(s, i, v0, v1);
       for (int h = 0; h < H; ++h) {
         const __m256 ps = _mm256_broadcast_ss(p + h * p_stride + s);
         a[h][0] = _mm256_fmadd_ps(ps, v0, a[h][0]);
@@ -327,10 +377,10 @@ void accum_heads(const float* p, size_t p_stride, const float* v, int64_t n, int
   }
 }
 
-// KernelTable::attn_accum_group_f32 (head_dim % 32 == 0): the heads in parts of at most 4,
-// as equal as can be (7 = 4 + 3).
-void accum_group_f32(const float* p, size_t p_stride, const float* v, int64_t n, int32_t n_heads, int32_t hd,
-                     float* acc, size_t a_stride) {
+// The heads in parts of at most 4, as equal as can be (7 = 4 + 3).
+template <typename Rows>
+void accum_group(const float* p, size_t p_stride, const Rows& v, int64_t n, int32_t n_heads, int32_t hd,
+                 float* acc, size_t a_stride) {
   constexpr int kMaxHeads = 4;
   const int32_t n_parts = (n_heads + kMaxHeads - 1) / kMaxHeads;
   for (int32_t part = 0; part < n_parts; ++part) {
@@ -346,10 +396,26 @@ void accum_group_f32(const float* p, size_t p_stride, const float* v, int64_t n,
   }
 }
 
+// KernelTable::attn_accum_group_f32 (head_dim % 32 == 0).
+void accum_group_f32(const float* p, size_t p_stride, const float* v, int64_t n, int32_t n_heads, int32_t hd,
+                     float* acc, size_t a_stride) {
+  accum_group(p, p_stride, RowsF32{v, hd}, n, n_heads, hd, acc, a_stride);
+}
+
+// KernelTable::attn_accum_group_q8_0 / _q4_0: bit for bit dequantize_q8_0 / _q4_0 (kernels_avx2.cc,
+// the scalar dequantizers' bits) and then accum_group_f32.
+template <typename Rows>
+void accum_group_q(const float* p, size_t p_stride, const std::byte* v, size_t v_stride, int64_t n,
+                   int32_t n_heads, int32_t hd, float* acc, size_t a_stride) {
+  accum_group(p, p_stride, Rows{v, v_stride}, n, n_heads, hd, acc, a_stride);
+}
+
 }  // namespace
 
 void override_attention_avx2(KernelTable& t) {
   t.attn_accum_group_f32 = &accum_group_f32;
+  t.attn_accum_group_q8_0 = &accum_group_q<RowsQ8_0>;
+  t.attn_accum_group_q4_0 = &accum_group_q<RowsQ4_0>;
   t.attn_key_scores_f16 = &key_scores_f16;
   t.attn_key_scores_q8_0 = &key_scores_q<BlockQ8_0>;
   t.attn_key_scores_q4_0 = &key_scores_q<BlockQ4_0>;

@@ -140,6 +140,7 @@ struct TypeKernels {
   const MatmulKernels* k_mm;
   GemmFn k_scores;  // the table's K-scores tile for the K type where it has one, else k_mm->gemm
   size_t q_row_bytes;
+  size_t k_row_bytes, v_row_bytes;  // kv.k_row_bytes() / v_row_bytes(), looked up once
   DequantizeRowFn v_dequantize;  // V types other than f32 / f16
   AttnAccumGroupQFn v_accum_group_q;  // q8_0 / q4_0 V straight from the cache, or null
 };
@@ -149,6 +150,8 @@ TypeKernels type_kernels(const KernelTable& k, const PagedKvView& kv) {
   t.k_mm = find_matmul_kernels(k, kv.k_dtype);
   LUMEN_CHECK(t.k_mm != nullptr && t.k_mm->gemm != nullptr);
   t.q_row_bytes = t.k_mm->quantize_act ? row_bytes(t.k_mm->act_dtype, kv.head_dim) : kv.head_dim * sizeof(float);
+  t.k_row_bytes = kv.k_row_bytes();
+  t.v_row_bytes = kv.v_row_bytes();
   GemmFn scores = nullptr;
   switch (kv.k_dtype) {
     case DType::kF16: scores = k.attn_key_scores_f16; break;
@@ -194,26 +197,37 @@ void convert_queries(const TypeKernels& tk, int32_t hd, const Rows& rs, std::byt
 // L2 into L1 ahead of the accumulate (a chunk's K and V rows together outgrow L1).
 enum class Fetch : uint8_t { kKeysAndValues, kValues };
 
+// kv.k_addr / kv.v_addr with tk's row sizes (PagedKvView's look the dtype up on every call,
+// which per block showed as 1-2% of decode attention).
+const std::byte* k_addr(const PagedKvView& kv, const TypeKernels& tk, int64_t pos, int32_t h) {
+  return kv.k_base + kv.block_table[pos / kv.block_size] * kv.k_block_stride_bytes +
+         (static_cast<size_t>(h) * kv.block_size + pos % kv.block_size) * tk.k_row_bytes;
+}
+const std::byte* v_addr(const PagedKvView& kv, const TypeKernels& tk, int64_t pos, int32_t h) {
+  return kv.v_base + kv.block_table[pos / kv.block_size] * kv.v_block_stride_bytes +
+         (static_cast<size_t>(h) * kv.block_size + pos % kv.block_size) * tk.v_row_bytes;
+}
+
 template <typename Fn>
-void for_blocks(const PagedKvView& kv, int32_t h, int64_t j0, int64_t j1, int64_t prefetch_end, Fetch fetch,
-                Fn&& fn) {
+void for_blocks(const PagedKvView& kv, const TypeKernels& tk, int32_t h, int64_t j0, int64_t j1,
+                int64_t prefetch_end, Fetch fetch, Fn&& fn) {
   constexpr int64_t kPrefetchBlocks = 2;
   const int32_t bs = kv.block_size;
-  const size_t k_bytes = static_cast<size_t>(bs) * kv.k_row_bytes(), v_bytes = static_cast<size_t>(bs) * kv.v_row_bytes();
+  const size_t k_bytes = static_cast<size_t>(bs) * tk.k_row_bytes, v_bytes = static_cast<size_t>(bs) * tk.v_row_bytes;
   for (int64_t j = j0; j < j1;) {
     const int64_t n = std::min<int64_t>(j1 - j, bs - j % bs);
     const int64_t j_ahead = (j / bs + kPrefetchBlocks) * bs;
     if (j_ahead < prefetch_end) {
-      const char* pv = reinterpret_cast<const char*>(kv.v_addr(j_ahead, h));
+      const char* pv = reinterpret_cast<const char*>(v_addr(kv, tk, j_ahead, h));
       if (fetch == Fetch::kKeysAndValues) {
-        const char* pk = reinterpret_cast<const char*>(kv.k_addr(j_ahead, h));
+        const char* pk = reinterpret_cast<const char*>(k_addr(kv, tk, j_ahead, h));
         for (size_t off = 0; off < k_bytes; off += 64) _mm_prefetch(pk + off, _MM_HINT_T0);
         for (size_t off = 0; off < v_bytes; off += 64) _mm_prefetch(pv + off, _MM_HINT_T1);
       } else {
         for (size_t off = 0; off < v_bytes; off += 64) _mm_prefetch(pv + off, _MM_HINT_T0);
       }
     }
-    fn(j, n, kv.k_addr(j, h), kv.v_addr(j, h));
+    fn(j, n, k_addr(kv, tk, j, h), v_addr(kv, tk, j, h));
     j += n;
   }
 }
@@ -249,8 +263,8 @@ void chunk_partial(const KernelTable& k, const TypeKernels& tk, const AttentionP
   }
   // sc(i, j): row i's score (then p) of key j in [u0, u1).
   auto sc = [&](int64_t i, int64_t j) { return ts.scores + i * kChunkKeys + (j - u0); };
-  for_blocks(kv, rs.kv_head, u0, u1, last_pos + 1, Fetch::kKeysAndValues, [&](int64_t j, int64_t n, const std::byte* k_rows, const std::byte*) {
-    tk.k_scores(hd, k_rows, kv.k_row_bytes(), n, ts.qq, tk.q_row_bytes, n_rows, sc(0, j), kChunkKeys);
+  for_blocks(kv, tk, rs.kv_head, u0, u1, last_pos + 1, Fetch::kKeysAndValues, [&](int64_t j, int64_t n, const std::byte* k_rows, const std::byte*) {
+    tk.k_scores(hd, k_rows, tk.k_row_bytes, n, ts.qq, tk.q_row_bytes, n_rows, sc(0, j), kChunkKeys);
   });
   for (int32_t i = 0; i < n_rows; ++i) {
     const int64_t pos = rs.pos0 + i / rs.n_heads;
@@ -270,16 +284,16 @@ void chunk_partial(const KernelTable& k, const TypeKernels& tk, const AttentionP
     std::fill(sc(i, b), sc(i, u1), 0.0f);
   }
   if (tk.v_accum_group_q != nullptr) {  // a block's rows at once, values formed in registers
-    for_blocks(kv, rs.kv_head, u0, u1, u1, Fetch::kValues, [&](int64_t j, int64_t n, const std::byte*, const std::byte* v_block) {
-      tk.v_accum_group_q(sc(0, j), kChunkKeys, v_block, kv.v_row_bytes(), n, n_rows, hd, ts.part.acc, hd);
+    for_blocks(kv, tk, rs.kv_head, u0, u1, u1, Fetch::kValues, [&](int64_t j, int64_t n, const std::byte*, const std::byte* v_block) {
+      tk.v_accum_group_q(sc(0, j), kChunkKeys, v_block, tk.v_row_bytes, n, n_rows, hd, ts.part.acc, hd);
     });
     return;
   }
   const bool group = hd % kGroupDimMultiple == 0;
-  for_blocks(kv, rs.kv_head, u0, u1, u1, Fetch::kValues, [&](int64_t jb, int64_t nb, const std::byte*, const std::byte* v_block) {
+  for_blocks(kv, tk, rs.kv_head, u0, u1, u1, Fetch::kValues, [&](int64_t jb, int64_t nb, const std::byte*, const std::byte* v_block) {
     for (int64_t j = jb; j < jb + nb; j += kConvKeys) {
       const int64_t n = std::min(kConvKeys, jb + nb - j);
-      const float* v = v_rows_f32(k, tk, kv, v_block + (j - jb) * kv.v_row_bytes(), n, ts.vf);
+      const float* v = v_rows_f32(k, tk, kv, v_block + (j - jb) * tk.v_row_bytes, n, ts.vf);
       if (group) {
         k.attn_accum_group_f32(sc(0, j), kChunkKeys, v, n, n_rows, hd, ts.part.acc, hd);
       } else {
