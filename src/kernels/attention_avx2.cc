@@ -23,7 +23,7 @@
 //
 // The P.V step of a group (attn_accum_group_f32): each V vector loaded once for up to 4
 // heads, 8 FMA chains in flight; bit for bit attn_accum_f32 per head. The same loop over
-// q8_0 / q4_0 V rows as the cache stores them (attn_accum_group_q8_0 / _q4_0) forms each
+// q8_0 / q4_0 V rows as the cache stores them (attn_values_q8_0 / _q4_0) forms each
 // value in registers as the dequantizer does instead of reading a dequantized buffer.
 #pragma GCC optimize("fp-contract=off")
 #include <immintrin.h>
@@ -402,7 +402,7 @@ void accum_group_f32(const float* p, size_t p_stride, const float* v, int64_t n,
   accum_group(p, p_stride, RowsF32{v, hd}, n, n_heads, hd, acc, a_stride);
 }
 
-// KernelTable::attn_accum_group_q8_0 / _q4_0: bit for bit dequantize_q8_0 / _q4_0 (kernels_avx2.cc,
+// KernelTable::attn_values_q8_0 / _q4_0: bit for bit dequantize_q8_0 / _q4_0 (kernels_avx2.cc,
 // the scalar dequantizers' bits) and then accum_group_f32.
 template <typename Rows>
 void accum_group_q(const float* p, size_t p_stride, const std::byte* v, size_t v_stride, int64_t n,
@@ -414,8 +414,12 @@ void accum_group_q(const float* p, size_t p_stride, const std::byte* v, size_t v
 
 void override_attention_avx2(KernelTable& t) {
   t.attn_accum_group_f32 = &accum_group_f32;
-  t.attn_accum_group_q8_0 = &accum_group_q<RowsQ8_0>;
-  t.attn_accum_group_q4_0 = &accum_group_q<RowsQ4_0>;
+  // Only for the heads of one tile of accum_heads (forming the values again for a second tile
+  // costs more than the dequantize pass saves); q4_0's unpacking costs more, so at 4 heads it
+  // no longer pays (16 keys x 64 dims in L1 on Zen 4: q8_0 1.45x at 1 head .. 1.2x at 4,
+  // 0.95x at 5-8; q4_0 1.14x at 1 head, ~1.0x at 3, 0.95x at 4).
+  t.attn_values_q8_0 = {&accum_group_q<RowsQ8_0>, 4};
+  t.attn_values_q4_0 = {&accum_group_q<RowsQ4_0>, 3};
   t.attn_key_scores_f16 = &key_scores_f16;
   t.attn_key_scores_q8_0 = &key_scores_q<BlockQ8_0>;
   t.attn_key_scores_q4_0 = &key_scores_q<BlockQ4_0>;

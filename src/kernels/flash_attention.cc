@@ -11,8 +11,8 @@
 //   * V rows of any type are widened (f16, bf16) or dequantized (q8_0, q4_0) kConvKeys at a
 //     time into a small per-thread buffer that the f32 accumulate kernels read from L1;
 //     where the table has a group P.V kernel for a q8_0 / q4_0 V (KernelTable::
-//     attn_accum_group_q8_0 / _q4_0) it forms the same values in registers instead, with the
-//     same bits.
+//     attn_values_q8_0 / _q4_0) and the task's rows are few enough for it to pay (decode:
+//     the heads of a GQA group), it forms the same values in registers instead, same bits.
 //
 // Keys are cut into chunks at absolute multiples of kChunkKeys. Each chunk gives a partial
 // (m = max score, l = sum of exp(s - m), acc = sum of exp(s - m) V) computed from zero;
@@ -142,7 +142,7 @@ struct TypeKernels {
   size_t q_row_bytes;
   size_t k_row_bytes, v_row_bytes;  // kv.k_row_bytes() / v_row_bytes(), looked up once
   DequantizeRowFn v_dequantize;  // V types other than f32 / f16
-  AttnAccumGroupQFn v_accum_group_q;  // q8_0 / q4_0 V straight from the cache, or null
+  AttnValuesKernels v_values;  // q8_0 / q4_0 V straight from the cache (accum_group may be null)
 };
 
 TypeKernels type_kernels(const KernelTable& k, const PagedKvView& kv) {
@@ -172,8 +172,8 @@ TypeKernels type_kernels(const KernelTable& k, const PagedKvView& kv) {
   }
   LUMEN_CHECK(t.v_dequantize != nullptr);
   if (kv.head_dim % kGroupDimMultiple == 0) {
-    if (kv.v_dtype == DType::kQ8_0) t.v_accum_group_q = k.attn_accum_group_q8_0;
-    if (kv.v_dtype == DType::kQ4_0) t.v_accum_group_q = k.attn_accum_group_q4_0;
+    if (kv.v_dtype == DType::kQ8_0) t.v_values = k.attn_values_q8_0;
+    if (kv.v_dtype == DType::kQ4_0) t.v_values = k.attn_values_q4_0;
   }
   return t;
 }
@@ -283,9 +283,9 @@ void chunk_partial(const KernelTable& k, const TypeKernels& tk, const AttentionP
     std::fill(sc(i, u0), sc(i, a), 0.0f);
     std::fill(sc(i, b), sc(i, u1), 0.0f);
   }
-  if (tk.v_accum_group_q != nullptr) {  // a block's rows at once, values formed in registers
+  if (tk.v_values.accum_group != nullptr && n_rows <= tk.v_values.max_heads) {  // a block's rows at once
     for_blocks(kv, tk, rs.kv_head, u0, u1, u1, Fetch::kValues, [&](int64_t j, int64_t n, const std::byte*, const std::byte* v_block) {
-      tk.v_accum_group_q(sc(0, j), kChunkKeys, v_block, tk.v_row_bytes, n, n_rows, hd, ts.part.acc, hd);
+      tk.v_values.accum_group(sc(0, j), kChunkKeys, v_block, tk.v_row_bytes, n, n_rows, hd, ts.part.acc, hd);
     });
     return;
   }

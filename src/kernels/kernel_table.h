@@ -174,6 +174,14 @@ using AttnAccumGroupF16Fn = void (*)(const float* p, size_t p_stride, const uint
 // none (flash attention then dequantizes into a buffer). Precondition: head_dim % 32 == 0.
 using AttnAccumGroupQFn = void (*)(const float* p, size_t p_stride, const std::byte* v, size_t v_stride,
                                    int64_t n, int32_t n_heads, int32_t head_dim, float* acc, size_t a_stride);
+// Forming the values in registers repeats the work for every tile of heads the kernel needs,
+// where the dequantize pass forms them once for all: so each entry says up to how many heads
+// (rows) it beats dequantize + attn_accum_group_f32 (measured), and flash attention
+// dequantizes beyond that (e.g. prefill tiles of many rows).
+struct AttnValuesKernels {
+  AttnAccumGroupQFn accum_group = nullptr;  // optional (null: dequantize + attn_accum_group_f32)
+  int32_t max_heads = 0;                    // use accum_group for n_heads <= max_heads
+};
 
 // Flash attention's K scores (flash_attention.cc) for an f16 / q8_0 / q4_0 cache: a GemmFn
 // with the keys of a cache block as rows (w) and a GQA group's queries, in the K type's
@@ -214,8 +222,8 @@ struct KernelTable {
   GemmFn attn_key_scores_f16 = nullptr;                  // optional (null: the type's gemm)
   GemmFn attn_key_scores_q8_0 = nullptr;                 // optional
   GemmFn attn_key_scores_q4_0 = nullptr;                 // optional
-  AttnAccumGroupQFn attn_accum_group_q8_0 = nullptr;     // optional (null: dequantize_q8_0 + f32)
-  AttnAccumGroupQFn attn_accum_group_q4_0 = nullptr;     // optional (null: dequantize_q4_0 + f32)
+  AttnValuesKernels attn_values_q8_0;                    // optional (see AttnValuesKernels)
+  AttnValuesKernels attn_values_q4_0;                    // optional
 };
 
 // The matmul kernels for weights of dtype w_dtype, or null if W can't be a matmul weight.

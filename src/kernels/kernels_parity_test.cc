@@ -760,9 +760,10 @@ TEST(KernelsParity, AttentionGroupAndSoftmaxSteps) {
   log.report();
 }
 
-// The group P.V entries over q8_0 / q4_0 V rows (attn_accum_group_q8_0 / _q4_0), where a
+// The group P.V entries over q8_0 / q4_0 V rows (attn_values_q8_0 / _q4_0), where a
 // table has them: bit for bit the same table's dequantize_q8_0 / _q4_0 of the rows followed
-// by its attn_accum_group_f32. Rows are random blocks (every quant, scales from fp16
+// by its attn_accum_group_f32, for any head count (flash attention only calls them up to
+// max_heads, but the kernels take any). Rows are random blocks (every quant, scales from fp16
 // subnormals to 2^14, negative and zero) v_stride bytes apart (padded past the row, so a
 // kernel that assumed contiguous rows fails); every head count of the tiles, ragged key
 // counts, head dims 32 .. 256; probabilities include masked keys (exact zeros).
@@ -772,13 +773,15 @@ TEST(KernelsParity, AttentionGroupValuesFromQuantizedRows) {
   int n_tables = 0;
   for (const KernelTable* t : available_kernel_tables()) {
     for (DType dt : {DType::kQ8_0, DType::kQ4_0}) {
-      const AttnAccumGroupQFn accum_q = dt == DType::kQ8_0 ? t->attn_accum_group_q8_0 : t->attn_accum_group_q4_0;
+      const AttnValuesKernels& values = dt == DType::kQ8_0 ? t->attn_values_q8_0 : t->attn_values_q4_0;
+      const AttnAccumGroupQFn accum_q = values.accum_group;
       const DequantizeRowFn dequantize = dt == DType::kQ8_0 ? t->dequantize_q8_0 : t->dequantize_q4_0;
       if (accum_q == nullptr) continue;
       ++n_tables;
+      log.check(values.max_heads >= 1, std::string(t->name) + " max_heads >= 1", 1, 0);
       const size_t block_bytes = dt == DType::kQ8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
       for (int32_t hd : {32, 64, 96, 128, 256}) {
-        for (int32_t n_heads = 1; n_heads <= 9; ++n_heads) {
+        for (int32_t n_heads : {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 33, 56}) {  // every tile, parts
           for (int64_t n : {1, 2, 5, 15, 16, 17, 33}) {
             const std::string where = std::string(t->name) + " " + std::string(dtype_name(dt)) + " hd=" +
                                       std::to_string(hd) + " heads=" + std::to_string(n_heads) + " n=" + std::to_string(n);
