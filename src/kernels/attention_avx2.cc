@@ -414,12 +414,12 @@ void accum_group_q(const float* p, size_t p_stride, const std::byte* v, size_t v
 
 void override_attention_avx2(KernelTable& t) {
   t.attn_accum_group_f32 = &accum_group_f32;
-  // Only for the heads of one tile of accum_heads (forming the values again for a second tile
-  // costs more than the dequantize pass saves); q4_0's unpacking costs more, so at 4 heads it
-  // no longer pays (16 keys x 64 dims in L1 on Zen 4: q8_0 1.45x at 1 head .. 1.2x at 4,
-  // 0.95x at 5-8; q4_0 1.14x at 1 head, ~1.0x at 3, 0.95x at 4).
+  // Only for the heads of one tile of accum_heads: forming the values again for a second tile
+  // costs more than the dequantize pass saves (16 keys x 64 dims in L1 on Zen 4, against
+  // dequantize + accum_group_f32, 3 runs: q8_0 1.2-1.4x at 1-4 heads, 0.9-1.07x at 5-8,
+  // 0.7-0.8x at 28-56; q4_0 1.15-1.26x at 1 head, 1.0-1.2x at 4, 0.75-0.9x at 5-8).
   t.attn_values_q8_0 = {&accum_group_q<RowsQ8_0>, 4};
-  t.attn_values_q4_0 = {&accum_group_q<RowsQ4_0>, 3};
+  t.attn_values_q4_0 = {&accum_group_q<RowsQ4_0>, 4};
   t.attn_key_scores_f16 = &key_scores_f16;
   t.attn_key_scores_q8_0 = &key_scores_q<BlockQ8_0>;
   t.attn_key_scores_q4_0 = &key_scores_q<BlockQ4_0>;
