@@ -13,7 +13,8 @@
 //                               q8_0 / q4_0 V rows (no dequantize pass)
 //   f32 / f16 / bf16, row ops   the AVX2 kernels: 16-lane versions measured slower on Zen 4
 //                               (512-bit ops are double-pumped there), and vdpbf16ps would
-//                               flush subnormals
+//                               flush subnormals; except exp_sum (softmax_avx512.cc: bit for
+//                               bit the AVX2 one, bound by the latency of its exp chain)
 #include "kernels/kernel_table.h"
 
 namespace lumen::kernels {
@@ -22,6 +23,7 @@ void override_kernels_avx512(KernelTable& t, bool /*has_bf16*/) {
   t.name = "avx512";
   override_attention_avx512(t);
   override_attention_values_avx512(t);
+  override_softmax_avx512(t);
 }
 
 }  // namespace lumen::kernels

@@ -8,6 +8,7 @@
 // with k the number of terms one lane accumulates; expf-based entries within a few ulp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -815,6 +816,46 @@ TEST(KernelsParity, AttentionGroupValuesFromQuantizedRows) {
   // The avx2 and avx512 tables have both entries.
   const int n_simd = (cpu_features().has_avx2_fma() ? 1 : 0) + (cpu_features().has_avx512_vnni() ? 1 : 0);
   log.check(n_tables == 2 * n_simd, "the SIMD tables have both entries", 1, 0);
+  log.report();
+}
+
+// exp_sum of the avx512 table: bit for bit the avx2 table's (the same operations per lane and
+// the same double sums in the same order; softmax_avx512.cc), values and sum, for every
+// length's tail (groups of 16, a last group of 8, 0-7 left), softmax inputs (<= 0) and
+// outside them (overflow to inf, underflow to 0, the clamps).
+TEST(KernelsParity, ExpSumSameBitsAsAvx2) {
+  const KernelTable* avx2 = nullptr;
+  for (const KernelTable* t : available_kernel_tables())
+    if (std::string(t->name) == "avx2") avx2 = t;
+  if (avx2 == nullptr) GTEST_SKIP() << "no AVX2 on this host";
+  std::mt19937 rng(27);
+  FailureLog log;
+  for (const KernelTable* t : available_kernel_tables()) {
+    if (t->exp_sum == avx2->exp_sum || std::string(t->name) == "scalar") continue;
+    for (int64_t n = 0; n <= 1100; n += n < 80 ? 1 : 97) {  // 0..80, then long rows (sums that round)
+      for (float spread : {1.0f, 30.0f, 200.0f}) {
+        std::vector<float> s = testing::random_floats(rng, n, spread);
+        const float max = n > 0 && rng() % 2 ? *std::max_element(s.begin(), s.end()) : 0.5f;
+        if (n > 5) s[3] = max - 87.29f, s[4] = max - 87.31f, s[5] = max + 88.8f;  // clamps, overflow
+        std::vector<float> a = s, b = s;
+        const double sa = t->exp_sum(a.data(), n, max), sb = avx2->exp_sum(b.data(), n, max);
+        const std::string where = std::string(t->name) + " exp_sum n=" + std::to_string(n) + " spread=" +
+                                  std::to_string(spread);
+        log.check(std::memcmp(&sa, &sb, sizeof(sa)) == 0, where + " sum", 1, 0);
+        log.check(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0, where + " values", 1, 0);
+      }
+    }
+    // Ones, then values of ~0.6 ulp(1.0) each, in every lane: a sum that rounds differently
+    // in any other order (1 + 0.6u + 0.6u != 1 + 1.2u).
+    for (int64_t n : {32, 48, 64}) {
+      std::vector<float> a(n, -36.5545f), b;
+      std::fill(a.begin(), a.begin() + 16, 0.0f);
+      b = a;
+      const double sa = t->exp_sum(a.data(), n, 0.0f), sb = avx2->exp_sum(b.data(), n, 0.0f);
+      log.check(std::memcmp(&sa, &sb, sizeof(sa)) == 0, std::string(t->name) + " exp_sum rounding order n=" +
+                std::to_string(n), 1, 0);
+    }
+  }
   log.report();
 }
 
