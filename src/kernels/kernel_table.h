@@ -249,6 +249,7 @@ void override_attention_avx2(KernelTable& table);    // attention_avx2.cc
 void override_kernels_avx512(KernelTable& table, bool has_bf16);
 void override_attention_avx512(KernelTable& table);  // attention_avx512.cc
 void override_attention_values_avx512(KernelTable& table);  // attention_values_avx512.cc
+void override_attention_keys_avx512(KernelTable& table);    // attention_keys_avx512.cc
 void override_softmax_avx512(KernelTable& table);           // softmax_avx512.cc
 
 }  // namespace lumen::kernels

@@ -11,6 +11,8 @@
 //                               K/V row, bit for bit the AVX2 single-head kernels;
 //                               attention_values_avx512.cc: their P.V straight from
 //                               q8_0 / q4_0 V rows (no dequantize pass)
+//                               attention_keys_avx512.cc: flash attention's q8_0 / q4_0
+//                               K scores, 16 keys a tile (vpdpbusd), bit for bit the AVX2 tile
 //   f32 / f16 / bf16, row ops   the AVX2 kernels: 16-lane versions measured slower on Zen 4
 //                               (512-bit ops are double-pumped there), and vdpbf16ps would
 //                               flush subnormals; except exp_sum (softmax_avx512.cc: bit for
@@ -23,6 +25,7 @@ void override_kernels_avx512(KernelTable& t, bool /*has_bf16*/) {
   t.name = "avx512";
   override_attention_avx512(t);
   override_attention_values_avx512(t);
+  override_attention_keys_avx512(t);
   override_softmax_avx512(t);
 }
 
