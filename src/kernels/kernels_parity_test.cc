@@ -631,17 +631,17 @@ TEST(KernelsParity, AttentionKeyScores) {
       const MatmulKernels* mr = find_matmul_kernels(ref, dt);
       for (int64_t hd : {int64_t{32}, int64_t{64}, int64_t{96}, int64_t{128}, kAttnKeyScoresMaxDim}) {
         if (hd % dtype_info(dt).block_size != 0) continue;
-        const int64_t n_keys_max = 21;
+        const int64_t n_keys_max = 40;
         const size_t ks = row_bytes(dt, hd) + 6, xs = row_bytes(mr->act_dtype, hd) + 10;
         for (const Weights& wt : adversarial_weights(rng, dt, n_keys_max, hd)) {
           std::vector<std::byte> k(ks * n_keys_max);
           for (int64_t r = 0; r < n_keys_max; ++r)
             std::memcpy(k.data() + r * ks, wt.w.data() + r * row_bytes(dt, hd), row_bytes(dt, hd));
           const std::vector<Activation> acts = adversarial_activations(rng, hd);
-          for (int64_t n_cols : {1, 2, 3, 4, 7, 8, 9, 17}) {
+          for (int64_t n_cols : {1, 2, 3, 4, 7, 8, 9, 17, 33}) {
             std::vector<std::byte> xq(xs * n_cols);
             for (int64_t c = 0; c < n_cols; ++c) mr->quantize_act(acts[(c + n_cols) % acts.size()].x.data(), xq.data() + c * xs, hd);
-            for (int64_t n_keys : {1, 5, 7, 8, 9, 16, 21}) {
+            for (int64_t n_keys : {1, 5, 7, 8, 9, 15, 16, 17, 21, 31, 33, 40}) {
               const int64_t ys = n_keys + 3;
               std::vector<float> y(ys * n_cols, -7.0f);
               scores(hd, k.data(), ks, n_keys, xq.data(), xs, n_cols, y.data(), ys);
