@@ -22,16 +22,13 @@
 // gathers the four groups of 4 keys in key order:
 //   t[s] lane r = dword s (quants 4s .. 4s + 3) of key r's block.
 #pragma GCC optimize("fp-contract=off")
-// GCC 12 bug 105593 (see matmul_avx512_common.h): _mm512_cvtph_ps reads as uninitialised use.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include "kernels/matmul_avx512_common.h"  // first: its GCC 12 warning pragmas (bug 105593)
+
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
-#include <type_traits>
 
 #include "kernels/kernel_table.h"
 #include "kernels/quant_blocks.h"
@@ -43,8 +40,6 @@ constexpr int kTileKeys = 16;  // keys per tile: one lane each
 constexpr int64_t kMaxBlocks = kAttnKeyScoresMaxDim / kQk;
 constexpr int64_t kSideCols = 32;  // queries offset to unsigned per pass over the keys
 constexpr int kPassCols = 8;       // queries per pass over a key tile (registers: 2 per query)
-
-__m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
 // A block's 32 quants as signed bytes in element order.
 __m256i key_quants(const BlockQ8_0& b) { return load256(b.qs); }
@@ -123,12 +118,6 @@ void query_side(const BlockQ8_0* bx, int64_t nb, uint8_t* u, float* d) {
   }
 }
 
-__m512i bcast_u32(const uint8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return _mm512_set1_epi32(v);
-}
-
 // The scores of the tile's 16 keys (lane r = key r) against NC queries.
 template <int NC>
 void tile_scores(const KeyTile& tile, int64_t nb, const QuerySide& side, int64_t c0, __m512* out) {
@@ -143,7 +132,7 @@ void tile_scores(const KeyTile& tile, int64_t nb, const QuerySide& side, int64_t
     for (int s = 0; s < 8; ++s) {
       const __m512i k = tile.k[b][s];
       #pragma GCC unroll 8
-      for (int c = 0; c < NC; ++c) sumi[c] = _mm512_dpbusd_epi32(sumi[c], bcast_u32(side.u[c0 + c] + b * kQk + 4 * s), k);
+      for (int c = 0; c < NC; ++c) sumi[c] = _mm512_dpbusd_epi32(sumi[c], bcast_i32(side.u[c0 + c] + b * kQk + 4 * s), k);
     }
     #pragma GCC unroll 8
     for (int c = 0; c < NC; ++c) {
