@@ -15,6 +15,7 @@
 #include "convert/synth.h"
 #include "convert/type_rules.h"
 #include "engine/engine.h"
+#include "gguf/gguf_test_util.h"
 #include "gguf/model_file.h"
 #include "kernels/kernel_table.h"
 #include "kernels/ops.h"
@@ -27,15 +28,7 @@ namespace fs = std::filesystem;
 
 std::string model_path() { return shared_dir() + "/models/TinyStories-656K/TinyStories-656K-Q8_0.gguf"; }
 
-// A fresh directory under the test temp dir.
-fs::path temp_dir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  fs::path p = fs::path(base ? base : fs::temp_directory_path().string()) /
-               ("lumen-interleave-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
+using gguf::testing::TempDir;  // a fresh directory, removed with its files when the test ends
 
 std::vector<int32_t> greedy(const engine::EngineConfig& cfg, int n, const std::string& path = model_path()) {
   engine::EngineConfig c = cfg;
@@ -86,7 +79,8 @@ TEST(Interleave, OutputsEqualTheFileLayout) {
   engine::EngineConfig mem;
   EXPECT_EQ(greedy(mem, 40), want) << "interleaved in memory";
   engine::EngineConfig cached;
-  cached.interleave_cache_dir = temp_dir("outputs").string();
+  const TempDir scratch;
+  cached.interleave_cache_dir = scratch.path();
   EXPECT_EQ(greedy(cached, 40), want) << "interleaved cache, built";
   EXPECT_EQ(greedy(cached, 40), want) << "interleaved cache, reused";
 }
@@ -95,7 +89,8 @@ TEST(Interleave, OutputsEqualTheFileLayout) {
 // gets its own interleaved copy, and the outputs are those of the file's layout.
 TEST(Interleave, ExpertsGetCopiesAndTheSameOutputs) {
   if (!has_interleaved_kernels()) GTEST_SKIP() << "no interleaved kernels on this CPU";
-  const fs::path dir = temp_dir("moe");
+  const TempDir scratch;
+  const fs::path dir = scratch.path();
   auto c = convert::synth_preset("tiny-qwen3moe", shared_dir());
   ASSERT_TRUE(c.ok()) << c.message();
   c->rules = *convert::make_type_rules("q8_0", "", "");
@@ -110,13 +105,13 @@ TEST(Interleave, ExpertsGetCopiesAndTheSameOutputs) {
   const std::vector<int32_t> want = greedy(off, 24, path);
   ASSERT_EQ(want.size(), 24u);
   EXPECT_EQ(greedy(engine::EngineConfig{}, 24, path), want);
-  fs::remove_all(dir);
 }
 
 // The same for llama-quantize's Q4_K_M mix: q4_K + q6_K at rows of 256 (tiny-llama widened),
 // q5_0 + q8_0 where rows are not a multiple of 256 (tiny-qwen2, as qwen2.5-0.5b).
 TEST(Interleave, Q4_K_MMixOutputsEqualTheFileLayout) {
-  const fs::path dir = temp_dir("q4_k_m");
+  const TempDir scratch;
+  const fs::path dir = scratch.path();
   struct Case {
     const char* preset;
     int64_t width;
@@ -146,14 +141,14 @@ TEST(Interleave, Q4_K_MMixOutputsEqualTheFileLayout) {
     on.interleave_cache_dir = "";
     EXPECT_EQ(greedy(on, 24, path), want);
   }
-  fs::remove_all(dir);
 }
 
 // --refresh-pages (EngineConfig::refresh_page_cache): a GGUF file just written sits in the
 // page cache in small folios; with the flag, load drops and re-reads it through the
 // MADV_HUGEPAGE mapping, so its weights map on 2 MiB pages; without it nothing is measured.
 TEST(Interleave, RefreshPagesPutsTheWeightsOnHugePages) {
-  const fs::path dir = temp_dir("refresh");
+  const TempDir scratch;
+  const fs::path dir = scratch.path();
   auto c = convert::synth_preset("tiny-llama", shared_dir());
   ASSERT_TRUE(c.ok()) << c.message();
   c->n_embd = c->n_ff = 512;
@@ -186,7 +181,8 @@ TEST(Interleave, RefreshPagesPutsTheWeightsOnHugePages) {
 
 TEST(Interleave, CacheIsBuiltOnceReusedAndRebuiltWhenStale) {
   if (!has_interleaved_kernels()) GTEST_SKIP() << "no interleaved kernels on this CPU";
-  const fs::path dir = temp_dir("cache");
+  const TempDir scratch;
+  const fs::path dir = scratch.path();
   const fs::path model = dir / "model.gguf";  // a copy whose mtime the test may change
   fs::copy_file(model_path(), model);
   const std::string cache = (dir / "cache").string();
@@ -242,19 +238,18 @@ TEST(Interleave, CacheIsBuiltOnceReusedAndRebuiltWhenStale) {
   std::vector<std::string> want = {changed.cache_path, other_report.cache_path};
   std::sort(want.begin(), want.end());
   EXPECT_EQ(files, want);
-  fs::remove_all(dir);
 }
 
 TEST(Interleave, UnwritableCacheFallsBackToMemoryWithAReason) {
   if (!has_interleaved_kernels()) GTEST_SKIP() << "no interleaved kernels on this CPU";
-  const fs::path dir = temp_dir("unwritable");
+  const TempDir scratch;
+  const fs::path dir = scratch.path();
   const fs::path blocker = dir / "not-a-dir";
   std::ofstream(blocker) << "x";
   const model::Model::InterleaveReport r = interleave(model_path(), (blocker / "cache").string());
   EXPECT_GT(r.n_bytes, 0u) << "the copies must still be made, in memory";
   EXPECT_TRUE(r.cache_path.empty());
   EXPECT_NE(r.cache_error.find("not-a-dir"), std::string::npos) << r.cache_error;
-  fs::remove_all(dir);
 }
 
 TEST(Interleave, TablesWithoutInterleavedKernelsCopyNothing) {

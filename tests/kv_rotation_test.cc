@@ -12,6 +12,7 @@
 #include "convert/synth.h"
 #include "convert/type_rules.h"
 #include "engine/engine.h"
+#include "gguf/gguf_test_util.h"
 
 namespace lumen {
 namespace {
@@ -76,8 +77,8 @@ double mean_abs_diff(const std::vector<double>& a, const std::vector<double>& b)
 }
 
 TEST(KvRotation, OutlierKeysLoseLessInAQuantizedCache) {
-  const fs::path dir = fs::temp_directory_path() / ("lumen-kv-rotation-" + std::to_string(getpid()));
-  fs::create_directories(dir);
+  const gguf::testing::TempDir scratch;  // removed with its files when the test ends
+  const fs::path dir = scratch.path();
   for (int64_t k_outliers : {0, 2}) {
     SCOPED_TRACE("outlier channels per head: " + std::to_string(k_outliers));
     const std::string path = synth_outlier_model(dir, k_outliers);
@@ -94,15 +95,14 @@ TEST(KvRotation, OutlierKeysLoseLessInAQuantizedCache) {
       else EXPECT_LT(rotated, 1.5 * plain) << "without outliers it neither helps much nor hurts";
     }
   }
-  fs::remove_all(dir);
 }
 
 // Latent attention caches a compressed latent shared by all heads, not per-head keys:
 // --rotate-k would do nothing there, so it is refused by name; so is a -ctv, as the cache
 // has no V rows.
 TEST(KvRotation, LatentAttentionRefusesItAndAVType) {
-  const fs::path dir = fs::temp_directory_path() / ("lumen-kv-rotation-mla-" + std::to_string(getpid()));
-  fs::create_directories(dir);
+  const gguf::testing::TempDir scratch;
+  const fs::path dir = scratch.path();
   auto c = convert::synth_preset("tiny-deepseek2", shared_dir());
   ASSERT_TRUE(c.ok()) << c.message();
   c->rules = *convert::make_type_rules("f16", "", "");
@@ -125,7 +125,6 @@ TEST(KvRotation, LatentAttentionRefusesItAndAVType) {
   ec.kv_dtypes = {DType::kF32, DType::kF16};  // -ctk alone: fine
   auto k_only = engine::Engine::create(path, ec);
   EXPECT_TRUE(k_only.ok()) << k_only.message();
-  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -191,7 +191,7 @@ BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->UseRealTime()->MinTime(0.3);
 struct QwenAttention {
   AttentionParams p;
   PagedKvView kv;
-  std::vector<std::byte> ks, vs;  // [n_layers][n_blocks] block strides each
+  HugeBuffer ks, vs;  // [n_layers][n_blocks] block strides each; 2 MiB pages as the engine's cache
   std::vector<int32_t> table;
   int32_t n_blocks = 0;
 
@@ -207,8 +207,8 @@ struct QwenAttention {
     kv.head_dim = p.head_dim;
     kv.set_dense_strides();
     n_blocks = static_cast<int32_t>((n_ctx + 15) / 16);
-    ks.resize(kv.k_block_stride_bytes * n_blocks * n_layers);
-    vs.resize(kv.v_block_stride_bytes * n_blocks * n_layers);
+    ks = HugeBuffer::allocate(kv.k_block_stride_bytes * n_blocks * n_layers, "bench K").value();
+    vs = HugeBuffer::allocate(kv.v_block_stride_bytes * n_blocks * n_layers, "bench V").value();
     table.resize(n_blocks);
     for (int32_t i = 0; i < n_blocks; ++i) table[i] = i;
     kv.block_table = table;
