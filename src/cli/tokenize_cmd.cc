@@ -14,7 +14,7 @@ int cmd_tokenize(int argc, char** argv, int first) {
   ArgParser args("tokenize", "lumen tokenize -m MODEL [options] TEXT | --vectors FILE.inp",
                  {
                      {{"-m", "--model"}, "PATH", "model or vocab-only GGUF / HF directory"},
-                     {{"--vectors"}, "FILE", "tokenize every input of a .inp test file"},
+                     {{"--vectors"}, "FILE", "tokenize every input of a .inp test file (no BOS, as llama.cpp's test files)"},
                      {{"--no-bos"}, "", "do not add BOS/EOS"},
                      {{"--parse-special"}, "", "recognise special-token texts"},
                      {{"--pieces"}, "", "print one 'id -> piece' line per token"},
@@ -53,7 +53,7 @@ int cmd_tokenize(int argc, char** argv, int first) {
       return 1;
     }
     for (const std::string& input : tok::read_vocab_test_inputs(*text))
-      print_ids(tk->encode(input, false, false));
+      print_ids(tk->encode(input, false, args.has("--parse-special")));
     return 0;
   }
   if (args.positional().size() != 1) {

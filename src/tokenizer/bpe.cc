@@ -65,6 +65,13 @@ constexpr const char* kQwen2Regex =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+// deepseek-llm / deepseek-coder's run of CJK (and everything from U+0800 to U+4E00). llama.cpp
+// matches such patterns (no \p{..}: std::wregex) on a copy of the text in which every
+// non-ASCII space is U+000B, so the spaces inside the range (U+1680, U+2000-U+200A, U+2028,
+// U+2029, U+202F, U+205F, U+3000) never match it: "a\u3000b" is not one CJK run there.
+// Likewise the punctuation class above stops at U+3001.
+constexpr const char* kCjkRun = "(?:(?!\\s)[\\x{4E00}-\\x{9FA5}\\x{800}-\\x{4E00}\\x{AC00}-\\x{D7FF}])+";
+
 std::vector<std::string> regexes_for(PreSet set) {
   switch (set) {
     case PreSet::kLlama3:
@@ -91,13 +98,13 @@ std::vector<std::string> regexes_for(PreSet set) {
           "\\x{10400}-\\x{1044F}\\x{104B0}-\\x{104D3}\\x{104D8}-\\x{104FB}\\x{10C80}-\\x{10CB2}"
           "\\x{10CC0}-\\x{10CF2}\\x{118A0}-\\x{118DF}\\x{1E900}-\\x{1E943}"
           "]+",
-          "\\s?[!-/:-~\\x{FF01}-\\x{FF0F}\\x{FF1A}-\\x{FF5E}\\x{2018}-\\x{201F}\\x{3000}-\\x{3002}]+",
+          "\\s?[!-/:-~\\x{FF01}-\\x{FF0F}\\x{FF1A}-\\x{FF5E}\\x{2018}-\\x{201F}\\x{3001}-\\x{3002}]+",  // U+3000: see kCjkRun
           "\\s+$",
-          "[\\x{4E00}-\\x{9FA5}\\x{800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+",
+          kCjkRun,
           "\\p{N}+",
       };
     case PreSet::kDeepseekCoder:
-      return {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[\\x{4E00}-\\x{9FA5}\\x{800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+", "\\p{N}"};
+      return {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", kCjkRun, "\\p{N}"};
     case PreSet::kDeepseek3:
       return {
           "\\p{N}{1,3}",

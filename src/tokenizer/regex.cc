@@ -12,6 +12,7 @@ namespace lumen::tok {
 struct Regex::Code {
   pcre2_code* code = nullptr;
   bool jit = false;
+  bool literal = false;
   ~Code() {
     if (code) pcre2_code_free(code);
   }
@@ -39,12 +40,35 @@ Result<Regex> Regex::compile(std::string_view pattern, bool literal) {
   re.code_ = std::make_unique<Code>();
   re.code_->code = code;
   re.code_->jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
+  re.code_->literal = literal;
   re.pattern_ = std::string(pattern);
   return re;
 }
 
+namespace {
+
+// PCRE2 (10.42) with UCP counts U+180E MONGOLIAN VOWEL SEPARATOR as \s and \h, as Perl
+// does; it left Unicode's White_Space property in Unicode 6.3, and llama.cpp's pre-tokenizers
+// (its whitespace table), Rust's regex and Oniguruma (tokenizer.json) do not treat it as
+// space: "x \u180e." is one GPT-2 piece there, two here. So patterns match a copy of the
+// subject in which it is U+200B ZERO WIDTH SPACE: also a format character (Cf) outside
+// \s, and also 3 bytes, so the matches' offsets are the subject's. (A pattern that names
+// U+180E itself would no longer find it: no tokenizer pattern does.)
+constexpr std::string_view kMongolianVowelSeparator = "\xE1\xA0\x8E";
+constexpr std::string_view kZeroWidthSpace = "\xE2\x80\x8B";
+
+}  // namespace
+
 void Regex::find_all(std::string_view subject, std::vector<Span>* matches, std::vector<int>* groups) const {
   LUMEN_CHECK(code_ && code_->code);
+  std::string replaced;
+  if (!code_->literal && subject.find(kMongolianVowelSeparator) != std::string_view::npos) {
+    replaced = std::string(subject);
+    for (size_t at = replaced.find(kMongolianVowelSeparator); at != std::string::npos;
+         at = replaced.find(kMongolianVowelSeparator, at + kZeroWidthSpace.size()))
+      replaced.replace(at, kZeroWidthSpace.size(), kZeroWidthSpace);
+    subject = replaced;
+  }
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(code_->code, nullptr);
   LUMEN_CHECK(md != nullptr);
   const auto* s = reinterpret_cast<PCRE2_SPTR>(subject.data());

@@ -68,6 +68,32 @@ INSTANTIATE_TEST_SUITE_P(All, TokenizerGgufVectors,
                            return name;
                          });
 
+// Spaces and separators (tests/data/tokenizers/spaces/spaces.inp: every Unicode White_Space
+// code point, U+180E, U+200B, U+FEFF and the ASCII separators 0x1C-0x1F, each in 16
+// contexts, and runs of them), against llama.cpp c392e5094's ids for each vocabulary
+// (<name>.out, written by tools/llamacpp_tokenize.cc). Random text found two differences:
+// PCRE2 counts U+180E as \s where llama.cpp (and Unicode since 6.3) does not (regex.cc), and
+// deepseek-llm's explicit ranges took U+3000 and the other spaces in U+0800..U+4E00, which
+// llama.cpp never lets such a pattern see (bpe.cc, kCjkRun).
+class TokenizerGgufSpaces : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(TokenizerGgufSpaces, EncodeMatchesLlamaCpp) {
+  auto tok = load_gguf_vocab(shared_path(std::string("tokenizers/vocab/ggml-vocab-") + GetParam() + ".gguf"));
+  ASSERT_TRUE(tok.ok()) << tok.message();
+  const std::string dir = std::string(LUMEN_TEST_DATA_DIR) + "/tokenizers/spaces/";
+  const VectorReport r = check_vectors(*tok, dir + "spaces.inp", dir + GetParam() + ".out");
+  EXPECT_EQ(r.n_inputs, 316);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, TokenizerGgufSpaces,
+                         ::testing::Values("llama-spm", "phi-3", "gpt-2", "gpt-neox", "mpt", "starcoder", "falcon",
+                                           "deepseek-llm", "bert-bge", "baichuan"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name) if (c == '-') c = '_';
+                           return name;
+                         });
+
 class TokenizerHfVectors : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
 
 TEST_P(TokenizerHfVectors, EncodeMatches) {
