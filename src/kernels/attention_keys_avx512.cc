@@ -1,4 +1,5 @@
-// AVX-512 VNNI K scores for flash attention over a q8_0 / q4_0 cache
+// AVX-512 K scores for flash attention over an f16 cache (at the end of the file) and, with
+// VNNI, over a q8_0 / q4_0 cache
 // (KernelTable::attn_key_scores_q8_0 / _q4_0, flash_attention.cc): a GemmFn tile with the
 // keys of one cache block as rows and a GQA group's queries (times the tokens of a prefill
 // tile) as q8_0 columns. The AVX2 tile (attention_avx2.cc) holds 8 keys a tile and, having
@@ -181,9 +182,98 @@ void key_scores_q(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows
   }
 }
 
+// ---- f16 keys ------------------------------------------------------------------------------
+//
+// The tile must give the f16 vec_dot of the AVX-512 table, which is the AVX2 table's
+// (kernels_avx2.cc dot_f16 / dot_lanes / hsum) bit for bit: per key four 8-lane f32
+// accumulators a0..a3, the dot's 8-element vector v FMA'd into a(v % 4) in order of v, then
+//   f = (a0 + a1) + (a2 + a3),  s_j = f_j + f_(j+4),  score = ((s0 + s2) + (s1 + s3)) + 0.0f.
+// The AVX2 tile (attention_avx2.cc key_scores_f16) runs those chains key by key in 8-lane
+// registers and reloads every query vector for every key; here a zmm holds the same 8-lane
+// vector of two keys (low half key 2p, high half key 2p + 1) against the query vector in
+// both halves, so each lane runs exactly the AVX2 chain, two keys per instruction, and the
+// horizontal sums of 8 keys come out of 4 registers with cross-key shuffles.
+constexpr int kF16TileKeys = 8;             // 4 pairs
+constexpr int64_t kF16Cols = 8;             // queries widened per pass
+constexpr int kF16SliceVecs = 8;            // 8-lane vectors of a key slice held in registers (64 dims)
+constexpr int64_t kF16MaxVecs = kAttnKeyScoresMaxDim / 8;
+
+// The 8 scores of 4 pair registers (F[p]: key 2p low, 2p + 1 high), lane r = key r, with
+// dot_lanes' reduction (see above).
+[[gnu::always_inline]] inline __m256 pair_sums8(const __m512* f) {
+  auto reduce = [](__m512 a, __m512 b) {  // keys 2i, 2i + 1 of a, and of b, one per 128-bit lane
+    const __m512 x = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));  // s0..s3
+    const __m512 y = _mm512_add_ps(x, _mm512_permute_ps(x, _MM_SHUFFLE(1, 0, 3, 2)));     // s0 + s2, s1 + s3
+    return _mm512_add_ps(y, _mm512_movehdup_ps(y));                                         // lane 4k: the sum
+  };
+  const __m512 z02 = reduce(f[0], f[2]);  // keys 0, 1, 4, 5 at lanes 0, 4, 8, 12
+  const __m512 z13 = reduce(f[1], f[3]);  // keys 2, 3, 6, 7
+  const __m512i order = _mm512_setr_epi32(0, 4, 16, 20, 8, 12, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm256_add_ps(_mm512_castps512_ps256(_mm512_permutex2var_ps(z02, order, z13)), _mm256_setzero_ps());
+}
+
+// One slice of SV vectors (from vector v0) of the pair (k0, k1) against queries [0, nc):
+// the chains start at zero (first) or from acc, and end in f[c][p] (last) or acc.
+template <int SV>
+[[gnu::always_inline]] inline void pair_slice(const uint16_t* k0, const uint16_t* k1, int64_t v0, bool first,
+                                              bool last, const __m512 (*qf)[kF16MaxVecs], int64_t nc,
+                                              __m512 (*acc)[4], __m512 (*f)[4], int p) {
+  __m512 kv[SV];
+  #pragma GCC unroll 8
+  for (int v = 0; v < SV; ++v)
+    kv[v] = _mm512_cvtph_ps(
+        _mm256_inserti128_si256(_mm256_castsi128_si256(load128(k0 + 8 * (v0 + v))), load128(k1 + 8 * (v0 + v)), 1));
+  for (int64_t c = 0; c < nc; ++c) {
+    __m512 a[4];
+    #pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) a[j] = first ? _mm512_setzero_ps() : acc[c][j];
+    #pragma GCC unroll 8
+    for (int v = 0; v < SV; ++v)
+      a[v % 4] = _mm512_fmadd_ps(kv[v], qf[c][v0 + v], a[v % 4]);
+    if (last) {
+      f[c][p] = _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]));
+    } else {
+      #pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) acc[c][j] = a[j];
+    }
+  }
+}
+
+void key_scores_f16(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, const std::byte* x,
+                    size_t x_stride, int64_t n_cols, float* y, int64_t y_stride) {
+  const int64_t nv = n / 8;  // n % 32 == 0 (kernel_table.h): nv % 4 == 0
+  __m512 qf[kF16Cols][kF16MaxVecs];  // query vector v in both halves
+  __m512 acc[kF16Cols][4];  // the chains, between slices (head dims over 64)
+  __m512 f[kF16Cols][4];    // per query, the 4 pairs' combined accumulators
+  for (int64_t c0 = 0; c0 < n_cols; c0 += kF16Cols) {
+    const int64_t nc = std::min(kF16Cols, n_cols - c0);
+    for (int64_t c = 0; c < nc; ++c) {  // widened once (exact)
+      const auto* q16 = reinterpret_cast<const uint16_t*>(x + (c0 + c) * x_stride);
+      for (int64_t v = 0; v < nv; ++v) qf[c][v] = _mm512_cvtph_ps(_mm256_broadcastsi128_si256(load128(q16 + 8 * v)));
+    }
+    for (int64_t r0 = 0; r0 < n_rows; r0 += kF16TileKeys) {
+      const int64_t n_keys = std::min<int64_t>(kF16TileKeys, n_rows - r0);
+      for (int p = 0; p < kF16TileKeys / 2; ++p) {
+        // Missing keys repeat the last one; their lanes are never stored.
+        const auto* k0 = reinterpret_cast<const uint16_t*>(w + (r0 + std::min<int64_t>(2 * p, n_keys - 1)) * w_stride);
+        const auto* k1 = reinterpret_cast<const uint16_t*>(w + (r0 + std::min<int64_t>(2 * p + 1, n_keys - 1)) * w_stride);
+        for (int64_t v0 = 0; v0 < nv; v0 += kF16SliceVecs) {
+          const bool first = v0 == 0, last = v0 + kF16SliceVecs >= nv;
+          if (nv - v0 >= kF16SliceVecs) pair_slice<kF16SliceVecs>(k0, k1, v0, first, last, qf, nc, acc, f, p);
+          else pair_slice<4>(k0, k1, v0, first, last, qf, nc, acc, f, p);  // the last 32 dims
+        }
+      }
+      const __mmask8 mask = static_cast<__mmask8>((1u << n_keys) - 1);
+      for (int64_t c = 0; c < nc; ++c) _mm256_mask_storeu_ps(y + (c0 + c) * y_stride + r0, mask, pair_sums8(f[c]));
+    }
+  }
+}
+
 }  // namespace
 
 void override_attention_keys_avx512(KernelTable& t) {
+  t.attn_key_scores_f16 = &key_scores_f16;
   t.attn_key_scores_q8_0 = &key_scores_q<BlockQ8_0>;
   t.attn_key_scores_q4_0 = &key_scores_q<BlockQ4_0>;
 }
