@@ -10,8 +10,8 @@
 //     (llama.cpp accumulates an f16 V in f16; here it is f32, which is closer to exact);
 //   * V rows of any type are widened (f16, bf16) or dequantized (q8_0, q4_0) kConvKeys at a
 //     time into a small per-thread buffer that the f32 accumulate kernels read from L1;
-//     where the table has a group P.V kernel for a q8_0 / q4_0 V (KernelTable::
-//     attn_values_q8_0 / _q4_0) and the task's rows are few enough for it to pay (decode:
+//     where the table has a group P.V kernel for a q8_0 / q4_0 / f16 V (KernelTable::
+//     attn_values_q8_0 / _q4_0 / _f16) and the task's rows are few enough for it to pay (decode:
 //     the heads of a GQA group), it forms the same values in registers instead, same bits.
 //
 // Keys are cut into chunks at absolute multiples of kChunkKeys. Each chunk gives a partial
@@ -174,6 +174,7 @@ TypeKernels type_kernels(const KernelTable& k, const PagedKvView& kv) {
   if (kv.head_dim % kGroupDimMultiple == 0) {
     if (kv.v_dtype == DType::kQ8_0) t.v_values = k.attn_values_q8_0;
     if (kv.v_dtype == DType::kQ4_0) t.v_values = k.attn_values_q4_0;
+    if (kv.v_dtype == DType::kF16) t.v_values = k.attn_values_f16;
   }
   return t;
 }

@@ -166,12 +166,14 @@ using AttnScoresGroupF16Fn = void (*)(const uint16_t* k, int64_t n, const float*
 using AttnAccumGroupF16Fn = void (*)(const float* p, size_t p_stride, const uint16_t* v, int64_t n,
                                      int32_t n_heads, int32_t head_dim, float* acc, size_t a_stride);
 
-// Flash attention's P.V of a GQA group straight from q8_0 / q4_0 V rows as the cache stores
-// them (n rows, v_stride bytes apart, head_dim / 32 blocks each): bit for bit the same
-// table's dequantize_q8_0 / _q4_0 of the rows followed by attn_accum_group_f32, i.e.
-//   acc[h * a_stride + i] += sum_s p[h * p_stride + s] * (d * q)[s][i], s in increasing order
-// with each value the dequantizer's one f32 product d * q. Optional: null where a table has
-// none (flash attention then dequantizes into a buffer). Precondition: head_dim % 32 == 0.
+// Flash attention's P.V of a GQA group straight from q8_0 / q4_0 / f16 V rows as the cache
+// stores them (n rows, v_stride bytes apart, head_dim / 32 blocks each, an f16 row's block
+// being 32 values): bit for bit the same table's dequantize_q8_0 / _q4_0 (f16_to_f32) of the
+// rows followed by attn_accum_group_f32, i.e.
+//   acc[h * a_stride + i] += sum_s p[h * p_stride + s] * v[s][i], s in increasing order
+// with each value the dequantizer's one f32 product d * q (an f16 widened exactly). Optional:
+// null where a table has none (flash attention then widens into a buffer). Precondition:
+// head_dim % 32 == 0.
 using AttnAccumGroupQFn = void (*)(const float* p, size_t p_stride, const std::byte* v, size_t v_stride,
                                    int64_t n, int32_t n_heads, int32_t head_dim, float* acc, size_t a_stride);
 // Forming the values in registers repeats the work for every tile of heads the kernel needs,
@@ -224,6 +226,7 @@ struct KernelTable {
   GemmFn attn_key_scores_q4_0 = nullptr;                 // optional
   AttnValuesKernels attn_values_q8_0;                    // optional (see AttnValuesKernels)
   AttnValuesKernels attn_values_q4_0;                    // optional
+  AttnValuesKernels attn_values_f16;                     // optional
 };
 
 // The matmul kernels for weights of dtype w_dtype, or null if W can't be a matmul weight.

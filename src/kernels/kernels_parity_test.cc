@@ -761,11 +761,12 @@ TEST(KernelsParity, AttentionGroupAndSoftmaxSteps) {
   log.report();
 }
 
-// The group P.V entries over q8_0 / q4_0 V rows (attn_values_q8_0 / _q4_0), where a
-// table has them: bit for bit the same table's dequantize_q8_0 / _q4_0 of the rows followed
-// by its attn_accum_group_f32, for any head count (flash attention only calls them up to
-// max_heads, but the kernels take any). Rows are random blocks (every quant, scales from fp16
-// subnormals to 2^14, negative and zero) v_stride bytes apart (padded past the row, so a
+// The group P.V entries over q8_0 / q4_0 / f16 V rows (attn_values_q8_0 / _q4_0 / _f16),
+// where a table has them: bit for bit the same table's dequantize_q8_0 / _q4_0 (f16_to_f32)
+// of the rows followed by its attn_accum_group_f32, for any head count (flash attention only
+// calls them up to max_heads, but the kernels take any). Rows are random blocks (every
+// quant, scales from fp16 subnormals to 2^14, negative and zero; f16 rows random bits: NaNs,
+// infinities, subnormals) v_stride bytes apart (padded past the row, so a
 // kernel that assumed contiguous rows fails); every head count of the tiles, ragged key
 // counts, head dims 32 .. 256; probabilities include masked keys (exact zeros).
 TEST(KernelsParity, AttentionGroupValuesFromQuantizedRows) {
@@ -773,14 +774,20 @@ TEST(KernelsParity, AttentionGroupValuesFromQuantizedRows) {
   FailureLog log;
   int n_tables = 0;
   for (const KernelTable* t : available_kernel_tables()) {
-    for (DType dt : {DType::kQ8_0, DType::kQ4_0}) {
-      const AttnValuesKernels& values = dt == DType::kQ8_0 ? t->attn_values_q8_0 : t->attn_values_q4_0;
+    for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kF16}) {
+      const AttnValuesKernels& values = dt == DType::kQ8_0   ? t->attn_values_q8_0
+                                        : dt == DType::kQ4_0 ? t->attn_values_q4_0
+                                                             : t->attn_values_f16;
       const AttnAccumGroupQFn accum_q = values.accum_group;
-      const DequantizeRowFn dequantize = dt == DType::kQ8_0 ? t->dequantize_q8_0 : t->dequantize_q4_0;
       if (accum_q == nullptr) continue;
-      ++n_tables;
+      if (dt != DType::kF16) ++n_tables;
+      const auto dequantize = [&](const std::byte* row, float* out, int64_t n_values) {
+        if (dt == DType::kQ8_0) t->dequantize_q8_0(row, out, n_values);
+        else if (dt == DType::kQ4_0) t->dequantize_q4_0(row, out, n_values);
+        else t->f16_to_f32(reinterpret_cast<const uint16_t*>(row), out, n_values);
+      };
       log.check(values.max_heads >= 1, std::string(t->name) + " max_heads >= 1", 1, 0);
-      const size_t block_bytes = dt == DType::kQ8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+      const size_t block_bytes = dt == DType::kQ8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);  // q8_0 / q4_0
       for (int32_t hd : {32, 64, 96, 128, 256}) {
         for (int32_t n_heads : {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 33, 56}) {  // every tile, parts
           for (int64_t n : {1, 2, 5, 15, 16, 17, 33}) {
@@ -790,7 +797,7 @@ TEST(KernelsParity, AttentionGroupValuesFromQuantizedRows) {
             std::vector<std::byte> v(n * v_stride);
             for (std::byte& b : v) b = static_cast<std::byte>(rng());
             const uint16_t scales[] = {0x0001, 0x8001, 0x0000, 0x03ff, 0x3c00, 0xbc00, 0x7400, 0x2e66, 0x1234};
-            for (int64_t s = 0; s < n; ++s) {
+            for (int64_t s = 0; s < n && dt != DType::kF16; ++s) {  // f16: random bits (NaN, inf, subnormals)
               for (int32_t ib = 0; ib < hd / kQk; ++ib) {
                 const uint16_t d = rng() % 2 ? scales[rng() % std::size(scales)] : f32_to_fp16(std::ldexp(
                     static_cast<float>(rng() % 2000) - 1000.0f, static_cast<int>(rng() % 20) - 24));
@@ -807,7 +814,7 @@ TEST(KernelsParity, AttentionGroupValuesFromQuantizedRows) {
             accum_q(p.data(), p_stride, v.data(), v_stride, n, n_heads, hd, got.data(), a_stride);
             t->attn_accum_group_f32(p.data(), p_stride, vf.data(), n, n_heads, hd, want.data(), a_stride);
             log.check(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0,
-                      where + " accum group from quantized rows != dequantize + accum group f32", 1, 0);
+                      where + " accum group from the cache's rows != widen + accum group f32", 1, 0);
           }
         }
       }
