@@ -10,9 +10,10 @@
 //   attention group kernels     attention_avx512.cc: all query heads of a GQA group per
 //                               K/V row, bit for bit the AVX2 single-head kernels;
 //                               attention_values_avx512.cc: their P.V straight from
-//                               q8_0 / q4_0 V rows (no dequantize pass)
-//                               attention_keys_avx512.cc: flash attention's q8_0 / q4_0
-//                               K scores, 16 keys a tile (vpdpbusd), bit for bit the AVX2 tile
+//                               q8_0 / q4_0 / f16 V rows (no dequantize / widening pass)
+//                               attention_keys_avx512.cc: flash attention's K scores, q8_0 /
+//                               q4_0 16 keys a tile (vpdpbusd), f16 two keys a register, bit
+//                               for bit the AVX2 vec_dot
 //   f32 / f16 / bf16, row ops   the AVX2 kernels: 16-lane versions measured slower on Zen 4
 //                               (512-bit ops are double-pumped there), and vdpbf16ps would
 //                               flush subnormals; except exp_sum (softmax_avx512.cc: bit for
