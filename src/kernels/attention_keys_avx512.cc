@@ -217,7 +217,7 @@ constexpr int64_t kF16MaxVecs = kAttnKeyScoresMaxDim / 8;
 // the chains start at zero (first) or from acc, and end in f[c][p] (last) or acc.
 template <int SV>
 [[gnu::always_inline]] inline void pair_slice(const uint16_t* k0, const uint16_t* k1, int64_t v0, bool first,
-                                              bool last, const __m512 (*qf)[kF16MaxVecs], int64_t nc,
+                                              bool last, const __m512* qf, int64_t nv, int64_t nc,
                                               __m512 (*acc)[4], __m512 (*f)[4], int p) {
   __m512 kv[SV];
   #pragma GCC unroll 8
@@ -230,7 +230,7 @@ template <int SV>
     for (int j = 0; j < 4; ++j) a[j] = first ? _mm512_setzero_ps() : acc[c][j];
     #pragma GCC unroll 8
     for (int v = 0; v < SV; ++v)
-      a[v % 4] = _mm512_fmadd_ps(kv[v], qf[c][v0 + v], a[v % 4]);
+      a[v % 4] = _mm512_fmadd_ps(kv[v], qf[c * nv + v0 + v], a[v % 4]);
     if (last) {
       f[c][p] = _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]));
     } else {
@@ -243,14 +243,16 @@ template <int SV>
 void key_scores_f16(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, const std::byte* x,
                     size_t x_stride, int64_t n_cols, float* y, int64_t y_stride) {
   const int64_t nv = n / 8;  // n % 32 == 0 (kernel_table.h): nv % 4 == 0
-  __m512 qf[kF16Cols][kF16MaxVecs];  // query vector v in both halves
+  // Query c's vector v in both halves at qf[c * nv + v] (packed: rows kF16MaxVecs apart would
+  // put every query's first vectors 4 KiB apart, in the same L1 sets).
+  __m512 qf[kF16Cols * kF16MaxVecs];
   __m512 acc[kF16Cols][4];  // the chains, between slices (head dims over 64)
   __m512 f[kF16Cols][4];    // per query, the 4 pairs' combined accumulators
   for (int64_t c0 = 0; c0 < n_cols; c0 += kF16Cols) {
     const int64_t nc = std::min(kF16Cols, n_cols - c0);
     for (int64_t c = 0; c < nc; ++c) {  // widened once (exact)
       const auto* q16 = reinterpret_cast<const uint16_t*>(x + (c0 + c) * x_stride);
-      for (int64_t v = 0; v < nv; ++v) qf[c][v] = _mm512_cvtph_ps(_mm256_broadcastsi128_si256(load128(q16 + 8 * v)));
+      for (int64_t v = 0; v < nv; ++v) qf[c * nv + v] = _mm512_cvtph_ps(_mm256_broadcastsi128_si256(load128(q16 + 8 * v)));
     }
     for (int64_t r0 = 0; r0 < n_rows; r0 += kF16TileKeys) {
       const int64_t n_keys = std::min<int64_t>(kF16TileKeys, n_rows - r0);
@@ -260,8 +262,8 @@ void key_scores_f16(int64_t n, const std::byte* w, size_t w_stride, int64_t n_ro
         const auto* k1 = reinterpret_cast<const uint16_t*>(w + (r0 + std::min<int64_t>(2 * p + 1, n_keys - 1)) * w_stride);
         for (int64_t v0 = 0; v0 < nv; v0 += kF16SliceVecs) {
           const bool first = v0 == 0, last = v0 + kF16SliceVecs >= nv;
-          if (nv - v0 >= kF16SliceVecs) pair_slice<kF16SliceVecs>(k0, k1, v0, first, last, qf, nc, acc, f, p);
-          else pair_slice<4>(k0, k1, v0, first, last, qf, nc, acc, f, p);  // the last 32 dims
+          if (nv - v0 >= kF16SliceVecs) pair_slice<kF16SliceVecs>(k0, k1, v0, first, last, qf, nv, nc, acc, f, p);
+          else pair_slice<4>(k0, k1, v0, first, last, qf, nv, nc, acc, f, p);  // the last 32 dims
         }
       }
       const __mmask8 mask = static_cast<__mmask8>((1u << n_keys) - 1);
