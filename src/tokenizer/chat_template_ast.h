@@ -63,20 +63,29 @@ struct IfBranch {
   Body body;
 };
 
-enum class StmtKind : uint8_t { kText, kOutput, kIf, kFor, kSet, kSetBlock, kBreak, kContinue, kScope };
+enum class StmtKind : uint8_t {
+  kText, kOutput, kIf, kFor, kSet, kSetBlock, kBreak, kContinue, kScope, kMacro, kFilterBlock,
+};
 
 struct Stmt {
   StmtKind kind;
   SourcePos pos;
   std::string text;                  // kText
   ExprPtr expr;                      // kOutput; kSet value; kFor iterable
-  ExprPtr filter;                    // kFor "if" condition
-  std::vector<std::string> targets;  // kFor / kSet / kSetBlock names; kSet attr: {namespace}
+  ExprPtr filter;                    // kFor "if" condition; kFilterBlock: the filter chain, applied
+                                     // to the name kFilterBodyName (the body's output)
+  std::vector<std::string> targets;  // kFor / kSet / kSetBlock names; kSet attr: {namespace};
+                                     // kMacro: {name, parameters...}
+  std::vector<ExprPtr> defaults;     // kMacro: per parameter (targets[1..]), its default or null
   std::string attr;                  // kSet "ns.attr": the attribute
   std::vector<IfBranch> branches;    // kIf: if and elifs
   Body body;                         // kFor, kSetBlock, kScope; kIf: else
   Body else_body;                    // kFor "else"
 };
+
+// The variable a {% filter %} block's output is bound to while its filter chain runs; not
+// an identifier, so no template can name it.
+inline constexpr std::string_view kFilterBodyName = " filter body";
 
 inline Stmt make_stmt(StmtKind kind, SourcePos pos) {
   Stmt s;

@@ -25,7 +25,7 @@ Value Renderer::lookup(const std::string& name) {
   }
   static constexpr std::string_view kBuiltins[] = {"range", "namespace", "dict", "raise_exception", "strftime_now"};
   if (contains(kBuiltins, name)) return function_value(name);
-  return undefined_value(name);
+  return undefined_value("'" + name + "' is undefined");
 }
 
 void Renderer::assign(const std::string& name, Value v) {
@@ -57,6 +57,24 @@ Status Renderer::emit(std::string_view text, SourcePos pos) {
 }
 
 Result<Flow> Renderer::exec(const Stmt& s) {
+  LUMEN_TRY(enter(s.pos));
+  DepthGuard guard(*this);
+  return exec_inner(s);
+}
+
+// Renders `body` into a string of its own (set blocks, filter blocks, macro calls).
+Result<std::string> Renderer::capture(const Body& body, SourcePos pos) {
+  std::string saved = std::move(out_);
+  out_.clear();
+  Result<Flow> r = exec_body(body);
+  std::string captured = std::move(out_);
+  out_ = std::move(saved);
+  if (!r.ok()) return r.status();
+  if (out_.size() + captured.size() > kMaxOutputBytes) return error_at(pos, "captured block exceeds the size limit");
+  return captured;
+}
+
+Result<Flow> Renderer::exec_inner(const Stmt& s) {
   LUMEN_TRY(charge(kStepCost, s.pos));
   switch (s.kind) {
     case StmtKind::kText:
@@ -82,14 +100,23 @@ Result<Flow> Renderer::exec(const Stmt& s) {
       return Flow::kNormal;
     }
     case StmtKind::kSetBlock: {
-      std::string saved = std::move(out_);
-      out_.clear();
-      Result<Flow> r = exec_body(s.body);
-      std::string captured = std::move(out_);
-      out_ = std::move(saved);
-      if (!r.ok()) return r.status();
-      if (out_.size() + captured.size() > kMaxOutputBytes) return error_at(s.pos, "captured block exceeds the size limit");
+      LUMEN_ASSIGN_OR_RETURN(std::string captured, capture(s.body, s.pos));
       assign(s.targets[0], string_value(std::move(captured)));
+      return Flow::kNormal;
+    }
+    case StmtKind::kFilterBlock: {
+      LUMEN_ASSIGN_OR_RETURN(std::string captured, capture(s.body, s.pos));
+      ScopedFrame frame(*this);
+      assign(std::string(kFilterBodyName), string_value(std::move(captured)));
+      LUMEN_ASSIGN_OR_RETURN(Value v, eval(*s.filter));
+      LUMEN_ASSIGN_OR_RETURN(std::string text, to_str(v, s.pos));
+      LUMEN_TRY(emit(text, s.pos));
+      return Flow::kNormal;
+    }
+    case StmtKind::kMacro: {
+      Value fn = function_value(s.targets[0]);
+      fn.macro = &s;
+      assign(s.targets[0], std::move(fn));
       return Flow::kNormal;
     }
     case StmtKind::kBreak:
@@ -282,6 +309,7 @@ Status Renderer::to_json(const Value& v, int indent, int depth, SourcePos pos, s
       out += json_string(v.s());
       return Status::ok_status();
     case Kind::kList: {
+      if (v.generator) return error_at(pos, "tojson: Object of type generator is not JSON serializable");
       if (v.list->empty()) {
         out += "[]";
         return Status::ok_status();
@@ -316,7 +344,7 @@ Status Renderer::to_json(const Value& v, int indent, int depth, SourcePos pos, s
     }
     default:
       return error_at(pos, std::string("tojson: object of type ") + kind_name(v) +
-                               (v.kind == Kind::kUndefined && !v.s().empty() ? " ('" + v.s() + "')" : "") +
+                               (v.kind == Kind::kUndefined && !v.s().empty() ? " (" + v.s() + ")" : "") +
                                " is not JSON serializable");
   }
 }
@@ -324,6 +352,12 @@ Status Renderer::to_json(const Value& v, int indent, int depth, SourcePos pos, s
 // -- expressions
 
 Result<Value> Renderer::eval(const Expr& e) {
+  LUMEN_TRY(enter(e.pos));
+  DepthGuard guard(*this);
+  return eval_inner(e);
+}
+
+Result<Value> Renderer::eval_inner(const Expr& e) {
   LUMEN_TRY(charge(kStepCost, e.pos));
   switch (e.kind) {
     case ExprKind::kLiteral: return e.literal;
@@ -449,7 +483,7 @@ Value Renderer::loop_attr(const LoopState& st, const std::string& name) {
   if (name == "depth0") return int_value(0);
   if (name == "previtem" && k > 0) return (*st.items)[static_cast<size_t>(k - 1)];
   if (name == "nextitem" && k + 1 < n) return (*st.items)[static_cast<size_t>(k + 1)];
-  return undefined_value("loop." + name);
+  return undefined_value("'jinja2.runtime.LoopContext object' has no attribute " + python_string_repr(name));
 }
 
 Value Renderer::get_attr(const Value& obj, const std::string& name) {
@@ -459,29 +493,32 @@ Value Renderer::get_attr(const Value& obj, const std::string& name) {
     work_left_ -= static_cast<int64_t>(d->size());  // linear scan; overdraft fails at the next charge
     if (const Value* v = dict_find(*d, name)) return *v;
   }
-  return undefined_value(name);
+  if (obj.kind == Kind::kUndefined) return obj;  // keeps the first message
+  return undefined_value(no_attribute_message(obj, name));
 }
 
 Result<Value> Renderer::get_item(const Value& obj, const Value& key, SourcePos pos) {
   if (key.kind == Kind::kString) return get_attr(obj, key.s());
   if (!is_integral(key)) return undefined_value("");
   int64_t k = as_int(key);
+  const std::string no_element = "'" + jinja_type_repr(obj) + "' has no element " + std::to_string(k);
   if (obj.kind == Kind::kList) {
     const int64_t n = static_cast<int64_t>(obj.list->size());
     if (k < 0) k += n;
-    if (k < 0 || k >= n) return undefined_value("");
+    if (k < 0 || k >= n) return undefined_value(no_element);
     return (*obj.list)[static_cast<size_t>(k)];
   }
   if (obj.kind == Kind::kString) {
     const std::string& s = obj.s();
     LUMEN_TRY(charge(static_cast<int64_t>(s.size()), pos));
     if (k < 0) k += static_cast<int64_t>(code_point_count(s));
-    if (k < 0) return undefined_value("");
+    if (k < 0) return undefined_value(no_element);
     const size_t b = code_point_offset(s, static_cast<size_t>(k));
-    if (b >= s.size()) return undefined_value("");
+    if (b >= s.size()) return undefined_value(no_element);
     return string_value(s.substr(b, next_code_point(s, b) - b));
   }
-  return undefined_value("");
+  if (obj.kind == Kind::kUndefined) return obj;
+  return undefined_value(no_element);
 }
 
 // Python slice index arithmetic on a sequence of length n.
@@ -551,7 +588,7 @@ Result<Value> Renderer::binary(const std::string& op, const Value& a, const Valu
   }
   for (const Value* v : {&a, &b}) {
     if (v->kind == Kind::kUndefined) {
-      return error_at(pos, "'" + (v->s().empty() ? std::string("value") : v->s()) + "' is undefined (operator " + op + ")");
+      return error_at(pos, (v->s().empty() ? std::string("value is undefined") : v->s()) + " (operator " + op + ")");
     }
   }
   auto type_error = [&]() {
@@ -559,9 +596,13 @@ Result<Value> Renderer::binary(const std::string& op, const Value& a, const Valu
   };
   if (op == "+") {
     if (a.kind == Kind::kString && b.kind == Kind::kString) {
-      std::string s = a.s() + b.s();
+      // Markup + str and str + Markup escape the plain side and give Markup (markupsafe).
+      const bool markup = a.markup || b.markup;
+      std::string s = (markup && !a.markup ? html_escape(a.s()) : a.s()) + (markup && !b.markup ? html_escape(b.s()) : b.s());
       LUMEN_TRY(check_string(s, pos));
-      return string_value(std::move(s));
+      Value out = string_value(std::move(s));
+      out.markup = markup;
+      return out;
     }
     if (a.kind == Kind::kList && b.kind == Kind::kList) {
       LUMEN_TRY(check_list(a.list->size() + b.list->size(), pos));
@@ -767,7 +808,7 @@ Result<Value> Renderer::eval_call(const Expr& e) {
     LUMEN_ASSIGN_OR_RETURN(Value obj, eval(*callee.operands[0]));
     if (obj.kind != Kind::kString && obj.kind != Kind::kDict && obj.kind != Kind::kList &&
         obj.kind != Kind::kUndefined) {
-      return error_at(e.pos, std::string(kind_name(obj)) + " has no method '" + callee.name + "'");
+      return error_at(e.pos, no_attribute_message(obj, callee.name) + " (no such method)");
     }
     LUMEN_ASSIGN_OR_RETURN(CallArgs args, eval_args(e));
     return call_method(obj, callee.name, args, e.pos);
@@ -779,7 +820,53 @@ Result<Value> Renderer::eval_call(const Expr& e) {
                                " and cannot be called");
   }
   LUMEN_ASSIGN_OR_RETURN(CallArgs args, eval_args(e));
+  if (fn.macro) return call_macro(*fn.macro, args, e.pos);
   return call_builtin(fn.s(), args, e.pos);
+}
+
+// A macro call renders the macro's body with its parameters bound, in a scope that sees
+// the globals and the template's top-level variables (frames_[0]) but not the caller's
+// scopes; it returns the rendered text.
+Result<Value> Renderer::call_macro(const Stmt& macro, const CallArgs& args, SourcePos pos) {
+  const std::string& name = macro.targets[0];
+  const size_t n_params = macro.targets.size() - 1;
+  if (args.pos.size() > n_params) {
+    return error_at(pos, "macro '" + name + "' takes not more than " + std::to_string(n_params) + " argument(s)");
+  }
+  for (const auto& [k, unused] : args.kw) {
+    const auto it = std::find(macro.targets.begin() + 1, macro.targets.end(), k);
+    if (it == macro.targets.end()) return error_at(pos, "macro '" + name + "' takes no keyword argument '" + k + "'");
+    if (static_cast<size_t>(it - macro.targets.begin() - 1) < args.pos.size()) {
+      return error_at(pos, "macro '" + name + "' got multiple values for argument '" + k + "'");
+    }
+  }
+  if (call_depth_ >= kMaxCallDepth) return error_at(pos, "macro calls nested too deeply (runaway recursion in '" + name + "'?)");
+  // Set the caller's scopes aside (moved, not copied) and restore them on every path.
+  std::vector<Frame> caller_frames(std::make_move_iterator(frames_.begin() + 1), std::make_move_iterator(frames_.end()));
+  frames_.resize(1);
+  ++call_depth_;
+  Result<std::string> text = run_macro(macro, args, pos);
+  --call_depth_;
+  frames_.resize(1);
+  frames_.insert(frames_.end(), std::make_move_iterator(caller_frames.begin()), std::make_move_iterator(caller_frames.end()));
+  if (!text.ok()) return text.status();
+  return string_value(std::move(text).value());
+}
+
+Result<std::string> Renderer::run_macro(const Stmt& macro, const CallArgs& args, SourcePos pos) {
+  ScopedFrame frame(*this);
+  for (size_t k = 0; k + 1 < macro.targets.size(); ++k) {
+    const std::string& param = macro.targets[k + 1];
+    if (const Value* v = args.get(k, param)) {
+      assign(param, *v);
+    } else if (macro.defaults[k]) {  // evaluated per call, in the macro's scope
+      LUMEN_ASSIGN_OR_RETURN(Value v, eval(*macro.defaults[k]));
+      assign(param, std::move(v));
+    } else {
+      assign(param, undefined_value(param));
+    }
+  }
+  return capture(macro.body, pos);
 }
 
 Result<Value> Renderer::call_builtin(const std::string& name, const CallArgs& args, SourcePos pos) {

@@ -65,6 +65,23 @@ class Renderer {
     Renderer& r_;
   };
 
+  // RAII: counts one level of evaluation recursion (exec / eval) for kMaxEvalDepth.
+  class DepthGuard {
+   public:
+    explicit DepthGuard(Renderer& r) : r_(r) { ++r_.depth_; }
+    ~DepthGuard() { --r_.depth_; }
+    DepthGuard(const DepthGuard&) = delete;
+    DepthGuard& operator=(const DepthGuard&) = delete;
+
+   private:
+    Renderer& r_;
+  };
+
+  Status enter(SourcePos pos) {
+    if (depth_ >= kMaxEvalDepth) return error_at(pos, "template evaluation nested too deeply (runaway recursion?)");
+    return Status::ok_status();
+  }
+
   Status charge(int64_t units, SourcePos pos) {
     work_left_ -= units;
     if (work_left_ < 0) return error_at(pos, "template exceeded its evaluation budget (runaway loop?)");
@@ -95,6 +112,8 @@ class Renderer {
   Result<Flow> exec_body(const Body& body);
   Status emit(std::string_view text, SourcePos pos);
   Result<Flow> exec(const Stmt& s);
+  Result<Flow> exec_inner(const Stmt& s);
+  Result<std::string> capture(const Body& body, SourcePos pos);
   Status exec_set(const Stmt& s, Value v);
   Status unpack(const std::vector<std::string>& targets, const Value& v, SourcePos pos);
   Result<List> iterate(const Value& v, SourcePos pos);
@@ -110,6 +129,7 @@ class Renderer {
   // -- expressions (chat_template_eval.cc)
 
   Result<Value> eval(const Expr& e);
+  Result<Value> eval_inner(const Expr& e);
   static void set_key(Dict& d, const std::string& key, Value v);
   Result<CallArgs> eval_args(const Expr& e);
   static Value loop_attr(const LoopState& st, const std::string& name);
@@ -129,6 +149,8 @@ class Renderer {
   // -- calls: global functions (chat_template_eval.cc)
 
   Result<Value> eval_call(const Expr& e);
+  Result<Value> call_macro(const Stmt& macro, const CallArgs& args, SourcePos pos);
+  Result<std::string> run_macro(const Stmt& macro, const CallArgs& args, SourcePos pos);
   Result<Value> call_builtin(const std::string& name, const CallArgs& args, SourcePos pos);
 
   // -- methods (chat_template_filters.cc)
@@ -145,6 +167,9 @@ class Renderer {
 
   // -- filters and tests (chat_template_filters.cc)
 
+  static std::string html_escape(std::string_view s);
+  static std::vector<std::string_view> split_lines(std::string_view s);
+  Result<Value> indent(std::string s, const CallArgs& args, SourcePos pos);
   Result<Value> apply_filter(const std::string& name, const Value& v, const CallArgs& args, SourcePos pos);
   static Value number_filter(const std::string& name, const Value& v, const CallArgs& args);
   Result<Value> string_filter(const std::string& name, const Value& v, const CallArgs& args, SourcePos pos);
@@ -157,6 +182,8 @@ class Renderer {
   std::deque<Namespace> namespaces_;  // namespace() objects; stable addresses for Values
   std::string out_;
   int64_t work_left_ = kMaxWork;
+  int depth_ = 0;       // exec / eval calls in progress
+  int call_depth_ = 0;  // macro calls in progress
 };
 
 }  // namespace lumen::tok::chat_template_detail

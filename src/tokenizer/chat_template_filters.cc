@@ -155,7 +155,7 @@ Result<Value> Renderer::call_method(const Value& obj, const std::string& name, c
   if (obj.kind == Kind::kUndefined) return undefined_value(obj.s());  // chains on undefined stay undefined
   if (obj.kind == Kind::kList) {
     const Value* a0 = args.get(0, "value");
-    if ((name != "count" && name != "index") || !a0) return error_at(pos, "list has no method '" + name + "'");
+    if ((name != "count" && name != "index") || !a0) return error_at(pos, no_attribute_message(obj, name) + " (no such method)");
     int64_t n = 0;
     for (size_t k = 0; k < obj.list->size(); ++k) {
       LUMEN_ASSIGN_OR_RETURN(bool same, equal((*obj.list)[k], *a0, pos));
@@ -186,7 +186,7 @@ Result<Value> Renderer::call_method(const Value& obj, const std::string& name, c
       const Value* dflt = args.get(1, "default");
       return dflt ? *dflt : none_value();
     }
-    return error_at(pos, "dict has no method '" + name + "'");
+    return error_at(pos, no_attribute_message(obj, name) + " (no such method)");
   }
   const std::string& s = obj.s();
   LUMEN_TRY(charge(static_cast<int64_t>(s.size()), pos));  // every string method is O(size)
@@ -237,10 +237,85 @@ Result<Value> Renderer::call_method(const Value& obj, const std::string& name, c
     }
     return string_value(std::move(out));
   }
-  return error_at(pos, "string has no method '" + name + "'");
+  return error_at(pos, no_attribute_message(obj, name) + " (no such method)");
+}
+
+// Python's str.splitlines(): the lines without their line breaks, no trailing empty line.
+std::vector<std::string_view> Renderer::split_lines(std::string_view s) {
+  std::vector<std::string_view> lines;
+  size_t start = 0;
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t brk = 0;  // bytes of a line break at i
+    if (c == '\r') {
+      brk = i + 1 < s.size() && s[i + 1] == '\n' ? 2 : 1;
+    } else if (c == '\n' || c == 0x0b || c == 0x0c || c == 0x1c || c == 0x1d || c == 0x1e) {
+      brk = 1;
+    } else if (c == 0xc2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x85) {
+      brk = 2;  // U+0085
+    } else if (c == 0xe2 && i + 2 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x80 &&
+               (static_cast<unsigned char>(s[i + 2]) == 0xa8 || static_cast<unsigned char>(s[i + 2]) == 0xa9)) {
+      brk = 3;  // U+2028, U+2029
+    }
+    if (brk == 0) {
+      ++i;
+      continue;
+    }
+    lines.push_back(s.substr(start, i - start));
+    i += brk;
+    start = i;
+  }
+  if (start < s.size()) lines.push_back(s.substr(start));
+  return lines;
+}
+
+// indent(width=4, first=False, blank=False), as Jinja's do_indent: width is a count of
+// spaces or the indentation string itself.
+Result<Value> Renderer::indent(std::string s, const CallArgs& args, SourcePos pos) {
+  const Value* width = args.get(0, "width");
+  const Value* first = args.get(1, "first");
+  const Value* blank = args.get(2, "blank");
+  std::string pad = "    ";
+  if (width && width->kind == Kind::kString) {
+    pad = width->s();
+  } else if (width && is_integral(*width)) {
+    pad.assign(static_cast<size_t>(std::clamp<int64_t>(as_int(*width), 0, 1024)), ' ');
+  } else if (width) {
+    return error_at(pos, std::string("indent: width must be an integer or a string, got ") + kind_name(*width));
+  }
+  s += '\n';
+  const std::vector<std::string_view> lines = split_lines(s);
+  LUMEN_TRY(charge(static_cast<int64_t>(s.size() + lines.size() * pad.size()), pos));
+  std::string out;
+  for (size_t k = 0; k < lines.size(); ++k) {
+    if (k > 0) {
+      out += '\n';
+      if ((blank && truthy(*blank)) || !lines[k].empty()) out += pad;
+    }
+    out += lines[k];
+    LUMEN_TRY(check_size(out, pos));
+  }
+  if (first && truthy(*first)) out = pad + out;
+  LUMEN_TRY(check_string(out, pos));
+  return string_value(std::move(out));
 }
 
 // -- filters and tests
+
+std::string Renderer::html_escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
 
 Result<Value> Renderer::apply_filter(const std::string& name, const Value& v, const CallArgs& args, SourcePos pos) {
   const Value* a0 = args.get(0, "");
@@ -251,8 +326,17 @@ Result<Value> Renderer::apply_filter(const std::string& name, const Value& v, co
     const Value* dflt = args.get(0, "default_value");
     return dflt ? *dflt : string_value("");
   }
-  if (name == "safe") return v;
+  if (name == "safe") {  // Markup(value)
+    Value out = v;
+    if (v.kind != Kind::kString) {
+      LUMEN_ASSIGN_OR_RETURN(std::string text, to_str(v, pos));
+      out = string_value(std::move(text));
+    }
+    out.markup = true;
+    return out;
+  }
   if (name == "length" || name == "count") {
+    if (v.generator) return error_at(pos, "object of type 'generator' has no len()");
     switch (v.kind) {
       case Kind::kUndefined: return int_value(0);
       case Kind::kString:
@@ -279,6 +363,7 @@ Result<Value> Renderer::apply_filter(const std::string& name, const Value& v, co
     return int_value(std::abs(as_int(v)));
   }
   if (name == "first" || name == "last") {
+    if (name == "last" && v.generator) return error_at(pos, "'generator' object is not reversible");
     LUMEN_ASSIGN_OR_RETURN(List items, iterate(v, pos));
     if (items.empty()) return undefined_value("");
     return name == "first" ? items.front() : items.back();
@@ -323,9 +408,15 @@ Result<Value> Renderer::apply_filter(const std::string& name, const Value& v, co
     return string_value(std::move(out));
   }
   if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") {
-    return select(name, v, args, pos);
+    LUMEN_ASSIGN_OR_RETURN(Value out, select(name, v, args, pos));
+    out.generator = true;
+    return out;
   }
-  if (name == "map") return map(v, args, pos);
+  if (name == "map") {
+    LUMEN_ASSIGN_OR_RETURN(Value out, map(v, args, pos));
+    out.generator = true;
+    return out;
+  }
   if (name == "unique") {
     LUMEN_ASSIGN_OR_RETURN(List items, iterate(v, pos));
     List out;
@@ -341,7 +432,9 @@ Result<Value> Renderer::apply_filter(const std::string& name, const Value& v, co
       }
       if (!seen) out.push_back(std::move(item));
     }
-    return list_value(std::move(out));
+    Value result = list_value(std::move(out));
+    result.generator = true;
+    return result;
   }
   if (name == "replace") {
     LUMEN_ASSIGN_OR_RETURN(std::string s, to_str(v, pos));
@@ -383,21 +476,14 @@ Result<Value> Renderer::string_filter(const std::string& name, const Value& v, c
   if (name == "upper" || name == "lower") return string_value(ascii_case(std::move(s), name == "upper"));
   if (name == "capitalize") return string_value(capitalize(s));
   if (name == "title") return string_value(jinja_title(std::move(s)));
-  if (name == "string") return string_value(std::move(s));
-  if (name == "escape" || name == "e") {
-    std::string out;
-    for (char c : s) {
-      switch (c) {
-        case '&': out += "&amp;"; break;
-        case '<': out += "&lt;"; break;
-        case '>': out += "&gt;"; break;
-        case '"': out += "&#34;"; break;
-        case '\'': out += "&#39;"; break;
-        default: out += c;
-      }
-    }
-    LUMEN_TRY(check_string(out, pos));
-    return string_value(std::move(out));
+  if (name == "string") return v.kind == Kind::kString ? v : string_value(std::move(s));
+  if (name == "indent") return indent(s, args, pos);
+  if (name == "escape" || name == "e") {  // markup is already escaped
+    if (v.kind == Kind::kString && v.markup) return v;
+    Value out = string_value(html_escape(s));
+    LUMEN_TRY(check_string(out.s(), pos));
+    out.markup = true;
+    return out;
   }
   return error_at(pos, "unknown filter '" + name + "'");
 }

@@ -29,6 +29,9 @@ inline constexpr int64_t kMaxRangeItems = 100000;      // as Jinja's sandbox (MA
 inline constexpr size_t kMaxSourceBytes = size_t{1} << 20;
 inline constexpr size_t kMaxContextBytes = size_t{16} << 20;
 inline constexpr int kMaxNesting = 100;                // expression / block / value nesting depth
+inline constexpr int kMaxCallDepth = 64;               // macro calls in progress (recursion)
+inline constexpr int kMaxEvalDepth = 2000;             // statements + expressions being evaluated:
+                                                       // bounds the C++ stack across macro calls
 inline constexpr int64_t kMaxWork = int64_t{1} << 27;
 inline constexpr int64_t kStepCost = 64;
 
@@ -91,7 +94,7 @@ inline constexpr std::string_view kFilters[] = {
     "trim", "length", "count", "upper", "lower", "capitalize", "title", "string", "int",
     "float", "abs", "default", "d", "join", "first", "last", "list", "reverse", "replace",
     "items", "tojson", "safe", "escape", "e", "select", "reject", "selectattr", "rejectattr",
-    "map", "unique",
+    "map", "unique", "indent",
 };
 inline constexpr std::string_view kTests[] = {
     "defined", "undefined", "none", "string", "number", "integer", "float", "boolean",

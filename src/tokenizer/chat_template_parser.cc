@@ -18,8 +18,7 @@ namespace {
 // ---- Parser -------------------------------------------------------------------------------
 
 constexpr std::string_view kUnsupportedTags[] = {
-    "macro", "call", "filter", "include", "import", "from", "extends", "block", "with",
-    "autoescape", "do", "trans",
+    "call", "include", "import", "from", "extends", "block", "with", "autoescape", "do", "trans",
 };
 
 class Parser {
@@ -163,6 +162,8 @@ class Parser {
     if (name == "if") return parse_if(pos, out);
     if (name == "for") return parse_for(pos, out);
     if (name == "set") return parse_set(pos, out);
+    if (name == "macro") return parse_macro(pos, out);
+    if (name == "filter") return parse_filter_block(pos, out);
     if (name == "break" || name == "continue") {
       if (loop_depth_ == 0) return error_at(pos, "'" + name + "' outside of a for loop");
       LUMEN_TRY(expect_block_end());
@@ -256,6 +257,64 @@ class Parser {
     }
     LUMEN_TRY(expect_op("="));
     LUMEN_ASSIGN_OR_RETURN(s.expr, parse_tuple_or_expression());
+    LUMEN_TRY(expect_block_end());
+    out.push_back(std::move(s));
+    return Status::ok_status();
+  }
+
+  // {% macro name(a, b=default, ...) %}body{% endmacro %}
+  Status parse_macro(SourcePos pos, Body& out) {
+    Stmt s = make_stmt(StmtKind::kMacro, pos);
+    LUMEN_ASSIGN_OR_RETURN(std::string name, expect_name());
+    s.targets.push_back(std::move(name));
+    LUMEN_TRY(expect_op("("));
+    while (!is_op(")")) {
+      const SourcePos param_pos = cur().pos;
+      LUMEN_ASSIGN_OR_RETURN(std::string param, expect_name());
+      if (std::find(s.targets.begin() + 1, s.targets.end(), param) != s.targets.end()) {
+        return error_at(param_pos, "duplicate macro parameter '" + param + "'");
+      }
+      ExprPtr dflt;
+      if (accept_op("=")) {
+        LUMEN_ASSIGN_OR_RETURN(dflt, parse_expression());
+      } else if (!s.defaults.empty() && s.defaults.back()) {
+        return error_at(param_pos, "macro parameter '" + param + "' without a default follows one with a default");
+      }
+      s.targets.push_back(std::move(param));
+      s.defaults.push_back(std::move(dflt));
+      if (!accept_op(",")) break;
+    }
+    LUMEN_TRY(expect_op(")"));
+    LUMEN_TRY(expect_block_end());
+    const int saved_loop_depth = loop_depth_;  // break / continue cannot leave the macro
+    loop_depth_ = 0;
+    std::string end;
+    Status st = parse_body(s.body, {"endmacro"}, "macro", pos, &end);
+    loop_depth_ = saved_loop_depth;
+    LUMEN_TRY(st);
+    LUMEN_TRY(expect_block_end());
+    out.push_back(std::move(s));
+    return Status::ok_status();
+  }
+
+  // {% filter f(args) | g %}body{% endfilter %}: the filters apply to the body's output.
+  Status parse_filter_block(SourcePos pos, Body& out) {
+    Stmt s = make_stmt(StmtKind::kFilterBlock, pos);
+    ExprPtr e = node(ExprKind::kName, pos);
+    e->name = std::string(kFilterBodyName);
+    do {
+      ExprPtr filter = node(ExprKind::kFilter, cur().pos);
+      const SourcePos name_pos = cur().pos;
+      LUMEN_ASSIGN_OR_RETURN(filter->name, expect_name());
+      if (!contains(kFilters, filter->name)) return error_at(name_pos, "unknown filter '" + filter->name + "'");
+      LUMEN_TRY(add(*filter, std::move(e)));
+      if (accept_op("(")) LUMEN_TRY(parse_call_args(*filter));
+      e = std::move(filter);
+    } while (accept_op("|"));
+    s.filter = std::move(e);
+    LUMEN_TRY(expect_block_end());
+    std::string end;
+    LUMEN_TRY(parse_body(s.body, {"endfilter"}, "filter", pos, &end));
     LUMEN_TRY(expect_block_end());
     out.push_back(std::move(s));
     return Status::ok_status();

@@ -26,6 +26,27 @@ const char* kind_name(const Value& v) {
   return "?";
 }
 
+std::string jinja_type_repr(const Value& v) {
+  switch (v.kind) {
+    case Kind::kNone: return "None";
+    case Kind::kBool: return "bool object";
+    case Kind::kInt: return "int object";
+    case Kind::kFloat: return "float object";
+    case Kind::kString: return "str object";
+    case Kind::kList: return "list object";
+    case Kind::kDict: return "dict object";
+    case Kind::kNamespace: return "jinja2.utils.Namespace object";
+    case Kind::kFunction: return v.macro ? "jinja2.runtime.Macro object" : "function object";
+    case Kind::kLoop: return "jinja2.runtime.LoopContext object";
+    case Kind::kUndefined: return "jinja2.runtime.Undefined object";
+  }
+  return "object";
+}
+
+std::string no_attribute_message(const Value& obj, std::string_view name) {
+  return "'" + jinja_type_repr(obj) + "' has no attribute " + python_string_repr(name);
+}
+
 // Python's float repr: shortest round-trip digits; fixed notation for exponents in
 // [-4, 16), else d.ddde+XX.
 std::string float_repr(double f) {

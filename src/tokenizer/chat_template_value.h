@@ -19,20 +19,31 @@ using List = std::vector<Value>;
 using Dict = std::vector<std::pair<std::string, Value>>;  // insertion order, as Python
 struct Namespace;
 struct LoopState;
+struct Stmt;
 
 struct Value {
   enum class Kind : uint8_t { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kNamespace, kFunction, kLoop };
   Kind kind = Kind::kUndefined;
   bool b = false;
+  // kString: the text is markup (Jinja's Markup, from |safe or |escape): "+" with a plain
+  // string HTML-escapes the plain side, as markupsafe does.
+  bool markup = false;
+  // kList: the result of map / select / reject / selectattr / rejectattr, a generator in
+  // Jinja: tojson and length refuse it (as jinja2 under Hugging Face's settings); |list
+  // makes it a list.
+  bool generator = false;
   int64_t i = 0;
   double f = 0.0;
-  // kString; kFunction: its name; kUndefined: what was missing (for messages). Shared and
+  // kString; kFunction: its name; kUndefined: why it is undefined, as Jinja's message
+  // ("'x' is undefined", "'dict object' has no attribute 'x'"), or empty. Shared and
   // immutable, so copying a Value never copies text.
   std::shared_ptr<const std::string> str;
   std::shared_ptr<const List> list;  // kList (immutable, shared)
   std::shared_ptr<const Dict> dict;  // kDict (immutable, shared)
   Namespace* ns = nullptr;           // kNamespace, owned by the Renderer's arena
   std::shared_ptr<const LoopState> loop;  // kLoop: the enclosing for loop's state
+  const Stmt* macro = nullptr;       // kFunction: the {% macro %} statement (in the parsed
+                                     // template, which outlives every render); null: a builtin
 
   const std::string& s() const {
     static const std::string kEmpty;
@@ -52,6 +63,7 @@ struct LoopState {
   int64_t index0 = 0;
 };
 
+// `what`: Jinja's message for using it (see Value::str).
 inline Value undefined_value(std::string what) {
   Value v;
   v.str = std::make_shared<const std::string>(std::move(what));
@@ -135,6 +147,12 @@ inline const Value* dict_find(const Dict& d, std::string_view key) {
 }
 
 const char* kind_name(const Value& v);
+
+// Jinja's object_type_repr: "dict object", "list object", "None", ...
+std::string jinja_type_repr(const Value& v);
+
+// Jinja's message for a missing attribute: "'dict object' has no attribute 'x'".
+std::string no_attribute_message(const Value& obj, std::string_view name);
 
 // Python's float repr: shortest round-trip digits; fixed notation for exponents in
 // [-4, 16), else d.ddde+XX.
