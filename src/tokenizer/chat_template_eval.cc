@@ -116,6 +116,7 @@ Result<Flow> Renderer::exec_inner(const Stmt& s) {
     case StmtKind::kMacro: {
       Value fn = function_value(s.targets[0]);
       fn.macro = &s;
+      fn.i = static_cast<int64_t>(frames_.size());  // its closure: the scopes it is defined in
       assign(s.targets[0], std::move(fn));
       return Flow::kNormal;
     }
@@ -501,7 +502,7 @@ Result<Value> Renderer::get_item(const Value& obj, const Value& key, SourcePos p
   if (key.kind == Kind::kString) return get_attr(obj, key.s());
   if (!is_integral(key)) return undefined_value("");
   int64_t k = as_int(key);
-  const std::string no_element = "'" + jinja_type_repr(obj) + "' has no element " + std::to_string(k);
+  const std::string no_element = jinja_type_repr(obj) + " has no element " + std::to_string(k);
   if (obj.kind == Kind::kList) {
     const int64_t n = static_cast<int64_t>(obj.list->size());
     if (k < 0) k += n;
@@ -820,14 +821,16 @@ Result<Value> Renderer::eval_call(const Expr& e) {
                                " and cannot be called");
   }
   LUMEN_ASSIGN_OR_RETURN(CallArgs args, eval_args(e));
-  if (fn.macro) return call_macro(*fn.macro, args, e.pos);
+  if (fn.macro) return call_macro(fn, args, e.pos);
   return call_builtin(fn.s(), args, e.pos);
 }
 
-// A macro call renders the macro's body with its parameters bound, in a scope that sees
-// the globals and the template's top-level variables (frames_[0]) but not the caller's
-// scopes; it returns the rendered text.
-Result<Value> Renderer::call_macro(const Stmt& macro, const CallArgs& args, SourcePos pos) {
+// A macro call renders the macro's body with its parameters bound, in a scope of its own
+// over the scopes the macro was defined in (the globals and the template's top-level
+// variables; a loop's variables if defined in that loop, as Jinja's closures), not the
+// caller's; it returns the rendered text.
+Result<Value> Renderer::call_macro(const Value& fn, const CallArgs& args, SourcePos pos) {
+  const Stmt& macro = *fn.macro;
   const std::string& name = macro.targets[0];
   const size_t n_params = macro.targets.size() - 1;
   if (args.pos.size() > n_params) {
@@ -841,13 +844,16 @@ Result<Value> Renderer::call_macro(const Stmt& macro, const CallArgs& args, Sour
     }
   }
   if (call_depth_ >= kMaxCallDepth) return error_at(pos, "macro calls nested too deeply (runaway recursion in '" + name + "'?)");
-  // Set the caller's scopes aside (moved, not copied) and restore them on every path.
-  std::vector<Frame> caller_frames(std::make_move_iterator(frames_.begin() + 1), std::make_move_iterator(frames_.end()));
-  frames_.resize(1);
+  // Set the caller's scopes aside (moved, not copied) and restore them on every path. A
+  // macro value that outlived its scopes (stored in a namespace) keeps what is left of them.
+  const size_t keep = static_cast<size_t>(std::clamp<int64_t>(fn.i, 1, static_cast<int64_t>(frames_.size())));
+  std::vector<Frame> caller_frames(std::make_move_iterator(frames_.begin() + static_cast<std::ptrdiff_t>(keep)),
+                                   std::make_move_iterator(frames_.end()));
+  frames_.resize(keep);
   ++call_depth_;
   Result<std::string> text = run_macro(macro, args, pos);
   --call_depth_;
-  frames_.resize(1);
+  frames_.resize(keep);
   frames_.insert(frames_.end(), std::make_move_iterator(caller_frames.begin()), std::make_move_iterator(caller_frames.end()));
   if (!text.ok()) return text.status();
   return string_value(std::move(text).value());
@@ -863,7 +869,7 @@ Result<std::string> Renderer::run_macro(const Stmt& macro, const CallArgs& args,
       LUMEN_ASSIGN_OR_RETURN(Value v, eval(*macro.defaults[k]));
       assign(param, std::move(v));
     } else {
-      assign(param, undefined_value(param));
+      assign(param, undefined_value("'" + param + "' is undefined"));
     }
   }
   return capture(macro.body, pos);

@@ -149,7 +149,7 @@ class Renderer {
   // -- calls: global functions (chat_template_eval.cc)
 
   Result<Value> eval_call(const Expr& e);
-  Result<Value> call_macro(const Stmt& macro, const CallArgs& args, SourcePos pos);
+  Result<Value> call_macro(const Value& fn, const CallArgs& args, SourcePos pos);
   Result<std::string> run_macro(const Stmt& macro, const CallArgs& args, SourcePos pos);
   Result<Value> call_builtin(const std::string& name, const CallArgs& args, SourcePos pos);
 

@@ -181,8 +181,19 @@ struct ErrorCase {
 
 TEST(ChatTemplateErrors, ParseErrorsNameConstructAndPosition) {
   const ErrorCase cases[] = {
-      {"{% macro m() %}x{% endmacro %}", "1:1: unsupported tag 'macro'"},
       {"ok\n  {% include 'x' %}", "2:3: unsupported tag 'include'"},
+      {"{% import 'x' as y %}", "1:1: unsupported tag 'import'"},
+      {"{% from 'x' import y %}", "1:1: unsupported tag 'from'"},
+      {"{% extends 'x' %}", "1:1: unsupported tag 'extends'"},
+      {"{% block b %}{% endblock %}", "1:1: unsupported tag 'block'"},
+      {"{% macro m() %}{% endmacro %}{% call m() %}x{% endcall %}", "1:30: unsupported tag 'call'"},
+      {"{% macro m() %}never closed", "1:1: unterminated 'macro' block (missing '{% endmacro %}')"},
+      {"{% macro m(a=1, b) %}{% endmacro %}", "1:17: macro parameter 'b' without a default follows one with a default"},
+      {"{% macro m(a, a) %}{% endmacro %}", "1:15: duplicate macro parameter 'a'"},
+      {"{% macro m %}{% endmacro %}", "1:12: expected '('"},
+      {"{% for x in [1] %}{% macro m() %}{% break %}{% endmacro %}{% endfor %}", "'break' outside of a for loop"},
+      {"{% filter frob %}x{% endfilter %}", "1:11: unknown filter 'frob'"},
+      {"{% filter upper %}never closed", "unterminated 'filter' block"},
       {"{% frobnicate %}", "unknown tag 'frobnicate'"},
       {"{% if true %}never closed", "1:1: unterminated 'if' block (missing '{% endif %}')"},
       {"{% for x in [1] %}\n{{ x }}", "1:1: unterminated 'for' block"},
@@ -219,6 +230,17 @@ TEST(ChatTemplateErrors, RenderErrors) {
       {"{% set y.z = 1 %}", "only namespace() objects allow it"},
       {"{{ [1][::0] }}", "slice step cannot be zero"},
       {"{{ x | tojson }}", "not JSON serializable"},
+      // Jinja's messages for undefined values and generators (map / select / ...).
+      {"{{ {'a': 1}.b + 'x' }}", "'dict object' has no attribute 'b'"},
+      {"{{ [1][3] + 'x' }}", "list object has no element 3"},
+      {"{{ [1].startswith('a') }}", "'list object' has no attribute 'startswith'"},
+      {"{{ messages | map(attribute='role') | tojson }}", "Object of type generator is not JSON serializable"},
+      {"{{ messages | selectattr('role') | length }}", "object of type 'generator' has no len()"},
+      // Macro calls: arguments are checked as Jinja does.
+      {"{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}", "1:35: macro 'm' takes not more than 1 argument(s)"},
+      {"{% macro m(a) %}{% endmacro %}{{ m(z=1) }}", "macro 'm' takes no keyword argument 'z'"},
+      {"{% macro m(a) %}{% endmacro %}{{ m(1, a=2) }}", "macro 'm' got multiple values for argument 'a'"},
+      {"{% macro m(a) %}{{ a + 1 }}{% endmacro %}{{ m() }}", "'a' is undefined"},
   };
   for (const ErrorCase& c : cases) {
     const std::string msg = render_error(c.source);
@@ -240,6 +262,12 @@ TEST(ChatTemplateErrors, HostileTemplatesAreBounded) {
       {"{% set s = 'x' * 1000000 %}{% for i in range(100000) %}{{ s | length }}{% endfor %}", "evaluation budget"},
       {"{% set ns = namespace(a=1) %}{% set ns.a = ns %}{{ ns }}", "nested too deeply"},
       {"{{ 2 ** 64 }}", "integer overflow"},
+      // A macro calling itself without end, once per call or twice (2^depth calls).
+      {"{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}", "macro calls nested too deeply"},
+      {"{% macro m(n) %}{% if n < 40 %}{{ m(n + 1) }}{{ m(n + 1) }}{% endif %}{% endmacro %}{{ m(0) }}", "evaluation budget"},
+      {"{% macro m(s) %}{{ m(s ~ s) }}{% endmacro %}{{ m('x') }}", "exceeds the size limit"},
+      {"{% macro m() %}{% for i in range(100000) %}{{ i }}{% endfor %}{% endmacro %}{% for i in range(100000) %}{{ m() }}{% endfor %}",
+       "evaluation budget"},
   };
   for (const ErrorCase& c : cases) {
     const std::string msg = render_error(c.source);
@@ -320,6 +348,49 @@ TEST(ChatTemplateSemantics, MatchesJinjaWithHfSettings) {
     {"{{ '  a b  '.strip() }}|{{ 'xxaxx'.strip('x') }}|{{ 'ab  '.rstrip() }}|{{ '\\n\\nab'.lstrip('\\n') }}|{{ 'abc'.startswith('ab') }}|{{ 'abc'.endswith(('x', 'bc')) }}", "a b|a|ab|ab|True|True"},
     {"{{ 'a b  c'.split() }}|{{ 'a,b,,c'.split(',') }}|{{ 'a b c'.split(' ', 1) }}|{{ 'x</think>y'.split('</think>')[-1] }}|{{ ', '.join(['a', 'b']) }}|{{ 'abc'.upper() }}", "['a', 'b', 'c']|['a', 'b', '', 'c']|['a', 'b c']|y|a, b|ABC"},
     {"{{ {'a': 1}.get('a') }}|{{ {'a': 1}.get('z', 5) }}|{{ {'a': 1}.keys() | list }}|{{ range(3) | list }}|{{ range(5, 0, -2) | list }}", "1|5|['a']|[0, 1, 2]|[5, 3, 1]"},
+  };
+  const std::vector<ChatMessage> messages = {{"system", "S"}, {"user", "Hi"}, {"assistant", " a b "}};
+  for (const Case& c : cases) {
+    Result<ChatTemplate> t = ChatTemplate::parse(c.source);
+    ASSERT_TRUE(t.ok()) << c.source << " -> " << t.message();
+    Result<std::string> out = t->render(messages, true, "<s>", "</s>");
+    ASSERT_TRUE(out.ok()) << c.source << " -> " << out.message();
+    EXPECT_EQ(*out, c.expected) << c.source;
+  }
+}
+
+// {% macro %}, {% filter %}, indent and Markup; expected strings from jinja2 with HF's
+// settings (tests/data/chat_templates/render_jinja2.py's environment).
+TEST(ChatTemplateSemantics, MacrosAndFilterBlocksMatchJinja) {
+  const Case cases[] = {
+    // positional and keyword arguments, defaults, missing arguments undefined
+    {"{% macro m(a, b='B', c=none) %}[{{ a }}|{{ b }}|{{ c }}]{% endmacro %}{{ m(1) }}{{ m(1, 2) }}{{ m(1, c=3) }}{{ m(b=5, a=4) }}{{ m() }}",
+     "[1|B|None][1|2|None][1|B|3][4|5|None][|B|None]"},
+    // defaults are evaluated per call, see top-level variables and earlier parameters
+    {"{% set d = 7 %}{% macro m(x=d, y=x * 2) %}{{ x }},{{ y }}{% endmacro %}{{ m() }}|{{ m(1) }}", "7,14|1,2"},
+    // recursion
+    {"{% macro fact(n) %}{% if n <= 1 %}1{% else %}{{ n }}*{{ fact(n - 1) }}{% endif %}{% endmacro %}{{ fact(4) }}", "4*3*2*1"},
+    // scoping: top-level variables yes, the caller's loop variables no; sets stay local
+    {"{% set top = 'T' %}{% macro m() %}{{ top }}{{ x is defined }}{{ i is defined }}{{ loop is defined }}{% endmacro %}{% for i in [1] %}{% set x = 1 %}{{ m() }}{% endfor %}",
+     "TFalseFalseFalse"},
+    {"{% macro m() %}{% set top = 'local' %}{{ top }}{% endmacro %}{% set top = 'T' %}{{ m() }}{{ top }}", "localT"},
+    {"{% macro m(messages) %}{{ messages | length }}{% endmacro %}{{ m([1]) }}{{ messages | length }}", "13"},
+    {"{% for x in [1, 2] %}{% macro m() %}{{ x is defined }}{% endmacro %}{{ m() }}{% endfor %}", "TrueTrue"},  // closure
+    {"{% set ns = namespace(n=0) %}{% macro bump() %}{% set ns.n = ns.n + 1 %}{% endmacro %}{{ bump() }}{{ bump() }}{{ ns.n }}", "2"},
+    // a call is a string value in expressions; macros call macros
+    {"{% macro m(x) %}<{{ x }}>{% endmacro %}{{ 'a' + m(1) }}|{{ m('xy') | length }}|{{ m(1) ~ m(2) }}", "a<1>|4|<1><2>"},
+    {"{% macro a() %}A{% endmacro %}{% macro b() %}{{ a() }}B{% endmacro %}{{ b() }}", "AB"},
+    // whitespace control, trim_blocks / lstrip_blocks
+    {"{%- macro m(x) -%}\n  <{{ x }}>\n{%- endmacro -%}\n{{ m(1) }}\n{% macro n() %}\n  k\n{% endmacro %}\n[{{ n() }}]", "<1>\n[  k\n]"},
+    // filter blocks
+    {"{% filter upper %}ab{{ 'c' }}{% endfilter %}|{% filter trim | upper %}  x  {% endfilter %}|{% filter replace('a', 'b') %}aaa{% endfilter %}",
+     "ABC|X|bbb"},
+    // indent
+    {"{{ 'a\nb\n\nc' | indent(2) }}|{{ 'a\nb' | indent(2, first=true) }}|{{ 'a\n\nb\n' | indent(blank=true) }}|{{ 'a\r\nb' | indent('> ') }}",
+     "a\n  b\n\n  c|  a\n  b|a\n    \n    b\n    |a\n> b"},
+    // Markup: + escapes the plain side (functionary v3.1's tools JSON); ~ makes plain text
+    {"{{ 'x'|safe + '\"<' }}|{{ '\"' + '&'|safe }}|{{ '<'|e|e }}|{{ ('a'|safe) ~ '<' }}|{{ ('<'|safe + '>') | length }}",
+     "x&#34;&lt;|&#34;&|&lt;|a<|5"},
   };
   const std::vector<ChatMessage> messages = {{"system", "S"}, {"user", "Hi"}, {"assistant", " a b "}};
   for (const Case& c : cases) {

@@ -32,7 +32,7 @@ struct Value {
   // Jinja: tojson and length refuse it (as jinja2 under Hugging Face's settings); |list
   // makes it a list.
   bool generator = false;
-  int64_t i = 0;
+  int64_t i = 0;  // kInt; kFunction of a macro: how many scopes deep it was defined
   double f = 0.0;
   // kString; kFunction: its name; kUndefined: why it is undefined, as Jinja's message
   // ("'x' is undefined", "'dict object' has no attribute 'x'"), or empty. Shared and
