@@ -1,5 +1,7 @@
-// Real chat templates (Qwen3, Gemma 2 / 3, Phi-3 / 3.5, Mistral Nemo) rendered by lumen
-// byte-identical to Hugging Face's apply_chat_template as jinja2 renders it
+// Real chat templates (Qwen3, Gemma 2 / 3, Phi-3 / 3.5, Mistral Nemo, Qwen2.5, Llama 3.2,
+// DeepSeek-R1-Distill, and the tool-use templates of Hermes 3, Command-R7B / R+,
+// functionary v3.1 / v3.2 and firefunction v2: macros, filter blocks, indent, Markup)
+// rendered by lumen byte-identical to Hugging Face's apply_chat_template as jinja2 renders it
 // (tests/data/chat_templates: the templates, the conversations, expected.json and the
 // script that made it with Debian's python3-jinja2, SOURCES.md for where each template
 // comes from). A conversation the template rejects (raise_exception) must be rejected by

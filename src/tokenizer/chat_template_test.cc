@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -444,6 +446,79 @@ TEST(ChatTemplateSemantics, MoveAndEmpty) {
   ChatTemplate empty;
   EXPECT_FALSE(empty.render(kNoSystem, false, "", "").ok());
 }
+
+#ifdef LUMEN_TEST_DATA_DIR
+// The chat template parser takes untrusted input (a GGUF's tokenizer.chat_template, a
+// request's template): mutants of the real templates of tests/data/chat_templates (spans
+// deleted, duplicated, swapped; hostile fragments such as self-calling macros and unclosed
+// tags spliced in) must parse and render to a result or a Status, in bounded time. Runs
+// under ASan + UBSan in `make test` (the Fuzz tests).
+TEST(ChatTemplateFuzz, MutatedRealTemplatesFailCleanly) {
+  const std::string dir = std::string(LUMEN_TEST_DATA_DIR) + "/chat_templates/";
+  const auto spec = nlohmann::ordered_json::parse(read_file(dir + "conversations.json"));
+  nlohmann::ordered_json conv;
+  for (const auto& c : spec["conversations"]) {
+    if (c["name"] == "tools-two-calls-string-arguments") conv = c;
+  }
+  ASSERT_FALSE(conv.is_null());
+  static constexpr const char* kFragments[] = {
+      "{%", "%}", "{{", "}}", "{%- ", " -%}", "(", ")", "[", "]", "'", "|indent(2)", "|safe", "|e", "|tojson",
+      "{% macro m(a, b=1) %}{{ m(a, b) }}{% endmacro %}{{ m(1) }}",
+      "{% macro n(x) %}{% for i in range(1000) %}{{ n(x ~ x) }}{% endfor %}{% endmacro %}{{ n('ab') }}",
+      "{% endmacro %}", "{% filter upper %}", "{% endfilter %}", "{% for x in messages %}", "{% endfor %}",
+      "{{ m(z=1) }}", "{% call m() %}", "{% set x = x ~ x %}",
+  };
+  uint64_t rng = 0x9E3779B97F4A7C15ull;
+  auto next = [&rng](uint64_t n) {  // xorshift64*, in [0, n)
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
+    return static_cast<size_t>((rng * 0x2545F4914F6CDD1Dull) % n);
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  int n_ok = 0, n_err = 0;
+  for (const auto& [tname, templ] : spec["templates"].items()) {
+    const std::string source = read_file(dir + templ["file"].get<std::string>());
+    ASSERT_FALSE(source.empty()) << tname;
+    nlohmann::ordered_json ctx;  // render_jinja2.py's context()
+    ctx["messages"] = conv["messages"];
+    ctx["tools"] = conv["tools"];
+    ctx["add_generation_prompt"] = conv["add_generation_prompt"];
+    ctx["bos_token"] = templ["bos_token"];
+    ctx["eos_token"] = templ["eos_token"];
+    if (templ.contains("extra")) {
+      for (const auto& [k, v] : templ["extra"].items()) ctx[k] = v;
+    }
+    const std::string ctx_json = ctx.dump();
+    for (int variant = 0; variant < 100; ++variant) {
+      std::string s = source;
+      for (int edits = 1 + static_cast<int>(next(3)); edits > 0; --edits) {
+        const size_t at = next(s.size() + 1);
+        const size_t len = std::min(s.size() - at, next(64));
+        switch (next(4)) {
+          case 0: s.erase(at, len); break;
+          case 1: s.insert(at, s.substr(at, len)); break;
+          case 2: s.insert(at, kFragments[next(std::size(kFragments))]); break;
+          default:
+            if (len > 1) std::swap(s[at], s[at + len - 1]);
+        }
+      }
+      Result<ChatTemplate> t = ChatTemplate::parse(s);
+      if (!t.ok()) {
+        EXPECT_EQ(t.message().rfind("chat template", 0), 0u) << t.message();
+        ++n_err;
+        continue;
+      }
+      Result<std::string> out = t->render_json(ctx_json);
+      (out.ok() ? n_ok : n_err) += 1;
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("[ chat ] %d mutants rendered, %d refused, %.1f s\n", n_ok, n_err, seconds);
+  EXPECT_GT(n_ok, 0);
+  EXPECT_GT(n_err, 0);
+}
+#endif
 
 }  // namespace
 }  // namespace lumen::tok
