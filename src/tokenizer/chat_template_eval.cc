@@ -423,10 +423,12 @@ Result<Value> Renderer::eval_inner(const Expr& e) {
     }
     case ExprKind::kAttr: {
       LUMEN_ASSIGN_OR_RETURN(Value obj, eval(*e.operands[0]));
+      LUMEN_TRY(check_defined(obj, e.pos));
       return get_attr(obj, e.name);
     }
     case ExprKind::kIndex: {
       LUMEN_ASSIGN_OR_RETURN(Value obj, eval(*e.operands[0]));
+      LUMEN_TRY(check_defined(obj, e.pos));
       LUMEN_ASSIGN_OR_RETURN(Value key, eval(*e.operands[1]));
       return get_item(obj, key, e.pos);
     }
@@ -807,6 +809,7 @@ Result<Value> Renderer::eval_call(const Expr& e) {
   const Expr& callee = *e.operands[0];
   if (callee.kind == ExprKind::kAttr) {  // obj.method(...)
     LUMEN_ASSIGN_OR_RETURN(Value obj, eval(*callee.operands[0]));
+    LUMEN_TRY(check_defined(obj, e.pos));
     if (obj.kind != Kind::kString && obj.kind != Kind::kDict && obj.kind != Kind::kList &&
         obj.kind != Kind::kUndefined) {
       return error_at(e.pos, no_attribute_message(obj, callee.name) + " (no such method)");

@@ -99,6 +99,13 @@ class Renderer {
     return charge(static_cast<int64_t>(s.size()), pos);
   }
 
+  // An attribute, item or method of an undefined value is an error, as in Jinja (its
+  // Undefined raises on use); the message is the undefined value's own.
+  static Status check_defined(const Value& v, SourcePos pos) {
+    if (v.kind != Kind::kUndefined) return Status::ok_status();
+    return error_at(pos, v.s().empty() ? std::string("value is undefined") : v.s());
+  }
+
   Status check_list(size_t n, SourcePos pos) {
     if (n > kMaxListItems) return error_at(pos, "list exceeds the size limit");
     return charge(static_cast<int64_t>(n), pos);

@@ -236,6 +236,11 @@ TEST(ChatTemplateErrors, RenderErrors) {
       {"{{ {'a': 1}.b + 'x' }}", "'dict object' has no attribute 'b'"},
       {"{{ [1][3] + 'x' }}", "list object has no element 3"},
       {"{{ [1].startswith('a') }}", "'list object' has no attribute 'startswith'"},
+      // Attributes, items and methods of undefined values fail with the first message.
+      {"{{ undefined_name.attr }}", "1:18: 'undefined_name' is undefined"},
+      {"{{ {'a': 1}.b.c }}", "'dict object' has no attribute 'b'"},
+      {"{{ {'a': 1}.b[0] }}", "'dict object' has no attribute 'b'"},
+      {"{{ [1][5].strip() }}", "list object has no element 5"},
       {"{{ messages | map(attribute='role') | tojson }}", "Object of type generator is not JSON serializable"},
       {"{{ messages | selectattr('role') | length }}", "object of type 'generator' has no len()"},
       // Macro calls: arguments are checked as Jinja does.
@@ -338,7 +343,7 @@ TEST(ChatTemplateSemantics, MatchesJinjaWithHfSettings) {
     {"{{ 'b' in 'abc' }} {{ 2 not in [1, 2] }} {{ 'k' in {'k': 1} }}", "True False True"},
     {"{{ messages[1].content }}{{ messages[1]['role'] }}{{ messages[-1].content }}{{ messages[5] is defined }}", "Hiuser a b False"},
     {"{{ messages[1:] | length }} {{ 'héllo'[::-1] }} {{ 'héllo'[1:3] }} {{ [1, 2, 3][::2] }}", "2 olléh él [1, 3]"},
-    {"{{ undefined_name }}|{{ undefined_name.attr }}|{{ undefined_name | length }}|{{ undefined_name is defined }}", "||0|False"},  // Jinja errors on .attr of undefined; chains stay undefined here
+    {"{{ undefined_name }}|{{ undefined_name | length }}|{{ undefined_name is defined }}|{{ {}.a is defined }}", "|0|False|False"},
     {"{{ [1, 'a', none, true, 1.5] }} {{ {'k': [1, {'z': none}]} }} {{ 'it\\'s' }}", "[1, 'a', None, True, 1.5] {'k': [1, {'z': None}]} it's"},
     {"{{ '  x  ' | trim }}|{{ 'ab' | upper }}|{{ 'AB' | lower }}|{{ 'hello world' | title }}|{{ 'hELLO' | capitalize }}", "x|AB|ab|Hello World|Hello"},
     {"{{ [3, 1, 2] | join(', ') }}|{{ [3, 1, 2] | first }}|{{ [3, 1, 2] | last }}|{{ 'abc' | list }}|{{ [1, 2] | reverse | list }}", "3, 1, 2|3|2|['a', 'b', 'c']|[2, 1]"},
