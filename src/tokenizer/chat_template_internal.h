@@ -30,7 +30,7 @@ inline constexpr size_t kMaxSourceBytes = size_t{1} << 20;
 inline constexpr size_t kMaxContextBytes = size_t{16} << 20;
 inline constexpr int kMaxNesting = 100;                // expression / block / value nesting depth
 inline constexpr int kMaxCallDepth = 64;               // macro calls in progress (recursion)
-inline constexpr int kMaxEvalDepth = 2000;             // statements + expressions being evaluated:
+inline constexpr int kMaxEvalDepth = 600;              // statements + expressions being evaluated:
                                                        // bounds the C++ stack across macro calls
 inline constexpr int64_t kMaxWork = int64_t{1} << 27;
 inline constexpr int64_t kStepCost = 64;

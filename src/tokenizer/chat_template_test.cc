@@ -290,6 +290,15 @@ TEST(ChatTemplateErrors, HostileTemplatesAreBounded) {
   for (int i = 0; i < 5000; ++i) blocks += "{% if true %}";
   EXPECT_NE(render_error(blocks).find("nested too deeply"), std::string::npos);
   EXPECT_NE(render_error(std::string(2 << 20, 'x')).find("exceeds the limit"), std::string::npos);
+  // Macro recursion through deeply nested blocks and expressions: each call stays within
+  // the parser's nesting limits, so the evaluator's own depth limit must stop it before
+  // the C++ stack overflows (ASan's frames are several KB).
+  std::string deep = "{% macro m(n) %}";
+  for (int i = 0; i < 95; ++i) deep += "{% if true %}";
+  deep += "{{ " + std::string(90, '(') + "m(n + 1)" + std::string(90, ')') + " }}";
+  for (int i = 0; i < 95; ++i) deep += "{% endif %}";
+  deep += "{% endmacro %}{{ m(0) }}";
+  EXPECT_NE(render_error(deep).find("evaluation nested too deeply"), std::string::npos) << render_error(deep);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(seconds, 60.0);  // generous for sanitizer builds; ~1 s in release
 }
