@@ -274,16 +274,45 @@ class Converter {
       rules_[slot].second = body;
       return name;
     }
-    if (s.contains("const")) {
-      expr = literal(json_text(s["const"]));
-    } else if (s.contains("enum")) {
-      const Json& e = s["enum"];
-      if (!e.is_array() || e.empty()) return fail(path + "/enum", "must be a non-empty array");
-      if (static_cast<int32_t>(e.size()) > limits_.max_enum)
-        return fail(path + "/enum", "more than " + std::to_string(limits_.max_enum) + " values");
-      expr = "(";
-      for (size_t i = 0; i < e.size(); ++i) expr += (i ? " | " : " ") + literal(json_text(e[i]));
-      expr += " )";
+    if (s.contains("const") || s.contains("enum")) {
+      // The listed values, less those the keywords beside them exclude ({"type": "string",
+      // "enum": ["a", 3]} admits only "a"); keywords beside them that values are not checked
+      // against here are an error rather than dropped.
+      const char* key = s.contains("const") ? "const" : "enum";
+      if (auto other = has_constraints_beside({"const", "enum", "nullable", "type", "minLength", "maxLength", "minimum", "maximum",
+                                               "exclusiveMinimum", "exclusiveMaximum", "minItems", "maxItems",
+                                               "uniqueItems"}))
+        return fail(path, "'" + *other + "' beside '" + key + "' is not supported");
+      Json values = Json::array();
+      if (s.contains("const")) {
+        values.push_back(s["const"]);
+      } else {
+        const Json& e = s["enum"];
+        if (!e.is_array() || e.empty()) return fail(path + "/enum", "must be a non-empty array");
+        if (static_cast<int32_t>(e.size()) > limits_.max_enum)
+          return fail(path + "/enum", "more than " + std::to_string(limits_.max_enum) + " values");
+        values = e;
+      }
+      if (s.contains("const") && s.contains("enum")) {
+        bool listed = false;
+        for (const Json& v : s["enum"]) listed = listed || v == s["const"];
+        if (!listed) return fail(path, "the 'const' value is not among the 'enum' values");
+      }
+      std::vector<std::string> texts;
+      for (const Json& v : values) {
+        LUMEN_ASSIGN_OR_RETURN(bool ok, value_allowed(v, s, path));
+        if (ok) texts.push_back(literal(json_text(v)));
+      }
+      if (texts.empty()) {
+        // null may still come from nullable (below).
+        if (!(s.contains("nullable") && s["nullable"].is_boolean() && s["nullable"].get<bool>()))
+          return fail(path, std::string("no '") + key + "' value satisfies the keywords beside it");
+        expr = "\"null\"";
+      } else {
+        expr = "(";
+        for (size_t i = 0; i < texts.size(); ++i) expr += (i ? " | " : " ") + texts[i];
+        expr += " )";
+      }
     } else if (s.contains("anyOf") || s.contains("oneOf")) {
       const char* key = s.contains("anyOf") ? "anyOf" : "oneOf";
       if (s.contains("anyOf") && s.contains("oneOf")) return fail(path, "both anyOf and oneOf are not supported");
@@ -310,6 +339,63 @@ class Converter {
     return add_rule(hint, expr);
   }
 
+  // Whether a listed value (enum, const) satisfies the keywords beside it in s: type (and
+  // nullable), string lengths in code points, numeric bounds, array item counts.
+  Result<bool> value_allowed(const Json& v, const Json& s, const std::string& path) {
+    if (v.is_null() && s.contains("nullable") && s["nullable"].is_boolean() && s["nullable"].get<bool>()) return true;
+    if (s.contains("type")) {
+      const Json& t = s["type"];
+      std::vector<std::string> types;
+      if (t.is_string()) types.push_back(t.get<std::string>());
+      else if (t.is_array())
+        for (const Json& x : t) {
+          if (!x.is_string()) return fail(path + "/type", "must be a string or an array of strings");
+          types.push_back(x.get<std::string>());
+        }
+      else return fail(path + "/type", "must be a string or a non-empty array of strings");
+      bool match = false;
+      for (const std::string& ty : types) {
+        if (ty == "null") match = match || v.is_null();
+        else if (ty == "boolean") match = match || v.is_boolean();
+        else if (ty == "string") match = match || v.is_string();
+        else if (ty == "number") match = match || v.is_number();
+        else if (ty == "integer")
+          match = match || v.is_number_integer() ||
+                  (v.is_number_float() && std::isfinite(v.get<double>()) && std::floor(v.get<double>()) == v.get<double>());
+        else if (ty == "object") match = match || v.is_object();
+        else if (ty == "array") match = match || v.is_array();
+        else return fail(path + "/type", "unknown type '" + ty.substr(0, 100) + "'");
+      }
+      if (!match) return false;
+    }
+    if (v.is_string()) {
+      int64_t n = 0;  // code points: bytes that do not continue a UTF-8 sequence
+      for (const char c : v.get_ref<const std::string&>()) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+      LUMEN_ASSIGN_OR_RETURN(int64_t min_len, read_count(s, "minLength", path, 0));
+      LUMEN_ASSIGN_OR_RETURN(int64_t max_len, read_count(s, "maxLength", path, -1));
+      if (n < min_len || (max_len >= 0 && n > max_len)) return false;
+    }
+    if (v.is_number()) {
+      const double x = v.get<double>();
+      for (const char* key : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+        if (!s.contains(key)) continue;
+        if (!s[key].is_number()) return fail(path + "/" + key, "must be a number");
+        const double b = s[key].get<double>();
+        const std::string k = key;
+        if ((k == "minimum" && !(x >= b)) || (k == "maximum" && !(x <= b)) || (k == "exclusiveMinimum" && !(x > b)) ||
+            (k == "exclusiveMaximum" && !(x < b)))
+          return false;
+      }
+    }
+    if (v.is_array()) {
+      LUMEN_ASSIGN_OR_RETURN(int64_t min_items, read_count(s, "minItems", path, 0));
+      LUMEN_ASSIGN_OR_RETURN(int64_t max_items, read_count(s, "maxItems", path, -1));
+      const auto n = static_cast<int64_t>(v.size());
+      if (n < min_items || (max_items >= 0 && n > max_items)) return false;
+    }
+    return true;
+  }
+
   // allOf of object schemas: one object with every property and requirement.
   Result<std::string> visit_all_of(const Json& s, const std::string& path, const std::string& hint, int depth) {
     const Json& list = s["allOf"];
@@ -318,6 +404,8 @@ class Converter {
     merged["type"] = "object";
     merged["properties"] = Json::object();
     merged["required"] = Json::array();
+    // additionalProperties false in a part admits only that part's own properties.
+    std::vector<std::pair<std::string, std::set<std::string>>> closed_parts;  // (path, properties)
     std::vector<const Json*> parts;
     for (size_t i = 0; i < list.size(); ++i) parts.push_back(&list[i]);
     Json rest = s;
@@ -351,10 +439,32 @@ class Converter {
           if (!(it.value().is_boolean() && !it.value().get<bool>()))
             return fail(ppath, "'additionalProperties' other than false inside allOf is not supported");
           merged["additionalProperties"] = false;
+          std::set<std::string> own;
+          if (p->contains("properties") && (*p)["properties"].is_object())
+            for (auto pit = (*p)["properties"].begin(); pit != (*p)["properties"].end(); ++pit) own.insert(pit.key());
+          closed_parts.emplace_back(ppath, std::move(own));
         } else {
           return fail(ppath, "'" + k + "' inside allOf is not supported (only object schemas are merged)");
         }
       }
+    }
+    std::set<std::string> required;
+    for (const Json& r : merged["required"])
+      if (r.is_string()) required.insert(r.get<std::string>());
+    for (const auto& [cpath, own] : closed_parts) {
+      for (auto it = merged["properties"].begin(); it != merged["properties"].end();) {
+        if (own.count(it.key())) {
+          ++it;
+          continue;
+        }
+        if (required.count(it.key()))
+          return fail(cpath, "additionalProperties false here excludes '" + it.key().substr(0, 100) +
+                                 "', which allOf requires");
+        it = merged["properties"].erase(it);  // optional: never generated
+      }
+      for (const std::string& r : required)
+        if (!own.count(r))
+          return fail(cpath, "additionalProperties false here excludes '" + r.substr(0, 100) + "', which allOf requires");
     }
     return visit_object(merged, path, hint, depth);
   }
@@ -582,8 +692,18 @@ class Converter {
     }
     Json props = s.contains("properties") ? s["properties"] : Json::object();
     if (!props.is_object()) return fail(path + "/properties", "must be an object");
-    for (const std::string& r : required)  // required but not described: any value
-      if (!props.contains(r)) props[r] = true;
+    // Required but not among the properties: a value under additionalProperties (any value
+    // when that is absent); additionalProperties false admits no such key.
+    const bool closed = s.contains("additionalProperties") && s["additionalProperties"].is_boolean() &&
+                        !s["additionalProperties"].get<bool>();
+    for (const Json& r : s.contains("required") ? s["required"] : Json::array()) {
+      const std::string& name = r.get_ref<const std::string&>();
+      if (props.contains(name)) continue;
+      if (closed)
+        return fail(path + "/required", "'" + name.substr(0, 100) +
+                                            "' is required but not in properties, and additionalProperties is false");
+      props[name] = s.contains("additionalProperties") ? s["additionalProperties"] : Json(true);
+    }
     for (auto it = props.begin(); it != props.end(); ++it) {
       const std::string ppath = path + "/properties/" + pointer_escape(it.key());
       LUMEN_ASSIGN_OR_RETURN(std::string value, visit(it.value(), ppath, hint + "-" + it.key(), depth + 1));

@@ -3,10 +3,14 @@
 // grammar may allow only part of it, e.g. no additional properties unless asked for).
 //
 // Supported:
-//   type (one or a list), enum, const, nullable (OpenAPI), anyOf, oneOf (as anyOf: pick
-//   branches that exclude each other), allOf (of object schemas: merged), $ref to "#",
+//   type (one or a list), enum, const (their values less those that type, minLength /
+//   maxLength, the numeric bounds or minItems / maxItems beside them exclude; any other
+//   keyword beside them is an error), nullable (OpenAPI), anyOf, oneOf (as anyOf: pick
+//   branches that exclude each other), allOf (of object schemas: merged; a part's
+//   additionalProperties false admits only its own properties), $ref to "#",
 //   "#/$defs/..", "#/definitions/.." (JSON pointers; recursion allowed), $defs/definitions;
-//   objects: properties (generated in schema order), required, additionalProperties
+//   objects: properties (generated in schema order), required (a key not in properties
+//   takes additionalProperties' schema; an error if that is false), additionalProperties
 //   (absent or false: only the declared properties; true or a schema: also other keys,
 //   never equal to a declared one); arrays: items, prefixItems, minItems, maxItems;
 //   strings: minLength, maxLength (code points), format date / time / date-time / uuid /

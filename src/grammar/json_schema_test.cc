@@ -126,6 +126,52 @@ TEST(JsonSchema, RefsDefsRecursionAndAllOf) {
   expect_texts(R"({"type": "object", "properties": {"self": {"$ref": "#"}}})", {"{}", "{\"self\":{\"self\":{}}}"}, {"{\"self\":1}"});
 }
 
+// enum / const values are checked against the keywords beside them: a value the schema
+// excludes is never generated, and no value left is an error (held-out sweep, s17).
+TEST(JsonSchema, EnumAndConstHonourTheKeywordsBesideThem) {
+  expect_texts(R"({"type": "string", "enum": ["a", "b", 3]})", {"\"a\"", "\"b\""}, {"3"});
+  expect_texts(R"({"enum": ["short", "muchlonger", 7], "maxLength": 5})", {"\"short\"", "7"}, {"\"muchlonger\""});
+  expect_texts(R"({"type": "integer", "enum": [1, 2.0, 2.5, "1"], "minimum": 2})", {"2.0"}, {"1", "2.5", "\"1\""});
+  expect_texts(R"({"type": "string", "enum": ["x", 3], "nullable": true})", {"\"x\"", "null"}, {"3"});
+  expect_texts(R"({"type": "array", "enum": [[1], [1, 2, 3]], "maxItems": 2})", {"[1]"}, {"[1,2,3]"});
+  expect_texts(R"({"const": "\u00e9t\u00e9", "type": "string", "maxLength": 3})", {"\"\xC3\xA9t\xC3\xA9\""}, {});
+  struct Case {
+    const char* schema;
+    const char* want;
+  };
+  const Case cases[] = {
+      {R"({"type": "integer", "const": "x"})", "/: no 'const' value satisfies the keywords beside it"},
+      {R"({"type": "string", "enum": [1, 2]})", "/: no 'enum' value satisfies"},
+      {R"({"enum": ["a"], "const": "b"})", "not among the 'enum' values"},
+      {R"({"enum": ["a", "b"], "anyOf": [{"const": "a"}]})", "'anyOf' beside 'enum' is not supported"},
+      {R"({"const": "2020-01-01", "format": "date"})", "'format' beside 'const' is not supported"},
+  };
+  for (const Case& c : cases) {
+    auto r = json_schema_to_gbnf(c.schema);
+    ASSERT_FALSE(r.ok()) << c.schema;
+    EXPECT_NE(r.message().find(c.want), std::string::npos) << c.schema << " -> " << r.message();
+  }
+}
+
+// A required key missing from properties takes additionalProperties' schema, and is an
+// error where additionalProperties is false; in allOf, a part's additionalProperties false
+// admits only that part's own properties (JSON Schema's rule, not the merged object's).
+TEST(JsonSchema, RequiredKeysOutsidePropertiesAndClosedAllOfParts) {
+  expect_texts(R"({"type": "object", "required": ["zz"], "additionalProperties": {"type": "integer"}})",
+               {"{\"zz\":1}"}, {"{\"zz\":\"x\"}", "{}"});
+  auto r = json_schema_to_gbnf(R"({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a", "zz"],
+      "additionalProperties": false})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("/required: 'zz' is required but not in properties"), std::string::npos) << r.message();
+  r = json_schema_to_gbnf(R"({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}],
+      "additionalProperties": false})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("excludes 'a', which allOf requires"), std::string::npos) << r.message();
+  expect_texts(R"({"allOf": [{"properties": {"a": {"type": "integer"}}},
+      {"properties": {"b": {"type": "integer"}}, "required": ["b"], "additionalProperties": false}]})",
+               {"{\"b\":1}"}, {"{\"a\":1,\"b\":1}", "{\"a\":1}"});
+}
+
 TEST(JsonSchema, AnyValueForEmptySchemaAndJsonObject) {
   expect_texts("{}", {"1", "\"s\"", "[1,{\"a\":null}]", "{\"k\":[true,false]}"}, {"", "[1,", "{'a':1}"});
   auto g = CompiledGrammar::from_gbnf(any_json_gbnf(true), byte_vocab());
