@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -318,6 +319,19 @@ struct Case {
   const char* expected;
 };
 
+// Each case's source rendered over a fixed 3-message conversation (add_generation_prompt,
+// bos "<s>", eos "</s>") gives exactly its expected string.
+void expect_renders(std::span<const Case> cases) {
+  const std::vector<ChatMessage> messages = {{"system", "S"}, {"user", "Hi"}, {"assistant", " a b "}};
+  for (const Case& c : cases) {
+    Result<ChatTemplate> t = ChatTemplate::parse(c.source);
+    ASSERT_TRUE(t.ok()) << c.source << " -> " << t.message();
+    Result<std::string> out = t->render(messages, true, "<s>", "</s>");
+    ASSERT_TRUE(out.ok()) << c.source << " -> " << out.message();
+    EXPECT_EQ(*out, c.expected) << c.source;
+  }
+}
+
 // Semantics table: whitespace control, loops, scoping, expressions, filters, tests, methods.
 TEST(ChatTemplateSemantics, MatchesJinjaWithHfSettings) {
   const Case cases[] = {
@@ -365,14 +379,7 @@ TEST(ChatTemplateSemantics, MatchesJinjaWithHfSettings) {
     {"{{ 'a b  c'.split() }}|{{ 'a,b,,c'.split(',') }}|{{ 'a b c'.split(' ', 1) }}|{{ 'x</think>y'.split('</think>')[-1] }}|{{ ', '.join(['a', 'b']) }}|{{ 'abc'.upper() }}", "['a', 'b', 'c']|['a', 'b', '', 'c']|['a', 'b c']|y|a, b|ABC"},
     {"{{ {'a': 1}.get('a') }}|{{ {'a': 1}.get('z', 5) }}|{{ {'a': 1}.keys() | list }}|{{ range(3) | list }}|{{ range(5, 0, -2) | list }}", "1|5|['a']|[0, 1, 2]|[5, 3, 1]"},
   };
-  const std::vector<ChatMessage> messages = {{"system", "S"}, {"user", "Hi"}, {"assistant", " a b "}};
-  for (const Case& c : cases) {
-    Result<ChatTemplate> t = ChatTemplate::parse(c.source);
-    ASSERT_TRUE(t.ok()) << c.source << " -> " << t.message();
-    Result<std::string> out = t->render(messages, true, "<s>", "</s>");
-    ASSERT_TRUE(out.ok()) << c.source << " -> " << out.message();
-    EXPECT_EQ(*out, c.expected) << c.source;
-  }
+  expect_renders(cases);
 }
 
 // {% macro %}, {% filter %}, indent and Markup; expected strings from jinja2 with HF's
@@ -408,14 +415,7 @@ TEST(ChatTemplateSemantics, MacrosAndFilterBlocksMatchJinja) {
     {"{{ 'x'|safe + '\"<' }}|{{ '\"' + '&'|safe }}|{{ '<'|e|e }}|{{ ('a'|safe) ~ '<' }}|{{ ('<'|safe + '>') | length }}",
      "x&#34;&lt;|&#34;&|&lt;|a<|5"},
   };
-  const std::vector<ChatMessage> messages = {{"system", "S"}, {"user", "Hi"}, {"assistant", " a b "}};
-  for (const Case& c : cases) {
-    Result<ChatTemplate> t = ChatTemplate::parse(c.source);
-    ASSERT_TRUE(t.ok()) << c.source << " -> " << t.message();
-    Result<std::string> out = t->render(messages, true, "<s>", "</s>");
-    ASSERT_TRUE(out.ok()) << c.source << " -> " << out.message();
-    EXPECT_EQ(*out, c.expected) << c.source;
-  }
+  expect_renders(cases);
 }
 
 TEST(ChatTemplateSemantics, TrailingNewlineDroppedAndVariables) {
