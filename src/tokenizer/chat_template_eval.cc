@@ -504,24 +504,27 @@ Result<Value> Renderer::get_item(const Value& obj, const Value& key, SourcePos p
   if (key.kind == Kind::kString) return get_attr(obj, key.s());
   if (!is_integral(key)) return undefined_value("");
   int64_t k = as_int(key);
-  const std::string no_element = jinja_type_repr(obj) + " has no element " + std::to_string(k);
+  // Built only for a miss (every successful index would pay for it otherwise).
+  auto no_element = [&obj, k0 = k] {
+    return undefined_value(jinja_type_repr(obj) + " has no element " + std::to_string(k0));
+  };
   if (obj.kind == Kind::kList) {
     const int64_t n = static_cast<int64_t>(obj.list->size());
     if (k < 0) k += n;
-    if (k < 0 || k >= n) return undefined_value(no_element);
+    if (k < 0 || k >= n) return no_element();
     return (*obj.list)[static_cast<size_t>(k)];
   }
   if (obj.kind == Kind::kString) {
     const std::string& s = obj.s();
     LUMEN_TRY(charge(static_cast<int64_t>(s.size()), pos));
     if (k < 0) k += static_cast<int64_t>(code_point_count(s));
-    if (k < 0) return undefined_value(no_element);
+    if (k < 0) return no_element();
     const size_t b = code_point_offset(s, static_cast<size_t>(k));
-    if (b >= s.size()) return undefined_value(no_element);
+    if (b >= s.size()) return no_element();
     return string_value(s.substr(b, next_code_point(s, b) - b));
   }
   if (obj.kind == Kind::kUndefined) return obj;
-  return undefined_value(no_element);
+  return no_element();
 }
 
 // Python slice index arithmetic on a sequence of length n.
