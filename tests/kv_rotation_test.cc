@@ -3,7 +3,6 @@
 // q8_0 / q4_0 K cache quantizes it with less error and the teacher-forced log-probabilities
 // of a prompt stay closer to the f16 cache's. Without outliers it changes little.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
