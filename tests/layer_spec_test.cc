@@ -1,7 +1,7 @@
 // Which layers slide and with which RoPE base, as the file states it: the period or per-layer
 // flags of `<arch>.attention.sliding_window_pattern`, Gemma 3's `rope.freq_base_swa`, and
 // the same facts reached from a Hugging Face config (layer_types, sliding_window_pattern,
-// rope_local_base_freq; Mistral's sliding_window).
+// rope_local_base_freq; Mistral's sliding_window); a Gemma 3 file without a window.
 #include <unistd.h>
 
 #include <filesystem>
@@ -12,6 +12,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "base/shared_dir.h"
+#include "convert/synth.h"
+#include "convert/type_rules.h"
+#include "gguf/gguf_test_util.h"
 #include "gguf/model_file.h"
 #include "model/hparams.h"
 #include "model/kv_layout.h"
@@ -70,6 +74,29 @@ TEST(LayerSpecs, Gemma3ReadsTheLocalRopeBaseAndAPerLayerPattern) {
   for (const auto& g : layout->groups) (g.window > 0 ? local : full) += static_cast<int>(g.layers.size());
   EXPECT_EQ(full, 3);
   EXPECT_EQ(local, 3);
+}
+
+// A Gemma 3 file without `gemma3.attention.sliding_window` (as newer llama.cpp reads it, and
+// as `lumen synth --sliding-window 0` writes it): no layer slides, and every layer keeps the
+// file's RoPE base (the local base belongs to sliding layers).
+TEST(LayerSpecs, Gemma3WithoutAWindowIsGlobalEverywhere) {
+  auto c = convert::synth_preset("tiny-gemma3", shared_dir());
+  ASSERT_TRUE(c.ok()) << c.message();
+  c->sliding_window = 0;
+  c->rules = *convert::make_type_rules("f32", "", "");
+  const gguf::testing::TempDir scratch;  // removed with its files when the test ends
+  const std::string path = scratch.file("gemma3-nowindow.gguf");
+  ASSERT_TRUE(convert::synth_model(*c, path, nullptr).ok());
+  auto f = gguf::open_model(path);
+  ASSERT_TRUE(f.ok()) << f.message();
+  ASSERT_EQ(f->find("gemma3.attention.sliding_window"), nullptr);
+  auto hp = read_hparams(*f);
+  ASSERT_TRUE(hp.ok()) << hp.message();
+  auto specs = read_layer_specs(*f, *hp);
+  ASSERT_TRUE(specs.ok()) << specs.message();
+  EXPECT_EQ(sliding_of(*specs), std::vector<bool>(hp->n_layer, false));
+  for (const LayerSpec& s : *specs) EXPECT_EQ(s.rope.theta, hp->rope_theta);
+  EXPECT_NE(hp->rope_theta, 10000.0f);
 }
 
 TEST(LayerSpecs, AnIntegerPatternIsAPeriod) {

@@ -30,7 +30,10 @@ bool has_tensor(const gguf::ModelFile& f, int32_t il, const char* suffix) {
 }
 
 // The sliding window of the file, 0 when it has none. Gemma 2 and Phi-3 get llama.cpp's
-// defaults when the key is absent (c392e5094: Gemma 2 4096; Phi-3-mini/medium 4k 2047).
+// defaults when the key is absent (c392e5094: Gemma 2 4096; Phi-3-mini/medium 4k 2047). A
+// Gemma 3 file without it has no sliding layers (all global, one RoPE base): c392e5094
+// required the key, newer llama.cpp reads it as optional and then slides no layer, and
+// `lumen synth --sliding-window 0` writes such files.
 Result<int32_t> read_window(const gguf::ModelFile& f, const HParams& hp) {
   const std::string key = hp.arch_key + ".attention.sliding_window";
   if (std::optional<int64_t> w = f.get_int(key)) {
@@ -40,7 +43,6 @@ Result<int32_t> read_window(const gguf::ModelFile& f, const HParams& hp) {
   }
   if (f.find(key)) return error("model metadata: '" + key + "' must be an integer");
   if (hp.arch == Arch::kGemma2) return 4096;
-  if (hp.arch == Arch::kGemma3) return error("model metadata: missing integer key '" + key + "'");
   if (hp.arch == Arch::kPhi3 && (hp.n_layer == 32 || hp.n_layer == 40) && hp.n_ctx_train == 4096) return 2047;
   return 0;
 }
