@@ -97,6 +97,17 @@ TEST(LayerSpecs, Gemma3WithoutAWindowIsGlobalEverywhere) {
   EXPECT_EQ(sliding_of(*specs), std::vector<bool>(hp->n_layer, false));
   for (const LayerSpec& s : *specs) EXPECT_EQ(s.rope.theta, hp->rope_theta);
   EXPECT_NE(hp->rope_theta, 10000.0f);
+  // Its Hugging Face twin says the same ("sliding_window": null).
+  const std::string hf_dir = scratch.file("hf");
+  ASSERT_TRUE(convert::synth_model_hf(*c, hf_dir, nullptr).ok());
+  auto h = gguf::open_model(hf_dir);
+  ASSERT_TRUE(h.ok()) << h.message();
+  auto hp_hf = read_hparams(*h);
+  ASSERT_TRUE(hp_hf.ok()) << hp_hf.message();
+  auto specs_hf = read_layer_specs(*h, *hp_hf);
+  ASSERT_TRUE(specs_hf.ok()) << specs_hf.message();
+  EXPECT_EQ(sliding_of(*specs_hf), std::vector<bool>(hp->n_layer, false));
+  for (const LayerSpec& s : *specs_hf) EXPECT_EQ(s.rope.theta, hp->rope_theta);
 }
 
 TEST(LayerSpecs, AnIntegerPatternIsAPeriod) {

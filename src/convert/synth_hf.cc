@@ -78,7 +78,9 @@ ordered_json hf_config(const SynthConfig& c, const gguf::HfArch& arch, const std
   }
   if (a == "gemma2" || a == "gemma3") {
     j["query_pre_attn_scalar"] = c.head_dim();
-    j["sliding_window"] = c.sliding_window;
+    // No window (gemma3 only; synth refuses it for gemma2): null, as the reader takes a
+    // missing window, where 0 would be out of range.
+    j["sliding_window"] = c.sliding_window > 0 ? ordered_json(c.sliding_window) : ordered_json(nullptr);
   }
   if (a == "gemma2") {
     j["attn_logit_softcapping"] = c.attn_softcap;
