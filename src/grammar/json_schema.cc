@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gguf/json_util.h"
+#include "grammar/json_pattern.h"
 
 namespace lumen::grammar {
 namespace {
@@ -45,7 +46,7 @@ const std::set<std::string>& constraint_keywords() {
   static const std::set<std::string> k = {
       "type", "enum", "const", "nullable", "anyOf", "oneOf", "allOf", "$ref", "properties", "required",
       "additionalProperties", "items", "prefixItems", "minItems", "maxItems", "uniqueItems", "minLength",
-      "maxLength", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+      "maxLength", "format", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
   return k;
 }
 
@@ -279,7 +280,7 @@ class Converter {
       // "enum": ["a", 3]} admits only "a"); keywords beside them that values are not checked
       // against here are an error rather than dropped.
       const char* key = s.contains("const") ? "const" : "enum";
-      if (auto other = has_constraints_beside({"const", "enum", "nullable", "type", "minLength", "maxLength", "minimum", "maximum",
+      if (auto other = has_constraints_beside({"const", "enum", "nullable", "type", "minLength", "maxLength", "pattern", "minimum", "maximum",
                                                "exclusiveMinimum", "exclusiveMaximum", "minItems", "maxItems",
                                                "uniqueItems"}))
         return fail(path, "'" + *other + "' beside '" + key + "' is not supported");
@@ -374,6 +375,12 @@ class Converter {
       LUMEN_ASSIGN_OR_RETURN(int64_t min_len, read_count(s, "minLength", path, 0));
       LUMEN_ASSIGN_OR_RETURN(int64_t max_len, read_count(s, "maxLength", path, -1));
       if (n < min_len || (max_len >= 0 && n > max_len)) return false;
+      if (s.contains("pattern")) {
+        LUMEN_ASSIGN_OR_RETURN(JsonPattern p, parse_pattern(s, path));
+        auto m = p.matches(v.get_ref<const std::string&>());
+        if (!m.ok()) return fail(path + "/pattern", m.message());
+        if (!*m) return false;
+      }
     }
     if (v.is_number()) {
       const double x = v.get<double>();
@@ -486,7 +493,8 @@ class Converter {
     } else {  // no type: the one the keywords imply, else any value
       if (s.contains("properties") || s.contains("additionalProperties") || s.contains("required")) types.push_back("object");
       else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems")) types.push_back("array");
-      else if (s.contains("minLength") || s.contains("maxLength") || s.contains("format")) types.push_back("string");
+      else if (s.contains("minLength") || s.contains("maxLength") || s.contains("format") || s.contains("pattern"))
+        types.push_back("string");
       else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum")) types.push_back("number");
       else return any();
     }
@@ -518,10 +526,38 @@ class Converter {
     return static_cast<int64_t>(d);
   }
 
+  Result<JsonPattern> parse_pattern(const Json& s, const std::string& path) {
+    if (!s["pattern"].is_string()) return fail(path + "/pattern", "must be a string");
+    PatternLimits pl;
+    pl.max_count = limits_.max_length;
+    const std::string& text = s["pattern"].get_ref<const std::string&>();
+    auto p = JsonPattern::parse(text, pl);
+    if (!p.ok()) return fail(path + "/pattern", "pattern '" + text.substr(0, 200) + "': " + p.message());
+    return p;
+  }
+
+  // A string schema with `pattern`: minLength / maxLength may stand beside it when they do
+  // not narrow it (the pattern's own lengths lie within them); anything narrower is an error.
+  Result<std::string> visit_pattern(const Json& s, const std::string& path, int64_t min_len, int64_t max_len) {
+    if (s.contains("format")) return fail(path, "'format' beside 'pattern' is not supported");
+    LUMEN_ASSIGN_OR_RETURN(JsonPattern p, parse_pattern(s, path));
+    const int64_t p_min = p.min_length(), p_max = p.max_length();
+    if (min_len > p_min || (max_len >= 0 && (p_max == JsonPattern::kUnbounded || p_max > max_len))) {
+      const std::string have = std::to_string(p_min) + " to " +
+                               (p_max == JsonPattern::kUnbounded ? std::string("unbounded") : std::to_string(p_max));
+      return fail(path, "minLength / maxLength beside 'pattern' narrow it (the pattern's strings have " + have +
+                            " characters): not supported; put the lengths in the pattern");
+    }
+    auto e = p.to_gbnf(kCharGroup);
+    if (!e.ok()) return fail(path + "/pattern", "pattern '" + s["pattern"].get<std::string>().substr(0, 200) + "': " + e.message());
+    return "\"\\\"\" " + *e + " \"\\\"\"";
+  }
+
   Result<std::string> visit_string(const Json& s, const std::string& path) {
     LUMEN_ASSIGN_OR_RETURN(int64_t min_len, read_count(s, "minLength", path, 0));
     LUMEN_ASSIGN_OR_RETURN(int64_t max_len, read_count(s, "maxLength", path, -1));
     if (max_len >= 0 && max_len < min_len) return fail(path, "maxLength is below minLength");
+    if (s.contains("pattern")) return visit_pattern(s, path, min_len, max_len);
     if (s.contains("format")) {
       if (!s["format"].is_string()) return fail(path + "/format", "must be a string");
       const std::string f = s["format"].get<std::string>();
