@@ -719,15 +719,17 @@ class Emitter {
           if (body < 0) break;
           min = 0;
         }
+        int64_t max = n.max;
+        flatten(&body, &min, &max);
         LUMEN_ASSIGN_OR_RETURN(std::string e, emit(body));
         if (e.empty()) break;
         e = "( " + e + " )";
-        if (min == 1 && n.max == 1) out = e;
-        else if (min == 0 && n.max == kUnbounded) out = e + "*";
-        else if (min == 1 && n.max == kUnbounded) out = e + "+";
-        else if (min == 0 && n.max == 1) out = e + "?";
-        else if (min == n.max) out = e + "{" + std::to_string(min) + "}";
-        else out = e + "{" + std::to_string(min) + "," + (n.max == kUnbounded ? "" : std::to_string(n.max)) + "}";
+        if (min == 1 && max == 1) out = e;
+        else if (min == 0 && max == kUnbounded) out = e + "*";
+        else if (min == 1 && max == kUnbounded) out = e + "+";
+        else if (min == 0 && max == 1) out = e + "?";
+        else if (min == max) out = e + "{" + std::to_string(min) + "}";
+        else out = e + "{" + std::to_string(min) + "," + (max == kUnbounded ? "" : std::to_string(max)) + "}";
         break;
       }
     }
@@ -738,6 +740,28 @@ class Emitter {
   }
 
   std::vector<Node>& nodes() { return nodes_; }
+
+  // (x{a,b}){c,d} is x{n} for n in the union of [k*a, k*b] over k in [c, d]; when that union
+  // is one interval it becomes x{c*a, d*b}: nested counted repetitions are ambiguous (a text
+  // splits into iterations in many ways) and their parses multiply in the matcher.
+  // Contiguous: (k+1)*a <= k*b + 1 for every k >= c, i.e. a <= c*(b-a) + 1 (b unbounded:
+  // c >= 1 or a <= 1). Counts stay within GBNF's repeat limit (gbnf.h).
+  void flatten(int32_t* body, int64_t* min, int64_t* max) const {
+    constexpr int64_t kMaxRepeat = GbnfLimits{}.max_repeat;
+    while (true) {
+      const Node& in = nodes_[static_cast<size_t>(*body)];
+      if (in.kind != Kind::kRepeat || nodes_[static_cast<size_t>(in.kids[0])].nullable) return;
+      const int64_t a = in.min, b = in.max, c = *min, d = *max;
+      const bool contiguous = b == kUnbounded ? (c >= 1 || a <= 1) : a <= c * (b - a) + 1;
+      if (!contiguous) return;
+      const int64_t lo = c * a;
+      const int64_t hi = b == kUnbounded || d == kUnbounded ? kUnbounded : b * d;
+      if (lo > kMaxRepeat || (hi != kUnbounded && hi > kMaxRepeat)) return;
+      *body = in.kids[0];
+      *min = lo;
+      *max = hi;
+    }
+  }
 
  private:
   // A node for the non-empty strings of `id`; -1 when it has none.

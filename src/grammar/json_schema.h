@@ -14,7 +14,10 @@
 //   (absent or false: only the declared properties; true or a schema: also other keys,
 //   never equal to a declared one); arrays: items, prefixItems, minItems, maxItems;
 //   strings: minLength, maxLength (code points), format date / time / date-time / uuid /
-//   email; integers: minimum, maximum, exclusiveMinimum, exclusiveMaximum; numbers: those
+//   email, pattern (an ECMA-262 subset, a search as JSON Schema says: json_pattern.h; a
+//   pattern implies a string schema; minLength / maxLength beside it only when they do not
+//   narrow it, format beside it is an error, enum / const values are checked against it);
+//   integers: minimum, maximum, exclusiveMinimum, exclusiveMaximum; numbers: those
 //   bounds when they are integers. {} and true: any JSON value.
 // Annotations are accepted and ignored (title, description, default, examples, $schema,
 // $id, $comment, deprecated, readOnly, writeOnly, discriminator, strict, ...). Any other
