@@ -201,6 +201,30 @@ struct TreeBuilder {
   }
 };
 
+// Lengths of the generated strings: an unanchored side adds any number of characters.
+void branch_lengths(const std::vector<Node>& nodes, const std::vector<JsonPattern::Branch>& branches, int64_t* min_len,
+                    int64_t* max_len) {
+  *min_len = kLengthCap;
+  *max_len = 0;
+  for (const JsonPattern::Branch& b : branches) {
+    const Node& n = nodes[static_cast<size_t>(b.node)];
+    *min_len = std::min(*min_len, n.min_len);
+    const bool open = !b.anchored_start || !b.anchored_end;
+    const int64_t mx = open ? kUnbounded : n.max_len;
+    *max_len = *max_len == kUnbounded || mx == kUnbounded ? kUnbounded : std::max(*max_len, mx);
+  }
+}
+
+// The parts of a concatenation, nested concatenations (groups) opened.
+void concat_leaves(const std::vector<Node>& nodes, int32_t id, std::vector<int32_t>* out) {
+  const Node& n = nodes[static_cast<size_t>(id)];
+  if (n.kind == Kind::kConcat) {
+    for (int32_t k : n.kids) concat_leaves(nodes, k, out);
+  } else if (n.kind != Kind::kEmpty) {
+    out->push_back(id);
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
@@ -466,7 +490,11 @@ class PatternParser {
             return e;
           }
         }
-        if (v >= 0xD800 && v <= 0xDFFF) return fail("lone surrogate '\\u" + std::to_string(v) + "' is not a character");
+        if (v >= 0xD800 && v <= 0xDFFF) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "%04X", v);
+          return fail(std::string("lone surrogate '\\u") + buf + "' is not a character");
+        }
         e.cp = v;
         return e;
       }
@@ -545,16 +573,61 @@ Result<JsonPattern> JsonPattern::parse(std::string_view pattern, const PatternLi
   out.limits_ = limits;
   PatternParser parser(std::move(cps), limits, &out);
   LUMEN_TRY(parser.parse());
-  // Lengths of the generated strings: an unanchored side adds any number of characters.
-  out.min_len_ = kLengthCap;
-  out.max_len_ = 0;
-  for (const Branch& b : out.branches_) {
-    const Node& n = out.nodes_[static_cast<size_t>(b.node)];
-    out.min_len_ = std::min(out.min_len_, n.min_len);
+  branch_lengths(out.nodes_, out.branches_, &out.min_len_, &out.max_len_);
+  return out;
+}
+
+
+Result<JsonPattern> JsonPattern::with_lengths(int64_t min_len, int64_t max_len) const {
+  JsonPattern out = *this;
+  out.branches_.clear();
+  TreeBuilder tb{&out.nodes_};
+  const std::string shape =
+      "only a top-level alternative anchored at both ends (^...$) with one repetition of a fixed-width part "
+      "(like ^[a-z]+$ or ^[A-Z]\\d{2,}$) can be cut to a length range; put the lengths in the pattern";
+  for (const Branch& b : branches_) {
+    const Node& n = nodes_[static_cast<size_t>(b.node)];
     const bool open = !b.anchored_start || !b.anchored_end;
-    const int64_t mx = open ? kUnbounded : n.max_len;
-    out.max_len_ = out.max_len_ == kUnbounded || mx == kUnbounded ? kUnbounded : std::max(out.max_len_, mx);
+    const int64_t b_max = open ? kUnbounded : n.max_len;
+    if (n.min_len >= min_len && (max_len == kUnbounded || (b_max != kUnbounded && b_max <= max_len))) {
+      out.branches_.push_back(b);  // within already
+      continue;
+    }
+    if (open) return error("an alternative open at one end (no ^ or no $) has no length bound: " + shape);
+    if (n.min_len == n.max_len) continue;  // one length, outside the range: no string left
+    std::vector<int32_t> parts;
+    concat_leaves(nodes_, b.node, &parts);
+    int64_t fixed = 0;
+    int var = -1;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const Node& p = nodes_[static_cast<size_t>(parts[i])];
+      if (p.min_len == p.max_len) {
+        fixed += p.min_len;
+        continue;
+      }
+      if (var >= 0) return error("more than one part of varying length: " + shape);
+      var = static_cast<int>(i);
+    }
+    const Node& rep = nodes_[static_cast<size_t>(parts[static_cast<size_t>(var)])];
+    const Node* body = rep.kind == Kind::kRepeat ? &nodes_[static_cast<size_t>(rep.kids[0])] : nullptr;
+    if (!body || body->min_len != body->max_len || body->min_len < 1)
+      return error("the part of varying length is not a repetition of a fixed-width part: " + shape);
+    const int64_t w = body->min_len;
+    int64_t lo = rep.min, hi = rep.max;
+    if (min_len > fixed) lo = std::max(lo, (min_len - fixed + w - 1) / w);
+    if (max_len != kUnbounded) {
+      if (max_len < fixed) continue;
+      const int64_t k = (max_len - fixed) / w;
+      hi = hi == kUnbounded ? k : std::min(hi, k);
+    }
+    if (hi != kUnbounded && lo > hi) continue;
+    parts[static_cast<size_t>(var)] = tb.repeat(rep.kids[0], lo, hi);
+    Branch cut = b;
+    cut.node = tb.concat(std::move(parts));
+    out.branches_.push_back(cut);
   }
+  if (out.branches_.empty()) return error("no string of the pattern has a length within minLength / maxLength");
+  branch_lengths(out.nodes_, out.branches_, &out.min_len_, &out.max_len_);
   return out;
 }
 

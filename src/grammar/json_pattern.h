@@ -20,6 +20,9 @@
 //   `{,n}` (ECMA-262 reads a literal, other engines {0,n}), a quantifier on nothing or after
 //   another quantifier, `{n,m}` with n > m or counts above PatternLimits::max_count.
 //
+// Lengths: min_length() / max_length() in code points; with_lengths() cuts a pattern to a
+// length range where that is exact (json_schema.cc: minLength / maxLength beside pattern).
+//
 // Semantics: JSON Schema's pattern is a search, not a full match (python-jsonschema calls
 // re.search): `^abc$` is the whole string, `^abc` a prefix followed by any characters,
 // `abc$` a suffix, `abc` anywhere. Anchors are handled per top-level alternative (`^a|b$`).
@@ -68,6 +71,13 @@ class JsonPattern {
   // bound above 2^40 counts as none).
   int64_t min_length() const { return min_len_; }
   int64_t max_length() const { return max_len_; }
+
+  // The pattern less its strings outside [min_len, max_len] code points (max_len kUnbounded:
+  // no bound), where that is exact: each top-level alternative either lies within the range
+  // already, or is anchored at both ends with one repetition of a fixed-width part among
+  // fixed-width parts (^[a-z]+$, ^[A-Z]\d{2,}-x$, ^(ab)*$), whose count range is then cut;
+  // alternatives left with no string are dropped. Otherwise an error saying why.
+  Result<JsonPattern> with_lengths(int64_t min_len, int64_t max_len) const;
 
   // Whether the pattern matches somewhere in `text` (UTF-8; ECMA-262 search semantics).
   // An error for invalid UTF-8 or when the check would cost more than max_match_steps.

@@ -536,17 +536,22 @@ class Converter {
     return p;
   }
 
-  // A string schema with `pattern`: minLength / maxLength may stand beside it when they do
-  // not narrow it (the pattern's own lengths lie within them); anything narrower is an error.
+  // A string schema with `pattern`: minLength / maxLength beside it either do not narrow it
+  // (the pattern's own lengths lie within them) or cut it exactly (JsonPattern::with_lengths);
+  // anything else is an error.
   Result<std::string> visit_pattern(const Json& s, const std::string& path, int64_t min_len, int64_t max_len) {
     if (s.contains("format")) return fail(path, "'format' beside 'pattern' is not supported");
     LUMEN_ASSIGN_OR_RETURN(JsonPattern p, parse_pattern(s, path));
     const int64_t p_min = p.min_length(), p_max = p.max_length();
     if (min_len > p_min || (max_len >= 0 && (p_max == JsonPattern::kUnbounded || p_max > max_len))) {
-      const std::string have = std::to_string(p_min) + " to " +
-                               (p_max == JsonPattern::kUnbounded ? std::string("unbounded") : std::to_string(p_max));
-      return fail(path, "minLength / maxLength beside 'pattern' narrow it (the pattern's strings have " + have +
-                            " characters): not supported; put the lengths in the pattern");
+      auto cut = p.with_lengths(min_len, max_len < 0 ? JsonPattern::kUnbounded : max_len);
+      if (!cut.ok()) {
+        const std::string have = std::to_string(p_min) + " to " +
+                                 (p_max == JsonPattern::kUnbounded ? std::string("unbounded") : std::to_string(p_max));
+        return fail(path, "minLength / maxLength beside 'pattern' (whose strings have " + have +
+                              " characters): " + cut.message());
+      }
+      p = std::move(cut).value();
     }
     auto e = p.to_gbnf(kCharGroup);
     if (!e.ok()) return fail(path + "/pattern", "pattern '" + s["pattern"].get<std::string>().substr(0, 200) + "': " + e.message());
