@@ -3,6 +3,8 @@
 // any JSON; its free output is stories, so valid JSON is the grammar's doing.
 #include <gtest/gtest.h>
 
+#include <regex>
+
 #include "server/server_test_util.h"
 
 namespace lumen::server::testing {
@@ -95,6 +97,36 @@ TEST_F(ServerStructured, ObjectsFollowTheSchemaPropertyOrder) {
     std::vector<std::string> keys;
     for (const auto& [k, v] : j.items()) keys.push_back(k);
     EXPECT_EQ(keys, (std::vector<std::string>{"name", "age", "pets"})) << text;
+  }
+}
+
+// JSON Schema pattern through response_format: each string matches its pattern, checked with
+// std::regex (ECMAScript, search) rather than lumen's own matcher.
+TEST_F(ServerStructured, PatternsConstrainStrings) {
+  const Json schema = Json::parse(R"({"type": "object", "properties": {
+      "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{4}$"},
+      "tag": {"pattern": "^(red|green|blue)(/[a-z]{1,4}){0,2}$"},
+      "quoted": {"type": "string", "pattern": "^[\"\\\\a-c]{2,4}$"}},
+      "required": ["code", "tag", "quoted"], "additionalProperties": false})");
+  Json chat = {{"messages", {{{"role", "user"}, {"content", "Give me codes."}}}},
+               {"max_tokens", 200},
+               {"temperature", 1.5},
+               {"n", 3},
+               {"seed", 7},
+               {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "codes"}, {"schema", schema}}}}}};
+  HttpReply r = post(s(), "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Json reply = r.json();
+  ASSERT_EQ(reply["choices"].size(), 3u);
+  for (const Json& c : reply["choices"]) {
+    EXPECT_EQ(c["finish_reason"], "stop") << c.dump();
+    const Json j = Json::parse(c["message"]["content"].get<std::string>(), nullptr, false);
+    ASSERT_TRUE(j.is_object()) << c.dump();
+    for (const char* key : {"code", "tag", "quoted"}) {
+      ASSERT_TRUE(j.contains(key) && j[key].is_string()) << j.dump();
+      const std::regex re(schema["properties"][key]["pattern"].get<std::string>(), std::regex::ECMAScript);
+      EXPECT_TRUE(std::regex_search(j[key].get<std::string>(), re)) << key << ": " << j.dump();
+    }
   }
 }
 
