@@ -9,6 +9,8 @@
 #include <optional>
 #include <set>
 
+#include "base/check.h"
+
 namespace lumen::grammar {
 namespace {
 
@@ -577,7 +579,6 @@ Result<JsonPattern> JsonPattern::parse(std::string_view pattern, const PatternLi
   return out;
 }
 
-
 Result<JsonPattern> JsonPattern::with_lengths(int64_t min_len, int64_t max_len) const {
   JsonPattern out = *this;
   out.branches_.clear();
@@ -608,6 +609,7 @@ Result<JsonPattern> JsonPattern::with_lengths(int64_t min_len, int64_t max_len) 
       if (var >= 0) return error("more than one part of varying length: " + shape);
       var = static_cast<int>(i);
     }
+    LUMEN_CHECK(var >= 0);  // parts of fixed lengths only would have made the branch one length
     const Node& rep = nodes_[static_cast<size_t>(parts[static_cast<size_t>(var)])];
     const Node* body = rep.kind == Kind::kRepeat ? &nodes_[static_cast<size_t>(rep.kids[0])] : nullptr;
     if (!body || body->min_len != body->max_len || body->min_len < 1)
