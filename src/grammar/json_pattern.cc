@@ -60,11 +60,53 @@ bool contains(const std::vector<CodeRange>& set, uint32_t cp) {
   return it != set.begin() && cp <= std::prev(it)->hi;
 }
 
+// The class escapes. JSON Schema names ECMA-262's sets, but validators use their own
+// language's engine, and python-jsonschema's (re) reads \d \w \s as Unicode classes: its
+// \d holds every decimal digit (U+0660 ...), its \w every letter and number, its \s also
+// U+001C-U+001F and U+0085 but not U+FEFF. So that a generated string validates under both,
+// \d \w stay ECMA-262's (ASCII; both engines agree on them) and the others are what both
+// engines put in them: \s without U+FEFF, \S without any engine's spaces, \D and \W ASCII
+// plus the characters of common blocks that no engine calls a digit / word character
+// (tables from Python 3.11's unicodedata 14.0: assigned characters less controls, format
+// characters and marks).
 std::vector<CodeRange> digit_set() { return {{'0', '9'}}; }
 std::vector<CodeRange> word_set() { return normalize({{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}}); }
-std::vector<CodeRange> space_set() {
+std::vector<CodeRange> ecma_space_set() {
   return normalize({{0x09, 0x0D}, {0x20, 0x20}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A}, {0x2028, 0x2029},
                     {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}});
+}
+std::vector<CodeRange> space_set() { return subtract(ecma_space_set(), {{0xFEFF, 0xFEFF}}); }
+std::vector<CodeRange> non_space_set() {
+  std::vector<CodeRange> any_space = ecma_space_set();
+  any_space.push_back({0x1C, 0x1F});
+  any_space.push_back({0x85, 0x85});
+  return complement(normalize(std::move(any_space)));
+}
+std::vector<CodeRange> non_digit_set() {
+  std::vector<CodeRange> s = {{0x00, 0x2F}, {0x3A, 0x7F},
+    {0xA0, 0xAC}, {0xAE, 0x2FF}, {0x370, 0x377}, {0x37A, 0x37F}, {0x384, 0x38A}, {0x38C, 0x38C},
+    {0x38E, 0x3A1}, {0x3A3, 0x482}, {0x48A, 0x52F}, {0x531, 0x556}, {0x559, 0x58A}, {0x58D, 0x58F},
+    {0x5BE, 0x5BE}, {0x5C0, 0x5C0}, {0x5C3, 0x5C3}, {0x5C6, 0x5C6}, {0x5D0, 0x5EA}, {0x5EF, 0x5F4},
+    {0x2000, 0x200A}, {0x2010, 0x2027}, {0x202F, 0x205F}, {0x2070, 0x2071}, {0x2074, 0x208E},
+    {0x2090, 0x209C}, {0x20A0, 0x20C0}, {0x2100, 0x218B}, {0x2190, 0x2426}, {0x2440, 0x244A},
+    {0x2460, 0x2B73}, {0x2B76, 0x2B95}, {0x2B97, 0x2BFF}, {0x3000, 0x3029}, {0x3030, 0x303F},
+    {0x3041, 0x3096}, {0x309B, 0x30FF}, {0x4E00, 0x9FFF}, {0xAC00, 0xD7A3},
+  };
+  return normalize(std::move(s));
+}
+std::vector<CodeRange> non_word_set() {
+  std::vector<CodeRange> s = {{0x00, 0x2F}, {0x3A, 0x40}, {0x5B, 0x5E}, {0x60, 0x60}, {0x7B, 0x7F},
+    {0xA0, 0xA9}, {0xAB, 0xAC}, {0xAE, 0xB1}, {0xB4, 0xB4}, {0xB6, 0xB8}, {0xBB, 0xBB}, {0xBF, 0xBF},
+    {0xD7, 0xD7}, {0xF7, 0xF7}, {0x2000, 0x200A}, {0x2010, 0x2027}, {0x202F, 0x205F}, {0x207A, 0x207E},
+    {0x208A, 0x208E}, {0x20A0, 0x20C0}, {0x2100, 0x2101}, {0x2103, 0x2106}, {0x2108, 0x2109},
+    {0x2114, 0x2114}, {0x2116, 0x2118}, {0x211E, 0x2123}, {0x2125, 0x2125}, {0x2127, 0x2127},
+    {0x2129, 0x2129}, {0x212E, 0x212E}, {0x213A, 0x213B}, {0x2140, 0x2144}, {0x214A, 0x214D},
+    {0x214F, 0x214F}, {0x218A, 0x218B}, {0x2190, 0x2426}, {0x2440, 0x244A}, {0x249C, 0x24E9},
+    {0x2500, 0x2775}, {0x2794, 0x2B73}, {0x2B76, 0x2B95}, {0x2B97, 0x2BFF}, {0x3000, 0x3004},
+    {0x3008, 0x3020}, {0x3030, 0x3030}, {0x3036, 0x3037}, {0x303D, 0x303F}, {0xFE30, 0xFE4F},
+    {0xFF01, 0xFF0F}, {0xFF1A, 0xFF20},
+  };
+  return normalize(std::move(s));
 }
 std::vector<CodeRange> dot_set() { return complement(normalize({{0x0A, 0x0A}, {0x0D, 0x0D}, {0x2028, 0x2029}})); }
 
@@ -435,18 +477,18 @@ class PatternParser {
     const uint32_t c = peek();
     ++i_;
     Escape e;
-    auto set = [&](std::vector<CodeRange> s, bool negate) {
+    auto set = [&](std::vector<CodeRange> s) {
       e.is_set = true;
-      e.set = negate ? complement(s) : std::move(s);
+      e.set = std::move(s);
       return e;
     };
     switch (c) {
-      case 'd': return set(digit_set(), false);
-      case 'D': return set(digit_set(), true);
-      case 'w': return set(word_set(), false);
-      case 'W': return set(word_set(), true);
-      case 's': return set(space_set(), false);
-      case 'S': return set(space_set(), true);
+      case 'd': return set(digit_set());
+      case 'D': return set(non_digit_set());
+      case 'w': return set(word_set());
+      case 'W': return set(non_word_set());
+      case 's': return set(space_set());
+      case 'S': return set(non_space_set());
       case 't': e.cp = 0x09; return e;
       case 'n': e.cp = 0x0A; return e;
       case 'v': e.cp = 0x0B; return e;

@@ -7,11 +7,14 @@
 //   and their lazy forms (`*?` ...: the same language); `.` (any character except the line
 //   terminators \n \r U+2028 U+2029); classes `[...]` / `[^...]` with ranges, escapes inside,
 //   `-` first or last as a literal, `\b` inside a class = backspace; `\d \D \w \W \s \S`
-//   (ECMA-262's sets: \s = \t \n \v \f \r, space, U+00A0, U+1680, U+2000-U+200A, U+2028,
-//   U+2029, U+202F, U+205F, U+3000, U+FEFF); `\t \n \r \v \f \0`, `\xHH`, `\uHHHH` (a
-//   surrogate pair of two \u escapes is one character), `\cX`; an escaped character that is
-//   not an ASCII letter or digit (`\. \\ \/ \- \[` ...) is itself; any other UTF-8 character
-//   is itself.
+//   (ECMA-262's sets, less what other engines disagree on, so that generated strings also
+//   validate under python-jsonschema's Unicode-aware re: \s = \t \n \v \f \r, space,
+//   U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000 (ECMA-262 adds
+//   U+FEFF); \S no engine's space; \D \W ASCII plus common symbol, punctuation and script
+//   blocks that no engine calls digits / word characters: see json_pattern.cc);
+//   `\t \n \r \v \f \0`, `\xHH`, `\uHHHH` (a surrogate pair of two \u escapes is one
+//   character), `\cX`; an escaped character that is not an ASCII letter or digit (`\. \\ \/
+//   \- \[` ...) is itself; any other UTF-8 character is itself.
 // Not supported, each an error naming it (never silently dropped): lookahead / lookbehind,
 //   backreferences `\1` `\k<..>`, word boundaries `\b \B` outside classes, `\p{..}`,
 //   `\u{...}`, other letter escapes, inline flags `(?i)`, anchors anywhere but the start /

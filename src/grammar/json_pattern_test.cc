@@ -82,8 +82,11 @@ TEST(JsonSchemaPattern, ClassesDotAndEscapes) {
   expect_pattern("^.$", {"a", "\xC3\xA9", "\t", "\xF0\x9F\x98\x80", "\"", "\\"}, {"\n", "\r", "\xE2\x80\xA8", "\xE2\x80\xA9", ""});
   expect_pattern("^\\d\\D$", {"1a", "2-"}, {"12", "a1"});
   expect_pattern("^\\w\\W$", {"a-", "_ "}, {"ab", "-a"});
-  expect_pattern("^\\s+$", {" ", "\t\n", "\xC2\xA0", "\xE3\x80\x80", "\xEF\xBB\xBF", "\v\f\r"}, {"a", "\x1C"});
-  expect_pattern("^\\S$", {"a", "\x1C"}, {" ", "\xC2\xA0", "\xEF\xBB\xBF"});
+  // \s \S \D \W: what ECMA-262 and python's re agree on (json_pattern.cc).
+  expect_pattern("^\\s+$", {" ", "\t\n", "\xC2\xA0", "\xE3\x80\x80", "\v\f\r"}, {"a", "\x1C", "\xEF\xBB\xBF"});
+  expect_pattern("^\\S$", {"a", "\xE4\xB8\xAD", "\x01"}, {" ", "\xC2\xA0", "\xEF\xBB\xBF", "\x1C", "\xC2\x85"});
+  expect_pattern("^\\D$", {"a", "\xC3\xA9", "\xE4\xB8\xAD", "\xE2\x82\xAC"}, {"1", "\xD9\xA3", "\xEF\xBC\x91"});
+  expect_pattern("^\\W$", {"-", " ", "\xE2\x82\xAC", "\xC2\xA7"}, {"a", "_", "\xC3\xA9", "\xE4\xB8\xAD", "\xC2\xB2"});
   expect_pattern("^\\t\\n\\r\\v\\f$", {"\t\n\r\v\f"}, {"tnrvf"});
   expect_pattern("^\\0$", {std::string(1, '\0')}, {"0"});
   expect_pattern("^\\x41\\u00e9\\uD83D\\uDE00$", {"A\xC3\xA9\xF0\x9F\x98\x80"}, {"A\xC3\xA9"});
@@ -241,7 +244,7 @@ TEST(JsonSchemaPattern, UnsupportedConstructsAreErrorsNamingThem) {
       {"\\c1", "'\\c' must be followed by a letter"},
       {"\\01", "octal escape"},
       {"abc\\", "lone '\\'"},
-      {"[^\\s\\S]", "the class matches no character"},
+      {"[^\\0-\\uffff\\ud800\\udc00-\\udbff\\udfff]", "the class matches no character"},
       {"(?<1a>x)", "bad group name"},
   };
   for (const Case& c : cases) {
@@ -308,15 +311,19 @@ std::wstring to_wide(const std::string& utf8) {
   return out;
 }
 
-// libstdc++'s \s is ASCII only: ECMA-262's set (json_pattern.h) spelled out for it.
+// The class escapes as json_pattern.h defines them (what ECMA-262 and python's re agree on),
+// for libstdc++: its \s is ASCII only, so ECMA-262's set less U+FEFF is spelled out; its \W
+// holds every non-ASCII letter, which python's re calls word characters, so the letters of
+// the mutation alphabet's scripts are taken out of it.
 std::wstring for_std_regex(const std::wstring& p) {
-  const std::wstring members = L"\\t\\n\\v\\f\\r \\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff";
+  const std::wstring members = L"\\t\\n\\v\\f\\r \\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000";
   std::wstring out;
   bool in_class = false;
   for (size_t i = 0; i < p.size(); ++i) {
     if (p[i] == L'\\' && i + 1 < p.size()) {
       if (p[i + 1] == L's') out += in_class ? members : L"[" + members + L"]";
-      else if (p[i + 1] == L'S' && !in_class) out += L"[^" + members + L"]";
+      else if (p[i + 1] == L'S' && !in_class) out += L"[^" + members + L"\\ufeff\\x1c-\\x1f\\x85]";
+      else if (p[i + 1] == L'W' && !in_class) out += L"(?:(?![\\u00c0-\\u00d6\\u00d8-\\u00f6\\u00f8-\\u024f\\u0400-\\u04ff\\u4e00-\\u9fff])\\W)";
       else out += p.substr(i, 2);
       ++i;
       continue;
