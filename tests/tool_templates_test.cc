@@ -81,6 +81,17 @@ TEST(ToolTemplates, RealTemplatesRenderToolsAndParseTheirFormat) {
        R"([TOOL_CALLS][{"name": "get_weather", "arguments": {"unit": "C", "city": "Paris"}, "id": "a1b2c3d4e"}])",
        false},
       {"llama3 (no tools)", kPlainLlama3, false, ToolFormat::kJson, "arguments", call, true},
+      {"hermes3", read_template("hermes3-tool-use.jinja"), true, ToolFormat::kHermes, "arguments",
+       "<tool_call>\n" + call + "\n</tool_call>", true},
+      {"command-r7b", read_template("command-r7b-tool-use.jinja"), true, ToolFormat::kCommandR7b, "arguments",
+       R"(<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"unit": "C", "city": "Paris"}}]<|END_ACTION|>)",
+       true},
+      {"functionary-v3.2", read_template("functionary-v3.2.jinja"), true, ToolFormat::kFunctionaryV32, "arguments",
+       "get_weather\n{\"unit\": \"C\", \"city\": \"Paris\"}", true},
+      {"functionary-v3.1", read_template("functionary-v3.1.jinja"), true, ToolFormat::kFunctionaryV31, "arguments",
+       R"(<function=get_weather>{"unit": "C", "city": "Paris"}</function>)", true},
+      {"firefunction-v2", read_template("firefunction-v2.jinja"), true, ToolFormat::kFirefunctionV2, "arguments",
+       R"( functools[{"name": "get_weather", "arguments": {"unit": "C", "city": "Paris"}}])", true},
   };
   ParserLimits limits;
   limits.n_vocab = 100;
@@ -90,12 +101,12 @@ TEST(ToolTemplates, RealTemplatesRenderToolsAndParseTheirFormat) {
   auto vocab = grammar::TokenTable::from_pieces({"a"}, {});
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    const TemplateTools tt = template_tools(c.source);
+    auto t = tok::ChatTemplate::parse(c.source);
+    ASSERT_TRUE(t.ok()) << t.message();
+    const TemplateTools tt = template_tools(c.source, *t);
     EXPECT_EQ(tt.takes_tools, c.takes_tools);
     EXPECT_EQ(tt.format, c.format);
     EXPECT_EQ(tt.args_key, c.args_key);
-    auto t = tok::ChatTemplate::parse(c.source);
-    ASSERT_TRUE(t.ok()) << t.message();
     auto text = t->render_json(tool_chat_context(*pr, tt, "<s>", "</s>"));
     ASSERT_TRUE(text.ok()) << text.message();
     // The tools, the earlier call, its result and the new question are all in the prompt.

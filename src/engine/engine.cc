@@ -361,7 +361,7 @@ Result<RequestId> Engine::add_request(Request request, RequestId id_in) {
   req->timings.n_prompt = req->n_prompt;
 
   auto seq = std::make_unique<Sequence>(req.get(), 0, req->params.sampling, tokenizer_, n_vocab, req->params.stop,
-                                        req->params.grammar);
+                                        req->params.grammar, req->params.keep_special);
   init_spec(*seq);
   seq->tokens = std::move(request.prompt_ids);
   seq->tokens.reserve(config_.n_ctx + 1);
@@ -471,7 +471,8 @@ void Engine::fork_completions(Sequence& parent) {
   for (int32_t i = 1; i < req.params.n; ++i) {
     sample::SamplingParams sp = req.params.sampling;
     sp.seed = sp.seed + static_cast<uint64_t>(i);  // distinct, reproducible streams
-    auto child = std::make_unique<Sequence>(&req, i, sp, tokenizer_, n_vocab, req.params.stop, req.params.grammar);
+    auto child = std::make_unique<Sequence>(&req, i, sp, tokenizer_, n_vocab, req.params.stop, req.params.grammar,
+                                              req.params.keep_special);
     init_spec(*child);
     child->tokens.reserve(config_.n_ctx + 1);
     child->tokens = parent.tokens;

@@ -54,6 +54,10 @@ struct GenerationParams {
   // Not with prompt_logprobs (the prompt's positions would move).
   bool context_shift = false;
   int32_t n_keep = 0;                 // tokens kept at the start (clamped to the context)
+  // Control tokens whose text the output keeps (they render empty otherwise, as llama.cpp's
+  // token_to_piece without special): the markers of a tool-call format (llama.cpp's
+  // preserved tokens), so that the server's parser finds them. Sorted, unique.
+  std::vector<int32_t> keep_special;
 };
 
 struct TokenLogprob {

@@ -27,8 +27,8 @@ struct RequestState;
 struct Sequence {
   Sequence(RequestState* req_, int32_t seq_index_, const sample::SamplingParams& sp,
            const tok::Tokenizer& tokenizer, int32_t n_vocab, const std::vector<std::string>& stops,
-           const std::shared_ptr<const grammar::CompiledGrammar>& g)
-      : req(req_), seq_index(seq_index_), sampler(sp, n_vocab), detok(tokenizer), stop(stops) {
+           const std::shared_ptr<const grammar::CompiledGrammar>& g, const std::vector<int32_t>& keep_special = {})
+      : req(req_), seq_index(seq_index_), sampler(sp, n_vocab), detok(tokenizer, keep_special), stop(stops) {
     if (g) {
       matcher.emplace(g);
       mask.assign((static_cast<size_t>(n_vocab) + 63) / 64, 0);

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/check.h"
 #include "gguf/json_util.h"
 #include "grammar/json_pattern.h"
 
@@ -157,11 +158,14 @@ std::string nonneg_range(uint64_t lo, std::optional<uint64_t> hi) {
 
 class Converter {
  public:
-  Converter(const Json& root, const JsonSchemaLimits& limits) : root_(root), limits_(limits) {}
+  // prefix: empty for a whole grammar (start rule "root"), else the start rule's name and the
+  // prefix of every rule made for this schema.
+  Converter(const Json& root, const JsonSchemaLimits& limits, std::string prefix = {})
+      : root_(root), limits_(limits), prefix_(std::move(prefix)) {}
 
   Result<std::string> run() {
     LUMEN_ASSIGN_OR_RETURN(std::string expr, visit(root_, "", "root", 0));
-    std::string out = "root ::= " + expr + "\n";
+    std::string out = (prefix_.empty() ? std::string("root") : prefix_) + " ::= " + expr + "\n";
     for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
     out += kBaseRules;
     if (need_any_) out += any_rules();
@@ -187,6 +191,7 @@ class Converter {
       return fail("", "the schema needs more than " + std::to_string(limits_.max_rules) + " grammar rules");
     std::string name = sanitize(hint);
     if (name == "root" || name.rfind("json-", 0) == 0 || name == "ws") name = "s-" + name;
+    if (!prefix_.empty()) name = prefix_ + "-" + name;
     if (used_.count(name)) {
       int k = 2;
       while (used_.count(name + "-" + std::to_string(k))) ++k;
@@ -871,6 +876,7 @@ class Converter {
 
   const Json& root_;
   JsonSchemaLimits limits_;
+  const std::string prefix_;
   std::vector<std::pair<std::string, std::string>> rules_;
   std::set<std::string> used_;
   std::map<std::string, std::string> refs_;
@@ -879,7 +885,9 @@ class Converter {
 
 }  // namespace
 
-Result<std::string> json_schema_to_gbnf(std::string_view schema_json, const JsonSchemaLimits& limits) {
+namespace {
+
+Result<std::string> convert(std::string_view schema_json, const JsonSchemaLimits& limits, std::string prefix) {
   if (schema_json.size() > limits.max_schema_bytes)
     return error("json_schema: " + std::to_string(schema_json.size()) + " bytes, over the limit of " +
                  std::to_string(limits.max_schema_bytes));
@@ -888,11 +896,28 @@ Result<std::string> json_schema_to_gbnf(std::string_view schema_json, const Json
   try {
     auto schema = gguf::parse_ordered_json(schema_json);  // linear in the text, keeps the order
     if (!schema.ok()) return error("json_schema: " + schema.message());
-    Converter c(*schema, limits);
+    Converter c(*schema, limits, std::move(prefix));
     return c.run();
   } catch (const std::exception& e) {
     return error(std::string("json_schema: cannot be converted: ") + e.what());
   }
+}
+
+}  // namespace
+
+Result<std::string> json_schema_to_gbnf(std::string_view schema_json, const JsonSchemaLimits& limits) {
+  return convert(schema_json, limits, {});
+}
+
+Result<std::string> json_schema_to_gbnf_rule(std::string_view schema_json, std::string_view name,
+                                             const JsonSchemaLimits& limits) {
+  const bool name_ok = !name.empty() && name.size() <= 64 &&
+                       std::all_of(name.begin(), name.end(), [](char c) {
+                         return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+                       }) &&
+                       name != "root" && name != "ws" && !name.starts_with("json") && !name.starts_with("s-");
+  LUMEN_CHECK_MSG(name_ok, "json_schema_to_gbnf_rule: the rule name must be [a-z0-9-]+ and not a reserved one");
+  return convert(schema_json, limits, std::string(name));
 }
 
 std::string any_json_gbnf(bool object_only) {

@@ -47,6 +47,14 @@ struct JsonSchemaLimits {
 // The schema as JSON text. Errors start with "json_schema: <JSON pointer>: ".
 Result<std::string> json_schema_to_gbnf(std::string_view schema_json, const JsonSchemaLimits& limits = {});
 
+// The same schema as rules to embed in a larger grammar: the start rule is `name` (not root),
+// every rule the schema needs is named `name`-..., and the shared base rules (ws, json-...)
+// keep their names and definitions, so several conversions concatenate into one grammar (a
+// rule defined twice keeps its last, here identical, definition). `name`: [a-z0-9-]+, not
+// root, ws, json... or s-... (checked).
+Result<std::string> json_schema_to_gbnf_rule(std::string_view schema_json, std::string_view name,
+                                             const JsonSchemaLimits& limits = {});
+
 // The grammar of any JSON value (response_format {"type": "json_object"} uses an object).
 std::string any_json_gbnf(bool object_only);
 

@@ -422,6 +422,7 @@ void handle_generation(const ServingState& state, const HandlerEnv& env, Endpoin
   if (!grammar.ok()) return send_error(res, api_error_from_status(grammar.status()));
   pr.params.grammar = std::move(grammar).value();
   if (Status st = tool_grammar(state, pr); !st.ok()) return send_error(res, api_error_from_status(st));
+  if (pr.tools.active()) pr.params.keep_special = state.tool_markers;  // the parser needs to see them
   bool opens_reasoning = false;
   auto ids = prompt_ids(state, pr, &opens_reasoning);
   if (!ids.ok()) return send_error(res, api_error_from_status(ids.status()));

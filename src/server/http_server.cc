@@ -513,7 +513,14 @@ void HttpServer::attach_engine(std::unique_ptr<engine::AsyncEngine> engine) {
     LUMEN_CHECK_MSG(t.ok(), "the built-in ChatML template must parse");
     st->chat_template = std::move(t).value();
   }
-  st->template_tools = template_tools(source);  // "" (ChatML): no tool support of its own
+  st->template_tools = template_tools(source, st->chat_template);  // "" (ChatML): no tool support of its own
+  for (std::string_view marker : tool_format_markers(st->template_tools.format)) {
+    // A marker the vocabulary has as one control token (empty without its special text).
+    const std::vector<int32_t> ids = tk.encode(marker, /*add_special=*/false, /*parse_special=*/true);
+    if (ids.size() == 1 && tk.token_to_piece(ids[0], /*special=*/false).empty()) st->tool_markers.push_back(ids[0]);
+  }
+  std::sort(st->tool_markers.begin(), st->tool_markers.end());
+  st->tool_markers.erase(std::unique(st->tool_markers.begin(), st->tool_markers.end()), st->tool_markers.end());
   using Reasoning = ServerConfig::ReasoningFormat;
   const Reasoning rf = impl_->config.reasoning_format;
   st->reasoning = rf == Reasoning::kDeepseek || (rf == Reasoning::kAuto && template_thinks(source));

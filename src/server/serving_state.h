@@ -26,6 +26,7 @@ struct ServingState {
   std::unique_ptr<engine::AsyncEngine> engine;
   tok::ChatTemplate chat_template;   // the model's, or ChatML when it has none
   TemplateTools template_tools;      // what the template does with tools (tool_calls.h)
+  std::vector<int32_t> tool_markers;  // its format's markers that are control tokens (sorted)
   bool reasoning = false;            // chat output's <think> part -> reasoning_content (reasoning.h)
   std::string bos_text, eos_text;    // template variables bos_token / eos_token
   ParserLimits limits;

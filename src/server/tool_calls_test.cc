@@ -131,6 +131,70 @@ TEST(ToolOutputParse, HermesFormat) {
   EXPECT_EQ(parse_tool_output(R"({"name": "now", "arguments": {}})", tools, ToolFormat::kHermes).calls.size(), 1u);
 }
 
+TEST(ToolOutputParse, NativeFormats) {
+  const ToolRequest tools = chat("").tools;
+  struct Case {
+    ToolFormat format;
+    std::string text;
+    std::vector<std::string> names;  // empty: no calls, the text is content
+    std::string content;
+  };
+  const std::string oslo = R"({"city": "Oslo"})";
+  const Case cases[] = {
+      {ToolFormat::kCommandR7b,
+       "<|START_THINKING|>I need the weather.<|END_THINKING|><|START_ACTION|>[\n  {\"tool_call_id\": \"0\", "
+       "\"tool_name\": \"get_weather\", \"parameters\": " + oslo + "},\n  {\"tool_call_id\": \"1\", \"tool_name\": "
+       "\"now\", \"parameters\": {}}\n]<|END_ACTION|>",
+       {"get_weather", "now"}, "I need the weather."},
+      {ToolFormat::kCommandR7b, "<|START_RESPONSE|>It is sunny.<|END_RESPONSE|>", {}, "It is sunny."},
+      {ToolFormat::kCommandR7b, "<|START_ACTION|>[{\"tool_name\": \"rain\", \"parameters\": {}}]<|END_ACTION|>", {},
+       "<|START_ACTION|>[{\"tool_name\": \"rain\", \"parameters\": {}}]<|END_ACTION|>"},
+      {ToolFormat::kDeepseekR1,
+       "Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n" + oslo +
+           "\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>now\n```json\n{}\n```"
+           "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+       {"get_weather", "now"}, "Checking."},
+      {ToolFormat::kDeepseekR1,  // cut off after its first call
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>now\n```json\n{}\n```<｜tool▁call▁end｜>",
+       {"now"}, ""},
+      {ToolFormat::kDeepseekR1,
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>now\n```json\n{\n```<｜tool▁call▁end｜>", {},
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>now\n```json\n{\n```<｜tool▁call▁end｜>"},
+      {ToolFormat::kFunctionaryV32, "all\nLet me look.>>>get_weather\n" + oslo + ">>>now\n{}", {"get_weather", "now"},
+       "Let me look."},
+      {ToolFormat::kFunctionaryV32, "get_weather\n" + oslo, {"get_weather"}, ""},
+      {ToolFormat::kFunctionaryV32, "all\nJust text, no calls.", {}, "Just text, no calls."},
+      {ToolFormat::kFunctionaryV32, "get_weather\n{\"city\": ", {}, "get_weather\n{\"city\": "},
+      {ToolFormat::kFunctionaryV31, "Sure. <function=get_weather>" + oslo + "</function><function=now>{}</function>",
+       {"get_weather", "now"}, "Sure."},
+      {ToolFormat::kFunctionaryV31, "<function=rain>{}</function>", {}, "<function=rain>{}</function>"},
+      {ToolFormat::kFirefunctionV2, "On it. functools[{\"name\": \"get_weather\", \"arguments\": " + oslo + "}]",
+       {"get_weather"}, "On it."},
+      {ToolFormat::kFirefunctionV2, " functools[{\"name\": \"now\", \"arguments\": {}}] and more", {},
+       " functools[{\"name\": \"now\", \"arguments\": {}}] and more"},
+      // Every format also takes the json format (what the fallback system message asks for).
+      {ToolFormat::kDeepseekR1, "{\"name\": \"now\", \"arguments\": {}}", {"now"}, ""},
+      {ToolFormat::kJson, "<|python_tag|>{\"name\": \"now\", \"parameters\": {}}", {"now"}, ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(tool_format_name(c.format)) + ": " + c.text);
+    const ToolOutput o = parse_tool_output(c.text, tools, c.format);
+    ASSERT_EQ(o.calls.size(), c.names.size());
+    for (size_t i = 0; i < c.names.size(); ++i) EXPECT_EQ(o.calls[i].name, c.names[i]);
+    if (!c.names.empty() && c.names[0] == "get_weather") EXPECT_EQ(Json::parse(o.calls[0].arguments), Json::parse(oslo));
+    EXPECT_EQ(o.content, c.content);
+  }
+  // functionary's python tool takes raw code.
+  ToolRequest py = tools;
+  py.functions.push_back({"python", "{}"});
+  ToolOutput o = parse_tool_output("<|python_tag|>print(1 + 1)", py, ToolFormat::kFunctionaryV31);
+  ASSERT_EQ(o.calls.size(), 1u);
+  EXPECT_EQ(Json::parse(o.calls[0].arguments)["code"], "print(1 + 1)");
+  o = parse_tool_output(">>>python\nprint(2)", py, ToolFormat::kFunctionaryV32);
+  ASSERT_EQ(o.calls.size(), 1u);
+  EXPECT_EQ(Json::parse(o.calls[0].arguments)["code"], "print(2)");
+}
+
 // Every text of the call grammar parses back into calls that name the right function.
 TEST(ToolCallGrammar, AcceptsCallsAndRefusesOthers) {
   auto vocab = grammar::TokenTable::from_pieces({"a"}, {});
@@ -169,6 +233,66 @@ TEST(ToolCallGrammar, AcceptsCallsAndRefusesOthers) {
   EXPECT_NE(err.message().find("tools[1].function.parameters: /properties/x: unsupported keyword 'uniqueItems'"),
             std::string::npos)
       << err.message();
+}
+
+// The native formats' call grammars: a call (two with parallel calls) in the format is a
+// text of the grammar and parses back; the json form, another function or bad arguments are not.
+TEST(ToolCallGrammar, NativeFormats) {
+  auto vocab = grammar::TokenTable::from_pieces({"a"}, {});
+  const std::string w = R"({"city": "Oslo", "days": 3})";
+  struct Case {
+    ToolFormat format;
+    std::string one;  // get_weather(w)
+    std::string two;  // get_weather(w), now({})
+  };
+  const Case cases[] = {
+      {ToolFormat::kCommandR7b,
+       R"(<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "get_weather", "parameters": )" + w + "}]<|END_ACTION|>",
+       R"(<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "get_weather", "parameters": )" + w +
+           R"(}, {"tool_call_id": "1", "tool_name": "now", "parameters": {}}]<|END_ACTION|>)"},
+      {ToolFormat::kDeepseekR1,
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n" + w +
+           "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n" + w +
+           "\n```<｜tool▁call▁end｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>now\n```json\n{}\n```<｜tool▁call▁end｜>"
+           "<｜tool▁calls▁end｜>"},
+      {ToolFormat::kFunctionaryV32, "get_weather\n" + w, "get_weather\n" + w + ">>>now\n{}"},
+      {ToolFormat::kFunctionaryV31, "<function=get_weather>" + w + "</function>",
+       "<function=get_weather>" + w + "</function><function=now>{}</function>"},
+      {ToolFormat::kFirefunctionV2, R"( functools[{"name": "get_weather", "arguments": )" + w + "}]",
+       R"( functools[{"name": "get_weather", "arguments": )" + w + R"(}, {"name": "now", "arguments": {}}])"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(tool_format_name(c.format));
+    TemplateTools tt;
+    tt.takes_tools = true;
+    tt.format = c.format;
+    const ToolRequest named = chat(R"("tool_choice": {"type": "function", "function": {"name": "get_weather"}})").tools;
+    const ToolRequest required = chat(R"("tool_choice": "required")").tools;
+    auto g1 = tool_call_gbnf(named, tt);
+    auto g2 = tool_call_gbnf(required, tt);
+    ASSERT_TRUE(g1.ok() && g2.ok()) << g1.message() << g2.message();
+    auto named_g = grammar::CompiledGrammar::from_gbnf(*g1, vocab);
+    auto required_g = grammar::CompiledGrammar::from_gbnf(*g2, vocab);
+    ASSERT_TRUE(named_g.ok()) << named_g.message() << "\n" << *g1;
+    ASSERT_TRUE(required_g.ok()) << required_g.message() << "\n" << *g2;
+    auto accepts = [](const auto& g, const std::string& text) {
+      grammar::GrammarMatcher m(g);
+      return m.accept_bytes(text) && m.can_end();
+    };
+    EXPECT_TRUE(accepts(*named_g, c.one)) << *g1;
+    EXPECT_FALSE(accepts(*named_g, c.two));  // only the named function, once
+    EXPECT_TRUE(accepts(*required_g, c.one));
+    EXPECT_TRUE(accepts(*required_g, c.two)) << *g2;
+    EXPECT_FALSE(accepts(*required_g, R"({"name": "get_weather", "arguments": )" + w + "}"));  // the json form
+    std::string bad = c.one;
+    bad.replace(bad.find("\"Oslo\""), 6, "7");  // city must be a string
+    EXPECT_FALSE(accepts(*required_g, bad)) << bad;
+    const ToolOutput o = parse_tool_output(c.two, required, c.format);
+    ASSERT_EQ(o.calls.size(), 2u) << c.two;
+    EXPECT_EQ(Json::parse(o.calls[0].arguments), Json::parse(w));
+    EXPECT_EQ(o.calls[1].name, "now");
+  }
 }
 
 TEST(ToolChatContext, NativeAndFallback) {

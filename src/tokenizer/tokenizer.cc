@@ -216,7 +216,8 @@ std::string drain_utf8(std::string* pending, bool final) {
 }  // namespace
 
 std::string StreamingDetokenizer::push(int32_t id) {
-  pending_.append(tokenizer_->token_to_piece(id, /*special=*/false));
+  const bool special = std::binary_search(keep_special_.begin(), keep_special_.end(), id);
+  pending_.append(tokenizer_->token_to_piece(id, special));
   return drain_utf8(&pending_, /*final=*/false);
 }
 

@@ -98,7 +98,10 @@ class Tokenizer {
 // invalid, are emitted as U+FFFD).
 class StreamingDetokenizer {
  public:
-  explicit StreamingDetokenizer(const Tokenizer& tokenizer) : tokenizer_(&tokenizer) {}
+  // keep_special: sorted ids rendered with their special text (control tokens render
+  // empty otherwise).
+  explicit StreamingDetokenizer(const Tokenizer& tokenizer, std::vector<int32_t> keep_special = {})
+      : tokenizer_(&tokenizer), keep_special_(std::move(keep_special)) {}
   // Returns the text that became complete with this token (may be empty).
   std::string push(int32_t id);
   // Returns whatever is still held back (invalid bytes as U+FFFD).
@@ -106,6 +109,7 @@ class StreamingDetokenizer {
 
  private:
   const Tokenizer* tokenizer_;
+  std::vector<int32_t> keep_special_;
   std::string pending_;
 };
 

@@ -100,6 +100,13 @@ TEST(TokenizerStreaming, InvalidBytesBecomeReplacementCharacters) {
     EXPECT_EQ(d.push(-1), "");  // out of range: nothing
     EXPECT_EQ(d.push(1 << 30), "");
   }
+  {
+    // Control tokens asked for (a tool-call format's markers) keep their text; the others not.
+    StreamingDetokenizer d(tok, {tok.bos_id()});
+    EXPECT_EQ(d.push(tok.bos_id()), "<s>");
+    EXPECT_EQ(d.push(tok.eos_id()), "");
+    EXPECT_EQ(d.push(word_a), " a");
+  }
 }
 
 TEST(TokenizerStreaming, GoldenContinuationStreamsLikePieces) {
