@@ -1,8 +1,8 @@
 // Structured output against an independent validator (issue 17, acceptance 1): a
 // random-weight model with Qwen2.5's vocabulary (151,936 ids: its free output is gibberish,
 // so every valid answer is the grammar's doing) samples at temperature 1.0 under each of
-// the 23 JSON Schemas of tests/data/json_schemas, 10 completions each; every one of the
-// 230 must parse and validate under Debian's python3-jsonschema. The test skips, saying
+// the 25 JSON Schemas of tests/data/json_schemas, 10 completions each; every one of the
+// 250 must parse and validate under Debian's python3-jsonschema. The test skips, saying
 // so, only when python3-jsonschema is missing (scripts/setup.sh installs it).
 //
 // GBNF grammars (the shapes of llama.cpp's grammars/ folder, our own text in
@@ -161,7 +161,7 @@ TEST(StructuredOutput, TenSamplesPerSchemaValidate) {
   ASSERT_EQ(e->hparams().n_vocab, 151936);
   const auto vocab = grammar::TokenTable::build(e->tokenizer(), e->hparams().n_vocab);
   const std::vector<fs::path> schemas = files_in(std::string(LUMEN_TEST_DATA_DIR) + "/json_schemas", ".json");
-  ASSERT_EQ(schemas.size(), 23u);
+  ASSERT_EQ(schemas.size(), 25u);
   nlohmann::json cases = nlohmann::json::array();
   uint64_t seed = 1;
   for (const fs::path& path : schemas) {
@@ -180,11 +180,11 @@ TEST(StructuredOutput, TenSamplesPerSchemaValidate) {
                        {"text", s.texts[i]}});
     }
   }
-  ASSERT_EQ(cases.size(), 230u);
+  ASSERT_EQ(cases.size(), 250u);
   const testing::CmdResult r = validate_with_python(cases, ::testing::TempDir() + "structured_" +
                                                                std::to_string(getpid()) + "_");
   EXPECT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_NE(r.out.find("validated 230, invalid 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("validated 250, invalid 0"), std::string::npos) << r.out;
 }
 
 // The GBNF grammars of tests/data/gbnf: every sample completes inside its grammar, checked

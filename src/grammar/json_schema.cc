@@ -3,6 +3,8 @@
 #include "grammar/json_schema.h"
 
 #include <algorithm>
+#include <charconv>
+#include <climits>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -45,7 +47,7 @@ const std::set<std::string>& annotation_keywords() {
 
 const std::set<std::string>& constraint_keywords() {
   static const std::set<std::string> k = {
-      "type", "enum", "const", "nullable", "anyOf", "oneOf", "allOf", "$ref", "properties", "required",
+      "multipleOf", "type", "enum", "const", "nullable", "anyOf", "oneOf", "allOf", "$ref", "properties", "required",
       "additionalProperties", "items", "prefixItems", "minItems", "maxItems", "uniqueItems", "minLength",
       "maxLength", "format", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
   return k;
@@ -154,6 +156,274 @@ std::string nonneg_range(uint64_t lo, std::optional<uint64_t> hi) {
   std::string out = "(";
   for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : " ") + alts[i];
   return out + " )";
+}
+
+// Number bounds, in exact decimal digits: a number text is compared with a bound digit by
+// digit, never through a double (0.1 has no exact double).
+
+constexpr int kMaxFracDigits = 16;  // fraction digits of generated numbers
+constexpr int kMaxExpDigits = 2;    // exponent digits of generated numbers
+constexpr uint64_t kMaxInt = 9999999999999999ULL;  // kMaxDigits nines
+constexpr uint64_t kMaxMultipleOf = 1000;          // integer multipleOf at most
+constexpr uint64_t kMaxMultipleOfPrimeTo10 = 100;  // and its factor prime to 10 at most (k = 97: 240 KB)
+
+// (neg ? -1 : 1) * int_digits.frac_digits, exactly. int_digits has no leading zeros ("0"
+// for none), frac_digits no trailing zeros; zero is never negative.
+struct Decimal {
+  bool neg = false;
+  std::string int_digits = "0";
+  std::string frac_digits;
+
+  bool is_zero() const { return int_digits == "0" && frac_digits.empty(); }
+};
+
+// The digit string `digits` with the decimal point `point` places from its left (point may
+// be negative or beyond the end).
+Decimal decimal_from_digits(bool neg, const std::string& digits, int64_t point) {
+  std::string int_digits, frac_digits;
+  const auto n = static_cast<int64_t>(digits.size());
+  if (point <= 0) {
+    frac_digits = std::string(static_cast<size_t>(-point), '0') + digits;
+  } else if (point >= n) {
+    int_digits = digits + std::string(static_cast<size_t>(point - n), '0');
+  } else {
+    int_digits = digits.substr(0, static_cast<size_t>(point));
+    frac_digits = digits.substr(static_cast<size_t>(point));
+  }
+  Decimal d;
+  const size_t nz = int_digits.find_first_not_of('0');
+  d.int_digits = nz == std::string::npos ? "0" : int_digits.substr(nz);
+  while (!frac_digits.empty() && frac_digits.back() == '0') frac_digits.pop_back();
+  d.frac_digits = std::move(frac_digits);
+  d.neg = neg && !d.is_zero();
+  return d;
+}
+
+// A JSON number's text ("-12.5e-3"); the caller passes a well-formed one.
+Decimal parse_decimal(std::string_view t) {
+  bool neg = false;
+  size_t i = 0;
+  if (i < t.size() && (t[i] == '-' || t[i] == '+')) neg = t[i++] == '-';
+  std::string digits;
+  int64_t point = -1;
+  for (; i < t.size() && t[i] != 'e' && t[i] != 'E'; ++i) {
+    if (t[i] == '.') point = static_cast<int64_t>(digits.size());
+    else digits += t[i];
+  }
+  if (point < 0) point = static_cast<int64_t>(digits.size());
+  if (i < t.size()) point += std::stoll(std::string(t.substr(i + 1)));
+  return decimal_from_digits(neg, digits, point);
+}
+
+// d * 10^e.
+Decimal scaled(const Decimal& d, int e) {
+  return decimal_from_digits(d.neg, d.int_digits + d.frac_digits, static_cast<int64_t>(d.int_digits.size()) + e);
+}
+
+// The shortest decimal that reads back as x: what the schema's author wrote for every bound
+// of at most 15 significant digits (nlohmann parses numbers into doubles and drops the text).
+Decimal shortest_decimal(double x) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  LUMEN_CHECK(r.ec == std::errc());
+  return parse_decimal(std::string_view(buf, static_cast<size_t>(r.ptr - buf)));
+}
+
+// Big-endian decimal digits times a small factor.
+void multiply_digits(std::string& digits, int factor) {
+  int carry = 0;
+  for (size_t i = digits.size(); i-- > 0;) {
+    const int v = (digits[i] - '0') * factor + carry;
+    digits[i] = static_cast<char>('0' + v % 10);
+    carry = v / 10;
+  }
+  while (carry) {
+    digits.insert(digits.begin(), static_cast<char>('0' + carry % 10));
+    carry /= 10;
+  }
+}
+
+// The exact value of x, which has at most 56 significant bits (a midpoint of two doubles).
+Decimal exact_decimal(long double x) {
+  static_assert(std::numeric_limits<long double>::digits >= 56, "a midpoint of two doubles needs 55 bits");
+  if (x == 0) return {};
+  const bool neg = x < 0;
+  int e2 = 0;
+  const long double m = std::ldexp(std::frexp(std::fabs(x), &e2), 56);  // |x| = m * 2^(e2 - 56)
+  const auto mi = static_cast<uint64_t>(m);
+  LUMEN_CHECK(static_cast<long double>(mi) == m);
+  std::string digits = std::to_string(mi);
+  const int shift = e2 - 56;
+  for (int k = 0; k < shift; ++k) multiply_digits(digits, 2);
+  for (int k = 0; k < -shift; ++k) multiply_digits(digits, 5);  // m * 2^-k = m * 5^k / 10^k
+  const int64_t point = static_cast<int64_t>(digits.size()) - (shift < 0 ? -shift : 0);
+  return decimal_from_digits(neg, digits, point);
+}
+
+int compare(const Decimal& a, const Decimal& b) {
+  if (a.neg != b.neg) return a.neg ? -1 : 1;
+  int c = 0;
+  if (a.int_digits.size() != b.int_digits.size()) c = a.int_digits.size() < b.int_digits.size() ? -1 : 1;
+  else if (a.int_digits != b.int_digits) c = a.int_digits < b.int_digits ? -1 : 1;
+  else if (a.frac_digits != b.frac_digits) c = a.frac_digits < b.frac_digits ? -1 : 1;  // no trailing zeros
+  return a.neg ? -c : c;
+}
+
+// One side of a range: value >= (or >, strict) a lower bound, <= (or <) an upper one.
+struct NumBound {
+  Decimal value;
+  bool strict = false;
+};
+
+// Digit strings to write after the fraction digits [0, k) so that the whole fraction stays
+// within the bounds, which those k digits equal (lo / hi nullptr: already strictly inside on
+// that side). alts are the non-empty continuations; can_end: stopping here is one too.
+struct FracTail {
+  bool can_end = false;
+  std::vector<std::string> alts;
+};
+
+std::string group(const std::vector<std::string>& alts) {
+  std::string out = "(";
+  for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : " ") + alts[i];
+  return out + " )";
+}
+
+FracTail frac_tail(int k, const NumBound* lo, const NumBound* hi) {
+  const int n_left = kMaxFracDigits - k;
+  // Whether the bound's fraction has no digits at k or beyond (the rest is zeros).
+  auto past = [k](const NumBound* b) { return k >= static_cast<int>(b->value.frac_digits.size()); };
+  auto digit = [k](const NumBound* b) {
+    return k < static_cast<int>(b->value.frac_digits.size()) ? b->value.frac_digits[static_cast<size_t>(k)] - '0' : 0;
+  };
+  if (lo && past(lo) && !lo->strict) lo = nullptr;  // every tail is >= zeros
+  FracTail t;
+  if (!lo && !hi) {
+    t.can_end = true;
+    if (n_left > 0) t.alts.push_back("[0-9]{1," + std::to_string(n_left) + "}");
+    return t;
+  }
+  if (!lo && past(hi)) {  // only zeros stay <= the rest of hi (and never <)
+    t.can_end = !hi->strict;
+    if (t.can_end && n_left > 0) t.alts.push_back("\"0\"{1," + std::to_string(n_left) + "}");
+    return t;
+  }
+  t.can_end = !lo;  // lo here has nonzero digits left, or is strict; hi here has digits left
+  if (n_left == 0) return t;
+  const int ld = lo ? digit(lo) : -1, hd = hi ? digit(hi) : 10;
+  if (lo && hi && ld > hd) return t;  // lo above hi: the caller's range is empty
+  auto digits = [](int a, int b) {
+    return a == b ? "\"" + std::to_string(a) + "\"" : "[" + std::to_string(a) + "-" + std::to_string(b) + "]";
+  };
+  if (ld + 1 <= hd - 1)
+    t.alts.push_back(digits(ld + 1, hd - 1) + (n_left > 1 ? " [0-9]{0," + std::to_string(n_left - 1) + "}" : ""));
+  auto add = [&](int d, const NumBound* l, const NumBound* h) {
+    const FracTail sub = frac_tail(k + 1, l, h);
+    if (sub.alts.empty() && !sub.can_end) return;
+    t.alts.push_back("\"" + std::to_string(d) + "\"" +
+                     (sub.alts.empty() ? "" : " " + group(sub.alts) + (sub.can_end ? "?" : "")));
+  };
+  if (lo && hi && ld == hd) {
+    add(ld, lo, hi);
+  } else {
+    if (lo) add(ld, lo, nullptr);
+    if (hi) add(hd, nullptr, hi);
+  }
+  return t;
+}
+
+// The fraction part ( "." digits )? of a number whose integer part equals that of lo (lo
+// non-null) and of hi (hi non-null), within them; nullopt: none fits.
+std::optional<std::string> frac_part(const NumBound* lo, const NumBound* hi) {
+  if (!hi && (!lo || (lo->value.frac_digits.empty() && !lo->strict))) return "json-frac?";
+  const FracTail t = frac_tail(0, lo, hi);
+  if (t.alts.empty()) return t.can_end ? std::optional<std::string>("") : std::nullopt;
+  const std::string dot = "\".\" " + group(t.alts);
+  return t.can_end ? "( " + dot + " )?" : dot;
+}
+
+// Texts of json-int without "-" and json-frac? (no exponent) whose value u lies within lo
+// and hi (each <=, or < where strict), both >= 0 (hi absent: no upper bound). "" when
+// there is none.
+std::string unsigned_number_range(const NumBound& lo, const std::optional<NumBound>& hi) {
+  if (lo.value.int_digits.size() > static_cast<size_t>(kMaxDigits)) return "";
+  const uint64_t lo_int = std::stoull(lo.value.int_digits);
+  const std::optional<NumBound> top =
+      hi && hi->value.int_digits.size() <= static_cast<size_t>(kMaxDigits) ? hi : std::nullopt;
+  const uint64_t hi_int = top ? std::stoull(top->value.int_digits) : 0;
+  auto int_text = [](uint64_t v) { return "\"" + std::to_string(v) + "\""; };
+  std::vector<std::string> alts;
+  if (top && lo_int == hi_int) {
+    if (auto f = frac_part(&lo, &*top)) alts.push_back(int_text(lo_int) + (f->empty() ? "" : " " + *f));
+  } else if (!top || lo_int < hi_int) {
+    if (auto f = frac_part(&lo, nullptr)) alts.push_back(int_text(lo_int) + (f->empty() ? "" : " " + *f));
+    const uint64_t mid_lo = lo_int + 1;  // integer parts strictly between: any fraction
+    if (!top && mid_lo <= kMaxInt) alts.push_back(nonneg_range(mid_lo, std::nullopt) + " json-frac?");
+    if (top && mid_lo + 1 <= hi_int) alts.push_back(nonneg_range(mid_lo, hi_int - 1) + " json-frac?");
+    if (top) {
+      if (auto f = frac_part(nullptr, &*top)) alts.push_back(int_text(hi_int) + (f->empty() ? "" : " " + *f));
+    }
+  }
+  if (alts.empty()) return "";
+  return alts.size() == 1 ? alts[0] : group(alts);
+}
+
+// Texts of json-number without exponent whose value lies within lo and hi (either absent:
+// open). "" when there is none.
+std::string number_range(const std::optional<NumBound>& lo, const std::optional<NumBound>& hi) {
+  std::vector<std::string> alts;
+  if (!(hi && hi->value.neg)) {  // texts without "-": value u >= 0
+    const NumBound u_lo = lo && !lo->value.neg ? *lo : NumBound{};
+    const std::string u = unsigned_number_range(u_lo, hi);
+    if (!u.empty()) alts.push_back(u);
+  }
+  if (!(lo && !lo->value.neg && !lo->value.is_zero())) {
+    // Texts "-" u, value -u (-0 is 0): lo <= -u <= hi  <=>  -hi <= u <= -lo (< alike).
+    auto flip = [](NumBound b) {
+      b.value.neg = false;
+      return b;
+    };
+    const NumBound u_lo = hi && (hi->value.neg || hi->value.is_zero()) ? flip(*hi) : NumBound{};
+    const std::optional<NumBound> u_hi = lo ? std::optional<NumBound>(flip(*lo)) : std::nullopt;
+    const std::string u = unsigned_number_range(u_lo, u_hi);
+    if (!u.empty()) alts.push_back("\"-\" " + u);
+  }
+  if (alts.empty()) return "";
+  return alts.size() == 1 ? alts[0] : group(alts);
+}
+
+// The position of d's leading digit: 0 for 1..9.x, -1 for 0.1.., 2 for 100..; 0 for zero.
+int magnitude(const Decimal& d) {
+  if (d.int_digits != "0") return static_cast<int>(d.int_digits.size()) - 1;
+  const size_t nz = d.frac_digits.find_first_not_of('0');
+  return nz == std::string::npos ? 0 : -static_cast<int>(nz) - 1;
+}
+
+// Texts of json-number whose value lies within lo and hi: without exponent, or when no such
+// text exists (a range narrower than 1e-16 or beyond 1e16), mantissas with one exponent
+// "e<E>" chosen near the bounds' magnitude. "" when json-number has no text in the range.
+std::string number_range_any_form(const std::optional<NumBound>& lo, const std::optional<NumBound>& hi) {
+  std::string plain = number_range(lo, hi);
+  if (!plain.empty()) return plain;
+  std::optional<int> e0;  // the larger magnitude of the nonzero bounds
+  for (const auto* b : {&lo, &hi})
+    if (*b && !(*b)->value.is_zero()) e0 = std::max(e0.value_or(INT_MIN), magnitude((*b)->value));
+  int max_exp = 1;
+  for (int k = 0; k < kMaxExpDigits; ++k) max_exp *= 10;
+  --max_exp;
+  for (int step = 0; step <= 2 * max_exp; ++step) {
+    const int e = e0.value_or(0) + (step % 2 ? (step + 1) / 2 : -(step / 2));
+    if (e == 0 || e < -max_exp || e > max_exp) continue;
+    auto scale = [e](const std::optional<NumBound>& b) {
+      if (!b) return b;
+      NumBound s = *b;
+      s.value = scaled(b->value, -e);
+      return std::optional<NumBound>(s);
+    };
+    const std::string mantissa = number_range(scale(lo), scale(hi));
+    if (!mantissa.empty()) return "( " + mantissa + " ) \"e" + std::to_string(e) + "\"";
+  }
+  return "";
 }
 
 class Converter {
@@ -501,6 +771,7 @@ class Converter {
       else if (s.contains("minLength") || s.contains("maxLength") || s.contains("format") || s.contains("pattern"))
         types.push_back("string");
       else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum")) types.push_back("number");
+      else if (s.contains("multipleOf")) types.push_back("number");
       else return any();
     }
     std::vector<std::string> alts;
@@ -508,7 +779,7 @@ class Converter {
       if (t == "null") alts.push_back("\"null\"");
       else if (t == "boolean") alts.push_back("( \"true\" | \"false\" )");
       else if (t == "string") { LUMEN_ASSIGN_OR_RETURN(std::string e, visit_string(s, path)); alts.push_back(e); }
-      else if (t == "integer" || t == "number") { LUMEN_ASSIGN_OR_RETURN(std::string e, visit_number(s, path, t == "integer")); alts.push_back(e); }
+      else if (t == "integer" || t == "number") { LUMEN_ASSIGN_OR_RETURN(std::string e, t == "integer" ? visit_integer(s, path) : visit_number(s, path)); alts.push_back(e); }
       else if (t == "object") { LUMEN_ASSIGN_OR_RETURN(std::string e, visit_object(s, path, hint, depth)); alts.push_back(e); }
       else if (t == "array") { LUMEN_ASSIGN_OR_RETURN(std::string e, visit_array(s, path, hint, depth)); alts.push_back(e); }
       else return fail(path + "/type", "unknown type '" + t.substr(0, 100) + "'");
@@ -624,47 +895,202 @@ class Converter {
     return out;
   }
 
-  Result<std::string> visit_number(const Json& s, const std::string& path, bool integer) {
+  // The tighter of minimum / exclusiveMinimum (lower) or maximum / exclusiveMaximum, as an
+  // exact decimal. An inclusive bound is the shortest decimal of its double (see
+  // shortest_decimal). An exclusive one moves to the midpoint between its double and the
+  // next double inward (inclusive when that midpoint reads back as the next double): a text
+  // beyond it is beyond the bound whether a validator compares decimals or doubles
+  // (99.9999999999999999 reads as 100.0, which is not below an exclusiveMaximum of 100).
+  Result<std::optional<NumBound>> number_bound(const Json& s, const std::string& path, bool lower) {
+    std::optional<NumBound> out;
+    static constexpr const char* kLower[] = {"minimum", "exclusiveMinimum"};
+    static constexpr const char* kUpper[] = {"maximum", "exclusiveMaximum"};
+    for (const char* key : lower ? kLower : kUpper) {
+      if (!s.contains(key)) continue;
+      const Json& x = s[key];
+      if (!x.is_number()) return fail(path + "/" + key, "must be a number");
+      const double d = x.get<double>();
+      if (!std::isfinite(d)) return fail(path + "/" + key, "must be a finite number");
+      NumBound b;
+      const double next = std::nextafter(d, lower ? std::numeric_limits<double>::infinity()
+                                                  : -std::numeric_limits<double>::infinity());
+      if (key[0] != 'e') {
+        b.value = shortest_decimal(d);
+      } else if (!std::isfinite(next)) {  // +-DBL_MAX: no double lies beyond
+        b = {shortest_decimal(d), true};
+      } else {
+        const long double mid = (static_cast<long double>(d) + static_cast<long double>(next)) / 2;  // exact
+        b = {exact_decimal(mid), static_cast<double>(mid) == d};
+      }
+      const int c = out ? compare(b.value, out->value) : 0;
+      if (!out || (lower ? c > 0 : c < 0) || (c == 0 && b.strict)) out = b;
+    }
+    return out;
+  }
+
+  // Numbers within the bounds: exact (see number_range_any_form).
+  Result<std::string> visit_number(const Json& s, const std::string& path) {
+    if (s.contains("multipleOf")) return visit_integer(s, path);  // multiples of an integer are integers
+    LUMEN_ASSIGN_OR_RETURN(std::optional<NumBound> lo, number_bound(s, path, true));
+    LUMEN_ASSIGN_OR_RETURN(std::optional<NumBound> hi, number_bound(s, path, false));
+    if (!lo && !hi) return std::string("json-number");
+    std::string bounds;  // "minimum 0.8, maximum 0.2"
+    for (const char* key : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"})
+      if (s.contains(key)) bounds += std::string(bounds.empty() ? "" : ", ") + key + " " + json_text(s[key]);
+    if (lo && hi) {
+      const int c = compare(lo->value, hi->value);
+      if (c > 0 || (c == 0 && (lo->strict || hi->strict)))
+        return fail(path, "no number lies within " + bounds + " (the lower bound is not below the upper one)");
+    }
+    std::string out = number_range_any_form(lo, hi);
+    if (out.empty())
+      return fail(path, "no number lies within " + bounds + " that has at most " + std::to_string(kMaxDigits) +
+                            " integer and " + std::to_string(kMaxFracDigits) + " fraction digits and a " +
+                            std::to_string(kMaxExpDigits) + "-digit exponent");
+    return out;
+  }
+
+  // multipleOf as an integer k (1 when absent). Integers only: a validator dividing doubles
+  // disagrees with exact decimals (python3-jsonschema: 0.07 / 0.01 = 7.000000000000001, not a
+  // multiple), so a fractional one is an error rather than a grammar some validators refuse.
+  Result<uint64_t> multiple_of(const Json& s, const std::string& path) {
+    if (!s.contains("multipleOf")) return uint64_t{1};
+    const Json& x = s["multipleOf"];
+    const std::string where = path + "/multipleOf";
+    if (!x.is_number() || !(x.get<double>() > 0)) return fail(where, "must be a number above 0");
+    const double d = x.get<double>();
+    if (std::floor(d) != d)
+      return fail(where, "only an integer multipleOf is supported (validators that divide doubles disagree on "
+                         "fractional ones: 0.07 / 0.01 = 7.000000000000001)");
+    if (d > static_cast<double>(kMaxMultipleOf))
+      return fail(where, "above " + std::to_string(kMaxMultipleOf) + " is not supported");
+    const auto k = static_cast<uint64_t>(d);
+    uint64_t odd = k;  // the factor prime to 10: the grammar has about kMaxDigits rules per residue of it
+    while (odd % 2 == 0) odd /= 2;
+    while (odd % 5 == 0) odd /= 5;
+    if (odd > kMaxMultipleOfPrimeTo10)
+      return fail(where, std::to_string(k) + " is not supported (its factor prime to 10, " + std::to_string(odd) +
+                             ", is above " + std::to_string(kMaxMultipleOfPrimeTo10) + ")");
+    return k;
+  }
+
+  // 10^n mod k.
+  static uint64_t pow10_mod(int n, uint64_t k) {
+    uint64_t p = 1 % k;
+    for (int i = 0; i < n; ++i) p = p * 10 % k;
+    return p;
+  }
+
+  // Strings of n digits (leading zeros allowed) whose value is t mod k: one rule per
+  // (k, n, t), shared. "" is the empty string, nullopt none.
+  Result<std::optional<std::string>> digits_mod(uint64_t k, int n, uint64_t t) {
+    if (n == 0) return t == 0 ? std::optional<std::string>("") : std::nullopt;
+    const std::string key = std::to_string(k) + "-" + std::to_string(n) + "-" + std::to_string(t);
+    if (auto it = multiple_rules_.find(key); it != multiple_rules_.end()) return it->second;
+    const uint64_t p = pow10_mod(n - 1, k);
+    std::map<uint64_t, std::string> by_rest;  // what the other n - 1 digits must be, mod k -> first digits
+    for (uint64_t d = 0; d <= 9; ++d) by_rest[(t + k - d * p % k) % k] += static_cast<char>('0' + d);
+    std::vector<std::string> alts;
+    for (const auto& [rest, ds] : by_rest) {
+      LUMEN_ASSIGN_OR_RETURN(std::optional<std::string> sub, digits_mod(k, n - 1, rest));
+      if (!sub) continue;
+      const std::string cls = ds.size() == 1 ? "\"" + ds + "\"" : "[" + ds + "]";
+      alts.push_back(sub->empty() ? cls : cls + " " + *sub);
+    }
+    std::optional<std::string> out;
+    if (!alts.empty()) {
+      LUMEN_ASSIGN_OR_RETURN(out, add_rule("mod-" + key, alts.size() == 1 ? alts[0] : group(alts)));
+    }
+    multiple_rules_.emplace(key, out);
+    return out;
+  }
+
+  // After a prefix of residue r (mod k), the digits [i, size) of a string s with lo <= s <=
+  // hi (both of that size) that make s a multiple of k; s's digits before i equal lo's
+  // (tight_lo) and hi's (tight_hi).
+  Result<std::optional<std::string>> multiples_between(const std::string& lo, const std::string& hi, uint64_t k,
+                                                       size_t i, bool tight_lo, bool tight_hi, uint64_t r) {
+    const int n_left = static_cast<int>(lo.size() - i);
+    tight_lo = tight_lo && lo.find_first_not_of('0', i) != std::string::npos;  // zeros to go: any tail is above
+    tight_hi = tight_hi && hi.find_first_not_of('9', i) != std::string::npos;
+    auto free_tail = [&](uint64_t prefix, int n) {  // the n digits after a prefix of residue `prefix`
+      return digits_mod(k, n, (k - prefix * pow10_mod(n, k) % k) % k);
+    };
+    if (!tight_lo && !tight_hi) return free_tail(r, n_left);
+    const int d_lo = tight_lo ? lo[i] - '0' : 0, d_hi = tight_hi ? hi[i] - '0' : 9;
+    std::map<uint64_t, std::string> free_by_next;  // digits strictly inside, by the residue they lead to
+    std::vector<std::string> alts;
+    for (int d = d_lo; d <= d_hi; ++d) {
+      const uint64_t next = (10 * r + static_cast<uint64_t>(d)) % k;
+      const bool tl = tight_lo && d == d_lo, th = tight_hi && d == d_hi;
+      if (!tl && !th) {
+        free_by_next[next] += static_cast<char>('0' + d);
+        continue;
+      }
+      LUMEN_ASSIGN_OR_RETURN(std::optional<std::string> sub, multiples_between(lo, hi, k, i + 1, tl, th, next));
+      if (!sub) continue;
+      alts.push_back("\"" + std::string(1, static_cast<char>('0' + d)) + "\"" + (sub->empty() ? "" : " " + *sub));
+    }
+    for (const auto& [next, ds] : free_by_next) {
+      LUMEN_ASSIGN_OR_RETURN(std::optional<std::string> sub, free_tail(next, n_left - 1));
+      if (!sub) continue;
+      const std::string cls = ds.size() == 1 ? "\"" + ds + "\"" : "[" + ds + "]";
+      alts.push_back(sub->empty() ? cls : cls + " " + *sub);
+    }
+    if (alts.empty()) return std::optional<std::string>();
+    return std::optional<std::string>(alts.size() == 1 ? alts[0] : group(alts));
+  }
+
+  // Non-negative integers in [lo, hi] (hi absent: up to kMaxDigits digits) that are
+  // multiples of k, without leading zeros; "" when there is none.
+  Result<std::string> nonneg_multiples(uint64_t lo, std::optional<uint64_t> hi, uint64_t k) {
+    if (k == 1) return hi && *hi < lo ? std::string() : nonneg_range(lo, hi);
+    const std::string slo = std::to_string(lo);
+    const size_t max_len = hi ? std::to_string(*hi).size() : static_cast<size_t>(kMaxDigits);
+    std::vector<std::string> alts;
+    for (size_t len = slo.size(); len <= max_len; ++len) {
+      const std::string a = len == slo.size() ? slo : "1" + std::string(len - 1, '0');
+      const std::string b = hi && len == max_len ? std::to_string(*hi) : std::string(len, '9');
+      if (a > b) continue;
+      LUMEN_ASSIGN_OR_RETURN(std::optional<std::string> m, multiples_between(a, b, k, 0, true, true, 0));
+      if (m && !m->empty()) alts.push_back(*m);
+    }
+    if (alts.empty()) return std::string();
+    return alts.size() == 1 ? alts[0] : group(alts);
+  }
+
+  // Integers within the bounds (rounded inward), multiples of multipleOf. Also numbers
+  // with an integer multipleOf: their multiples are integers.
+  Result<std::string> visit_integer(const Json& s, const std::string& path) {
     LUMEN_ASSIGN_OR_RETURN(std::optional<int64_t> lo, bound(s, path, true));
     LUMEN_ASSIGN_OR_RETURN(std::optional<int64_t> hi, bound(s, path, false));
-    if (!lo && !hi) return std::string(integer ? "json-int" : "json-number");
-    if (lo && hi && *lo > *hi)
-      return fail(path, integer ? "no integer lies within minimum / maximum"
-                                : "minimum / maximum of a number must enclose an integer (only such bounds are supported)");
-    // Texts for the values: integers in the range; for numbers, those with a fraction where
-    // the value stays inside (a subset of the range: every integer-bounded number).
-    const std::string zero_frac = "( \".\" \"0\"{1,16} )?";
+    LUMEN_ASSIGN_OR_RETURN(uint64_t k, multiple_of(s, path));
+    if (!lo && !hi && k == 1) return std::string("json-int");
+    if (lo && hi && *lo > *hi) return fail(path, "no integer lies within minimum / maximum");
     std::vector<std::string> alts;
-    auto add_nonneg = [&](int64_t a, std::optional<int64_t> b) {  // values x in [a, b], a >= 0
-      if (integer || !b) {
-        alts.push_back(nonneg_range(static_cast<uint64_t>(a), b ? std::optional<uint64_t>(static_cast<uint64_t>(*b)) : std::nullopt) +
-                       (integer ? "" : " json-frac?"));
-        return;
-      }
-      if (*b > a) alts.push_back(nonneg_range(static_cast<uint64_t>(a), static_cast<uint64_t>(*b - 1)) + " json-frac?");
-      alts.push_back(nonneg_range(static_cast<uint64_t>(*b), static_cast<uint64_t>(*b)) + " " + zero_frac);
-    };
-    auto add_neg = [&](int64_t a, std::optional<int64_t> b) {  // values -x for x in [a, b], a >= 1
-      if (integer || !b) {
-        alts.push_back("\"-\" " + nonneg_range(static_cast<uint64_t>(a), b ? std::optional<uint64_t>(static_cast<uint64_t>(*b)) : std::nullopt) +
-                       (integer ? "" : " json-frac?"));
-        return;
-      }
-      // -x.f >= -b  <=>  x.f <= b
-      if (*b > a) alts.push_back("\"-\" " + nonneg_range(static_cast<uint64_t>(a), static_cast<uint64_t>(*b - 1)) + " json-frac?");
-      alts.push_back("\"-\" " + nonneg_range(static_cast<uint64_t>(*b), static_cast<uint64_t>(*b)) + " " + zero_frac);
-    };
-    if (!hi || *hi >= 0) add_nonneg(lo ? std::max<int64_t>(*lo, 0) : 0, hi);
+    if (!hi || *hi >= 0) {
+      const int64_t a = lo ? std::max<int64_t>(*lo, 0) : 0;
+      LUMEN_ASSIGN_OR_RETURN(
+          std::string m,
+          nonneg_multiples(static_cast<uint64_t>(a),
+                           hi ? std::optional<uint64_t>(static_cast<uint64_t>(*hi)) : std::nullopt, k));
+      if (!m.empty()) alts.push_back(m);
+    }
     if (!lo || *lo < 0) {
       // negative values: -x with x >= max(1, -hi) and x <= -lo
       const int64_t x_lo = hi && *hi < 0 ? -*hi : 1;
       std::optional<int64_t> x_hi;
       if (lo) x_hi = -*lo;
-      if (!x_hi || *x_hi >= x_lo) add_neg(x_lo, x_hi);
+      if (!x_hi || *x_hi >= x_lo) {
+        LUMEN_ASSIGN_OR_RETURN(
+            std::string m,
+            nonneg_multiples(static_cast<uint64_t>(x_lo),
+                             x_hi ? std::optional<uint64_t>(static_cast<uint64_t>(*x_hi)) : std::nullopt, k));
+        if (!m.empty()) alts.push_back("\"-\" " + m);
+      }
     }
-    std::string out = "(";
-    for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : " ") + alts[i];
-    return out + " )";
+    if (alts.empty()) return fail(path, "no multiple of " + std::to_string(k) + " lies within minimum / maximum");
+    return group(alts);
   }
 
   // A key that is none of `names`: characters that need no escape, walked along a trie of
@@ -880,6 +1306,7 @@ class Converter {
   std::vector<std::pair<std::string, std::string>> rules_;
   std::set<std::string> used_;
   std::map<std::string, std::string> refs_;
+  std::map<std::string, std::optional<std::string>> multiple_rules_;  // digits_mod's, by "k-n-t"
   bool need_any_ = false;
 };
 

@@ -17,8 +17,12 @@
 //   email, pattern (an ECMA-262 subset, a search as JSON Schema says: json_pattern.h; a
 //   pattern implies a string schema; minLength / maxLength beside it only when they do not
 //   narrow it, format beside it is an error, enum / const values are checked against it);
-//   integers: minimum, maximum, exclusiveMinimum, exclusiveMaximum; numbers: those
-//   bounds when they are integers. {} and true: any JSON value.
+//   integers and numbers: minimum, maximum, exclusiveMinimum, exclusiveMaximum (for
+//   numbers any decimal or exponent form: 0.2, 1e-3, -7.5E-1; see the output shape below),
+//   multipleOf an integer up to 1000 whose factor prime to 10 is at most 100 (for numbers
+//   too: their multiples are then integers; a fractional multipleOf is an error, since
+//   validators that divide doubles disagree: 0.07 / 0.01 = 7.000000000000001).
+//   {} and true: any JSON value.
 // Annotations are accepted and ignored (title, description, default, examples, $schema,
 // $id, $comment, deprecated, readOnly, writeOnly, discriminator, strict, ...). Any other
 // keyword, format or value the conversion cannot honour is an error naming it and its
@@ -26,7 +30,14 @@
 // silently dropped.
 //
 // Output shape: numbers have at most 16 integer and 16 fraction digits and a 2-digit
-// exponent; whitespace between tokens is at most one space (compact JSON).
+// exponent; whitespace between tokens is at most one space (compact JSON). A number with
+// bounds is written without exponent, exactly those such texts within the bounds (compared
+// digit by digit, not as doubles), or, when no such text lies within them (a range narrower
+// than 1e-16, or beyond 1e16), as a mantissa times one fixed power of ten ("2.5e-20"). An
+// inclusive bound is the shortest decimal of its double (what was written, for bounds of at
+// most 15 significant digits); an exclusive bound also excludes the texts within half a
+// double's spacing of it, so that a validator reading doubles agrees
+// (99.9999999999999999 reads as 100.0, which is not below an exclusiveMaximum of 100).
 #pragma once
 
 #include <string>

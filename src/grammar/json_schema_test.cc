@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
 #include <random>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -65,14 +69,346 @@ TEST(JsonSchema, IntegerRangesAreExact) {
   expect_texts(R"({"type": "integer", "minimum": 0.5, "exclusiveMaximum": 3})", {"1", "2"}, {"0", "3"});
 }
 
-TEST(JsonSchema, NumberRangesWithIntegerBounds) {
-  expect_texts(R"({"type": "number", "minimum": 0, "maximum": 10})", {"0", "3.5", "9.999", "10", "10.00"},
-               {"-1", "10.5", "11", "1e3", "-0.5"});
+TEST(JsonSchema, NumberRangesWithFractionalBounds) {
+  expect_texts(R"({"type": "number", "minimum": 0, "maximum": 10})", {"0", "3.5", "9.999", "10", "10.00", "-0", "-0.0"},
+               {"-1", "10.5", "11", "10.0000000000000001", "-0.5"});
   expect_texts(R"({"type": "number", "minimum": -2, "maximum": -1})", {"-2", "-1.5", "-1", "-2.0"},
-               {"-2.5", "-0.5", "0"});
-  auto bad = json_schema_to_gbnf(R"({"type": "number", "minimum": 0.2, "maximum": 0.8})");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.message().find("enclose an integer"), std::string::npos) << bad.message();
+               {"-2.5", "-0.5", "0", "-2.0000000000000001"});
+  expect_texts(R"({"type": "number", "minimum": 0.2, "maximum": 0.8})", {"0.2", "0.20", "0.5", "0.8", "0.7999"},
+               {"0.1999999999999999", "0.8000000000000001", "0", "1", "0.81", "-0.5"});
+  expect_texts(R"({"type": "number", "exclusiveMinimum": 0, "maximum": 1})", {"0.0000000000000001", "0.5", "1", "1.0"},
+               {"0", "0.0", "-0", "-0.1", "1.0000000000000001"});
+  expect_texts(R"({"type": "number", "minimum": 0.01})", {"0.01", "0.010", "0.02", "1", "123456.789"},
+               {"0.0099", "0.001", "0", "-1"});
+  expect_texts(R"({"type": "number", "minimum": -90, "maximum": 90})", {"-90", "-89.99999", "0.5", "90.0"},
+               {"-90.1", "90.01", "-91"});
+  expect_texts(R"({"type": "number", "minimum": 0.5, "maximum": 5})", {"0.5", "4.5", "5"}, {"0.4", "5.5", "0"});
+  expect_texts(R"({"type": "number", "minimum": -0.75, "exclusiveMaximum": 2.5E-1})",
+               {"-0.75", "-0.7", "-0", "0.2499999999999999"}, {"-0.76", "0.25", "0.250", "1"});
+  // An exclusive bound also holds for a validator that reads the text as a double:
+  // 99.9999999999999999 reads as 100.0.
+  expect_texts(R"({"type": "number", "exclusiveMaximum": 100})", {"99.999999999999", "-5"},
+               {"100", "99.9999999999999999", "100.5"});
+  // Ranges without a plain text: one exponent.
+  expect_texts(R"({"type": "number", "minimum": 1e-20, "maximum": 3e-20})", {"1e-20", "2.5e-20", "3e-20"},
+               {"0", "4e-20", "0.5e-20", "1e-21"});
+  expect_texts(R"({"type": "number", "minimum": 1e20})", {"1e20", "1.5e20", "99e20"}, {"0.9e20", "1e19", "1"});
+  // Beside an enum, values are compared as numbers.
+  expect_texts(R"({"enum": [0.1, 0.5, 0.75, 2], "minimum": 0.2, "exclusiveMaximum": 0.75})", {"0.5"},
+               {"0.1", "0.75", "2"});
+  struct Case {
+    const char* schema;
+    const char* want;
+  };
+  const Case cases[] = {
+      {R"({"type": "number", "minimum": 0.8, "maximum": 0.2})", "/: no number lies within minimum 0.8, maximum 0.2"},
+      {R"({"type": "number", "minimum": 0.5, "exclusiveMaximum": 0.5})",
+       "/: no number lies within minimum 0.5, exclusiveMaximum 0.5 (the lower bound is not below the upper one)"},
+      {R"({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1e-120})", "2-digit exponent"},
+      {R"({"type": "number", "minimum": "1"})", "/minimum: must be a number"},
+  };
+  for (const Case& c : cases) {
+    auto r = json_schema_to_gbnf(c.schema);
+    ASSERT_FALSE(r.ok()) << c.schema;
+    EXPECT_NE(r.message().find(c.want), std::string::npos) << c.schema << " -> " << r.message();
+  }
+}
+
+// Exact values of short decimal texts: the value times 10^kScale, exactly (the tests'
+// texts have at most 20 fraction digits and |x| < 1e17).
+constexpr int kScale = 20;
+using Scaled = __int128;
+
+Scaled scaled_value(const std::string& text) {
+  bool neg = false;
+  size_t i = 0;
+  if (text[i] == '-') {
+    neg = true;
+    ++i;
+  }
+  std::string digits;
+  int point = -1;
+  for (; i < text.size() && text[i] != 'e' && text[i] != 'E'; ++i) {
+    if (text[i] == '.') point = static_cast<int>(digits.size());
+    else digits += text[i];
+  }
+  if (point < 0) point = static_cast<int>(digits.size());
+  if (i < text.size()) point += std::stoi(text.substr(i + 1));
+  const int n_frac = static_cast<int>(digits.size()) - point;  // digits after the point
+  EXPECT_LE(n_frac, kScale) << text;
+  EXPECT_LE(point, 17) << text;
+  Scaled v = 0;
+  for (const char c : digits) v = v * 10 + (c - '0');
+  for (int k = n_frac; k < kScale; ++k) v *= 10;
+  return neg ? -v : v;
+}
+
+// "-"? digits "." digits: v / 10^n_frac, with exactly n_frac fraction digits.
+std::string fixed_text(int64_t v, int n_frac) {
+  const bool neg = v < 0;
+  std::string digits = std::to_string(v < 0 ? -v : v);
+  if (static_cast<int>(digits.size()) <= n_frac) digits = std::string(static_cast<size_t>(n_frac) + 1 - digits.size(), '0') + digits;
+  std::string out = (neg ? "-" : "") + digits.substr(0, digits.size() - static_cast<size_t>(n_frac));
+  if (n_frac > 0) out += "." + digits.substr(digits.size() - static_cast<size_t>(n_frac));
+  return out;
+}
+
+struct RangeSide {
+  std::string text;  // the bound as the schema writes it; empty: no bound
+  bool exclusive = false;
+};
+
+// A random bound: an integer, a fraction with 1-4 decimals, or an exponent form.
+std::string random_bound_text(std::mt19937_64& rng) {
+  const int kind = static_cast<int>(rng() % 4);
+  auto sym = [&](int64_t m) { return static_cast<int64_t>(rng() % static_cast<uint64_t>(2 * m + 1)) - m; };
+  if (kind == 0) return std::to_string(sym(60));
+  if (kind == 3) {  // mantissa with 0-2 decimals, exponent -4..2
+    const int n_frac = static_cast<int>(rng() % 3);
+    const std::string e = std::string(rng() % 2 ? "e" : "E") + (rng() % 3 == 0 ? "+" : "") ;
+    const int exp = static_cast<int>(rng() % 7) - 4;
+    std::string et = e;
+    if (exp < 0) et = (rng() % 2 ? "e-" : "E-");
+    return fixed_text(sym(999), n_frac) + et + std::to_string(exp < 0 ? -exp : exp);
+  }
+  const int n_frac = 1 + static_cast<int>(rng() % 4);
+  int64_t m = 1;
+  for (int k = 0; k < n_frac; ++k) m *= 10;
+  return fixed_text(sym(30 * m), n_frac);
+}
+
+// For random bound pairs, every candidate text without exponent matches exactly when its
+// value is within the bounds, both as an exact decimal and as a double (what a validator
+// reading doubles sees); a text with an exponent matches only if it is within them.
+TEST(JsonSchema, NumberRangesAreExact) {
+  std::mt19937_64 rng(11);
+  int n_schemas = 0, n_texts = 0, n_accepted = 0, n_exp_accepted = 0;
+  for (int round = 0; round < 160; ++round) {
+    RangeSide lo, hi;
+    const int shape = static_cast<int>(rng() % 6);  // 0: lower only, 1: upper only, else both
+    if (shape != 1) lo = {random_bound_text(rng), rng() % 3 == 0};
+    if (shape != 0) hi = {random_bound_text(rng), rng() % 3 == 0};
+    if (shape >= 2) {
+      if (scaled_value(lo.text) > scaled_value(hi.text)) std::swap(lo.text, hi.text);
+      if (rng() % 8 == 0) hi.text = lo.text;  // a single value (or none)
+    }
+    const std::string schema = std::string(R"({"type": "number")") +
+                               (lo.text.empty() ? "" : std::string(lo.exclusive ? R"(, "exclusiveMinimum": )" : R"(, "minimum": )") + lo.text) +
+                               (hi.text.empty() ? "" : std::string(hi.exclusive ? R"(, "exclusiveMaximum": )" : R"(, "maximum": )") + hi.text) + "}";
+    auto in_range = [&](const std::string& t) {
+      const Scaled v = scaled_value(t);
+      const double d = std::strtod(t.c_str(), nullptr);
+      bool ok = true;
+      if (!lo.text.empty()) {
+        const Scaled b = scaled_value(lo.text);
+        const double bd = std::strtod(lo.text.c_str(), nullptr);
+        ok = ok && (lo.exclusive ? v > b && d > bd : v >= b && d >= bd);
+      }
+      if (!hi.text.empty()) {
+        const Scaled b = scaled_value(hi.text);
+        const double bd = std::strtod(hi.text.c_str(), nullptr);
+        ok = ok && (hi.exclusive ? v < b && d < bd : v <= b && d <= bd);
+      }
+      return ok;
+    };
+    const bool empty = !lo.text.empty() && !hi.text.empty() && scaled_value(lo.text) == scaled_value(hi.text) &&
+                       (lo.exclusive || hi.exclusive);
+    auto gbnf = json_schema_to_gbnf(schema);
+    if (empty) {
+      EXPECT_FALSE(gbnf.ok()) << schema;
+      continue;
+    }
+    auto g = schema_grammar(schema);
+    ASSERT_NE(g, nullptr) << schema;
+    ++n_schemas;
+    // Candidates: grids with 0-4 fraction digits (and trailing zeros) around each bound and
+    // zero, -0 forms, texts one unit of the 16th fraction digit off each bound, exponents.
+    std::set<std::string> plain, with_exp;
+    std::vector<Scaled> anchors = {0};
+    for (const RangeSide* side : {&lo, &hi})
+      if (!side->text.empty()) anchors.push_back(scaled_value(side->text));
+    Scaled one = 1;
+    for (int k = 0; k < kScale; ++k) one *= 10;
+    for (const Scaled a : anchors) {
+      for (int n_frac = 0; n_frac <= 4; ++n_frac) {
+        Scaled unit = one;
+        for (int k = 0; k < n_frac; ++k) unit /= 10;
+        const auto center = static_cast<int64_t>(a / unit);
+        for (int64_t v = center - 12; v <= center + 12; ++v) {
+          plain.insert(fixed_text(v, n_frac));
+          if (n_frac < 4) plain.insert(fixed_text(v, n_frac) + (n_frac ? "0" : ".0"));  // a trailing zero
+          if (v != 0 && n_frac > 0) with_exp.insert(std::to_string(v) + "e-" + std::to_string(n_frac));
+          if (v != 0 && v % 10 == 0) with_exp.insert(fixed_text(v / 10, n_frac) + "E+1");
+        }
+      }
+      // The 16th fraction digit either side of a, and a itself with 16 digits.
+      const Scaled step = one / 10000000000000000LL;
+      for (int d = -2; d <= 2; ++d) {
+        const Scaled v = a + d * step;
+        const Scaled mag = v < 0 ? -v : v;
+        const auto int_part = static_cast<int64_t>(mag / one);
+        const auto frac16 = static_cast<int64_t>((mag % one) / step);
+        std::string f = std::to_string(frac16);
+        f = std::string(16 - f.size(), '0') + f;
+        plain.insert((v < 0 ? "-" : "") + std::to_string(int_part) + "." + f);
+      }
+    }
+    for (const char* t : {"-0", "-0.0", "0.00", "-0.000"}) plain.insert(t);
+    // Some values well inside the range.
+    for (int k = 0; k < 40; ++k) {
+      const int n_frac = static_cast<int>(rng() % 5);
+      plain.insert(fixed_text(static_cast<int64_t>(rng() % 200001) - 100000, n_frac));
+    }
+    for (const std::string& t : plain) {
+      const bool want = in_range(t);
+      EXPECT_EQ(matches(g, t), want) << schema << "  " << t;
+      ++n_texts;
+      n_accepted += want;
+    }
+    for (const std::string& t : with_exp) {
+      if (!matches(g, t)) continue;
+      EXPECT_TRUE(in_range(t)) << schema << "  " << t;
+      ++n_exp_accepted;
+    }
+  }
+  EXPECT_GT(n_schemas, 120);
+  EXPECT_GT(n_accepted, n_texts / 10);
+  std::printf("%d schemas, %d texts without exponent (%d in range), %d with exponent accepted\n", n_schemas, n_texts,
+              n_accepted, n_exp_accepted);
+}
+
+// A positive decimal text as digits (no leading or trailing zeros) times 10^exp.
+std::pair<std::string, int> digits_and_exponent(const std::string& text) {
+  std::string digits;
+  int point = -1;
+  size_t i = 0;
+  for (; i < text.size() && text[i] != 'e' && text[i] != 'E'; ++i) {
+    if (text[i] == '.') point = static_cast<int>(digits.size());
+    else digits += text[i];
+  }
+  if (point < 0) point = static_cast<int>(digits.size());
+  int exp = (i < text.size() ? std::stoi(text.substr(i + 1)) : 0) + point - static_cast<int>(digits.size());
+  while (!digits.empty() && digits.back() == '0') {
+    digits.pop_back();
+    ++exp;
+  }
+  const size_t nz = digits.find_first_not_of('0');
+  digits = nz == std::string::npos ? "" : digits.substr(nz);
+  return {digits, exp};
+}
+
+// Exact order of two positive decimal texts.
+int compare_positive(const std::string& a, const std::string& b) {
+  auto [da, ea] = digits_and_exponent(a);
+  auto [db, eb] = digits_and_exponent(b);
+  if (da.empty() || db.empty()) return da.empty() == db.empty() ? 0 : da.empty() ? -1 : 1;
+  const int len_a = static_cast<int>(da.size()) + ea, len_b = static_cast<int>(db.size()) + eb;  // leading digit position
+  if (len_a != len_b) return len_a < len_b ? -1 : 1;
+  const size_t n = std::max(da.size(), db.size());
+  da.resize(n, '0');
+  db.resize(n, '0');
+  return da < db ? -1 : da > db ? 1 : 0;
+}
+
+// Ranges narrower than json-number can write without exponent: the texts with the exponent
+// the grammar picks match exactly when within the bounds; no text out of them matches.
+TEST(JsonSchema, NarrowNumberRangesUseOneExponentExactly) {
+  std::mt19937_64 rng(5);
+  for (int round = 0; round < 30; ++round) {
+    const int e = 17 + static_cast<int>(rng() % 60);  // bounds around 10^-e
+    auto mantissa = [&] { return fixed_text(1 + static_cast<int64_t>(rng() % 4000), 2); };
+    std::string lo = mantissa(), hi = mantissa();
+    if (compare_positive(lo, hi) > 0) std::swap(lo, hi);
+    const bool lo_ex = rng() % 2, hi_ex = rng() % 2;
+    if (lo == hi && (lo_ex || hi_ex)) continue;
+    const std::string lo_text = lo + "e-" + std::to_string(e), hi_text = hi + "e-" + std::to_string(e);
+    const std::string schema = std::string(R"({"type": "number", ")") + (lo_ex ? "exclusiveMinimum" : "minimum") +
+                               "\": " + lo_text + ", \"" + (hi_ex ? "exclusiveMaximum" : "maximum") + "\": " + hi_text + "}";
+    auto g = schema_grammar(schema);
+    ASSERT_NE(g, nullptr) << schema;
+    auto in_range = [&](const std::string& t) {
+      const int a = compare_positive(t, lo_text), b = compare_positive(t, hi_text);
+      const double d = std::strtod(t.c_str(), nullptr), dl = std::strtod(lo_text.c_str(), nullptr),
+                   dh = std::strtod(hi_text.c_str(), nullptr);
+      return (lo_ex ? a > 0 && d > dl : a >= 0) && (hi_ex ? b < 0 && d < dh : b <= 0);
+    };
+    int n_exact_exponents = 0;
+    for (int shift = -3; shift <= 3; ++shift) {  // texts m e-(e + shift), m on grids around the bounds
+      std::set<std::string> texts;
+      for (const std::string& b : {lo, hi}) {
+        const auto [digits, exp] = digits_and_exponent(b + "e" + std::to_string(shift));  // b * 10^shift
+        for (int n_frac = 0; n_frac <= 4; ++n_frac) {
+          // b * 10^shift on a grid of 10^-n_frac: as an integer count of 10^-n_frac.
+          const int scale = exp + n_frac;
+          if (scale < -8 || scale > 8) continue;
+          int64_t center = std::stoll(digits);
+          for (int k = 0; k < scale; ++k) center *= 10;
+          for (int k = 0; k < -scale; ++k) center /= 10;
+          for (int64_t v = std::max<int64_t>(center - 6, 0); v <= center + 6; ++v)
+            texts.insert(fixed_text(v, n_frac) + "e-" + std::to_string(e + shift));
+        }
+      }
+      int n_wrong = 0, n_in = 0;
+      for (const std::string& t : texts) {
+        const bool m = matches(g, t), want = in_range(t);
+        if (m) {
+          EXPECT_TRUE(want) << schema << "  " << t;
+        }
+        n_wrong += m != want;
+        n_in += want;
+      }
+      if (n_wrong == 0 && n_in > 0) ++n_exact_exponents;
+    }
+    EXPECT_GE(n_exact_exponents, 1) << schema;
+  }
+}
+
+// Integers (and numbers) with multipleOf k: exactly the multiples of k within the bounds.
+TEST(JsonSchema, IntegerMultiplesAreExact) {
+  struct Case {
+    int64_t k;
+    std::optional<int64_t> lo, hi;
+  };
+  const Case cases[] = {{2, 0, 100},   {3, -50, 50},     {5, 1, 99},      {7, -200, -3}, {10, std::nullopt, 1000},
+                        {12, 5, std::nullopt}, {25, -1000, 1000}, {100, 0, 12345}, {1000, -5000, 100000},
+                        {9, std::nullopt, std::nullopt}, {4, 13, 17}, {60, 0, 3600}, {97, -100000, 100000},
+                        {768, -50000, std::nullopt}};
+  for (const Case& c : cases) {
+    std::string schema = R"({"type": "integer", "multipleOf": )" + std::to_string(c.k);
+    if (c.lo) schema += R"(, "minimum": )" + std::to_string(*c.lo);
+    if (c.hi) schema += R"(, "maximum": )" + std::to_string(*c.hi);
+    schema += "}";
+    auto g = schema_grammar(schema);
+    ASSERT_NE(g, nullptr) << schema;
+    const int64_t from = c.lo ? *c.lo - 3 * c.k : -3000, to = c.hi ? *c.hi + 3 * c.k : 3000;
+    for (int64_t v = from; v <= to; v += (to - from > 20000 ? 7 : 1)) {
+      const bool want = (!c.lo || v >= *c.lo) && (!c.hi || v <= *c.hi) && v % c.k == 0;
+      EXPECT_EQ(matches(g, std::to_string(v)), want) << schema << "  " << v;
+    }
+    if (!c.hi) {  // far out: 16-digit multiples and not
+      EXPECT_TRUE(matches(g, std::to_string(c.k * 1000000000000LL)));
+      EXPECT_FALSE(matches(g, std::to_string(c.k * 1000000000000LL + 1)));
+    }
+  }
+  expect_texts(R"({"type": "number", "multipleOf": 5, "minimum": 0.5, "exclusiveMaximum": 20})", {"5", "10", "15"},
+               {"0", "20", "2.5", "7"});
+  expect_texts(R"({"multipleOf": 3})", {"-3", "0", "999"}, {"1", "1.5"});
+  struct Refusal {
+    const char* schema;
+    const char* want;
+  };
+  const Refusal refusals[] = {
+      {R"({"type": "integer", "multipleOf": 7, "minimum": 1, "maximum": 6})", "/: no multiple of 7 lies within"},
+      {R"({"type": "integer", "multipleOf": 0})", "/multipleOf: must be a number above 0"},
+      {R"({"type": "integer", "multipleOf": 2.5})", "/multipleOf: only an integer multipleOf is supported"},
+      {R"({"type": "integer", "multipleOf": 1024})", "/multipleOf: above 1000 is not supported"},
+      {R"({"type": "integer", "multipleOf": 101})", "/multipleOf: 101 is not supported (its factor prime to 10"},
+  };
+  for (const Refusal& r : refusals) {
+    auto g = json_schema_to_gbnf(r.schema);
+    ASSERT_FALSE(g.ok()) << r.schema;
+    EXPECT_NE(g.message().find(r.want), std::string::npos) << r.schema << " -> " << g.message();
+  }
 }
 
 TEST(JsonSchema, Formats) {
@@ -189,7 +525,7 @@ TEST(JsonSchema, UnsupportedKeywordsAreErrorsNamingThem) {
       {R"j({"type": "string", "pattern": "^a(?=b)"})j", "/pattern: pattern '^a(?=b)': lookahead '(?=' is not supported"},
       {R"({"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": true}}})",
        "/properties/tags: unsupported keyword 'uniqueItems'"},
-      {R"({"type": "integer", "multipleOf": 3})", "unsupported keyword 'multipleOf'"},
+      {R"({"type": "number", "multipleOf": 0.01})", "/multipleOf: only an integer multipleOf is supported"},
       {R"({"not": {"type": "null"}})", "unsupported keyword 'not'"},
       {R"({"type": "string", "format": "hostname"})", "/format: unsupported format 'hostname'"},
       {R"({"$ref": "https://example.com/s.json"})", "only references inside the schema"},

@@ -83,5 +83,18 @@ TEST(GrammarMaskReference, OptionalPropertiesAndAnyOf) {
                                  10, 50, 25);
 }
 
+// Number bounds as digit-by-digit chains (fractions, exclusive midpoints, one exponent) and
+// multiples carrying a residue: tokens like "0.", "1," and "3}" end a number mid-token.
+TEST(GrammarMaskReference, NumberBoundsAndMultiples) {
+  schema_walks_match_brute_force(R"({"type": "object", "properties": {
+      "p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+      "q": {"type": "number", "minimum": -0.75, "exclusiveMaximum": 2.5e-1},
+      "r": {"type": "number", "minimum": 1e-20, "maximum": 3e-20},
+      "m": {"type": "integer", "multipleOf": 7, "minimum": -100, "maximum": 300},
+      "l": {"type": "array", "items": {"type": "number", "minimum": 0.2, "maximum": 0.8}, "maxItems": 3}},
+      "required": ["p", "q", "r", "m", "l"], "additionalProperties": false})",
+                                 10, 60, 26);
+}
+
 }  // namespace
 }  // namespace lumen::grammar
