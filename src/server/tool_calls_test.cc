@@ -181,7 +181,9 @@ TEST(ToolOutputParse, NativeFormats) {
     const ToolOutput o = parse_tool_output(c.text, tools, c.format);
     ASSERT_EQ(o.calls.size(), c.names.size());
     for (size_t i = 0; i < c.names.size(); ++i) EXPECT_EQ(o.calls[i].name, c.names[i]);
-    if (!c.names.empty() && c.names[0] == "get_weather") EXPECT_EQ(Json::parse(o.calls[0].arguments), Json::parse(oslo));
+    if (!c.names.empty() && c.names[0] == "get_weather") {
+      EXPECT_EQ(Json::parse(o.calls[0].arguments), Json::parse(oslo));
+    }
     EXPECT_EQ(o.content, c.content);
   }
   // functionary's python tool takes raw code.
