@@ -1,6 +1,7 @@
 #include "grammar/gbnf.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 
 namespace lumen::grammar {
@@ -448,6 +449,26 @@ std::string to_gbnf(const Grammar& g) {
     out += '\n';
   }
   return out;
+}
+
+std::string gbnf_literal(std::string_view text) {
+  std::string out = "\"";
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"') out += "\\\"";
+    else if (c == '\\') out += "\\\\";
+    else if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (c == '\t') out += "\\t";
+    else if (c < 0x20 || c == 0x7F) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
 }
 
 }  // namespace lumen::grammar

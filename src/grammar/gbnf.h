@@ -71,6 +71,9 @@ struct GbnfLimits {
 // ::= after the rule name".
 Result<Grammar> parse_gbnf(std::string_view text, const GbnfLimits& limits = {});
 
+// A GBNF literal ("...", with \" \\ \n \r \t and \xHH escapes) for raw UTF-8 text.
+std::string gbnf_literal(std::string_view text);
+
 // Code point ranges of every Unicode scalar value (0..0x10FFFF without the surrogates).
 std::vector<CodeRange> all_scalar_values();
 

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "base/check.h"
+#include "grammar/gbnf.h"
 
 namespace lumen::grammar {
 namespace {
@@ -679,26 +680,6 @@ Result<JsonPattern> JsonPattern::with_lengths(int64_t min_len, int64_t max_len) 
 // Emitter.
 namespace {
 
-// GBNF literal for raw UTF-8 text.
-std::string gbnf_literal(std::string_view s) {
-  std::string out = "\"";
-  for (const char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '"') out += "\\\"";
-    else if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
-    else if (c < 0x20 || c == 0x7F) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02X", c);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
 
 // A character as it appears inside a JSON string (json_pattern.h: Encoding).
 void append_json_char(std::string& out, uint32_t cp) {

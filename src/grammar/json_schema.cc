@@ -16,6 +16,7 @@
 
 #include "base/check.h"
 #include "gguf/json_util.h"
+#include "grammar/gbnf.h"
 #include "grammar/json_pattern.h"
 
 namespace lumen::grammar {
@@ -53,26 +54,6 @@ const std::set<std::string>& constraint_keywords() {
   return k;
 }
 
-// GBNF literal for raw UTF-8 text.
-std::string literal(std::string_view s) {
-  std::string out = "\"";
-  for (const char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '"') out += "\\\"";
-    else if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
-    else if (c < 0x20 || c == 0x7F) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02X", c);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
 
 std::string json_text(const Json& v) { return v.dump(-1, ' ', false, Json::error_handler_t::strict); }
 
@@ -104,13 +85,13 @@ std::string same_length_range(const std::string& lo, const std::string& hi) {
   if (lo.empty()) return "";
   if (lo[0] == hi[0]) {
     const std::string rest = same_length_range(lo.substr(1), hi.substr(1));
-    return literal(std::string(1, lo[0])) + (rest.empty() ? "" : " " + rest);
+    return gbnf_literal(std::string(1, lo[0])) + (rest.empty() ? "" : " " + rest);
   }
   const size_t n = lo.size() - 1;
   const bool lo_zeros = lo.find_first_not_of('0', 1) == std::string::npos;
   const bool hi_nines = hi.find_first_not_of('9', 1) == std::string::npos;
   auto digits = [&](char a, char b) {
-    return a == b ? literal(std::string(1, a)) : std::string("[") + a + "-" + b + "]";
+    return a == b ? gbnf_literal(std::string(1, a)) : std::string("[") + a + "-" + b + "]";
   };
   auto any_tail = [&] { return n == 0 ? std::string() : " [0-9]{" + std::to_string(n) + "}"; };
   if (lo_zeros && hi_nines) return digits(lo[0], hi[0]) + any_tail();
@@ -119,7 +100,7 @@ std::string same_length_range(const std::string& lo, const std::string& hi) {
   if (lo_zeros) {
     mid_lo = lo[0];
   } else {
-    alts.push_back(literal(std::string(1, lo[0])) + " " + same_length_range(lo.substr(1), std::string(n, '9')));
+    alts.push_back(gbnf_literal(std::string(1, lo[0])) + " " + same_length_range(lo.substr(1), std::string(n, '9')));
     mid_lo = static_cast<char>(lo[0] + 1);
   }
   if (hi_nines) {
@@ -128,7 +109,7 @@ std::string same_length_range(const std::string& lo, const std::string& hi) {
     mid_hi = static_cast<char>(hi[0] - 1);
   }
   if (mid_lo <= mid_hi) alts.push_back(digits(mid_lo, mid_hi) + any_tail());
-  if (!hi_nines) alts.push_back(literal(std::string(1, hi[0])) + " " + same_length_range(std::string(n, '0'), hi.substr(1)));
+  if (!hi_nines) alts.push_back(gbnf_literal(std::string(1, hi[0])) + " " + same_length_range(std::string(n, '0'), hi.substr(1)));
   std::string out = "(";
   for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : " ") + alts[i];
   return out + " )";
@@ -577,7 +558,7 @@ class Converter {
       std::vector<std::string> texts;
       for (const Json& v : values) {
         LUMEN_ASSIGN_OR_RETURN(bool ok, value_allowed(v, s, path));
-        if (ok) texts.push_back(literal(json_text(v)));
+        if (ok) texts.push_back(gbnf_literal(json_text(v)));
       }
       if (texts.empty()) {
         // null may still come from nullable (below).
@@ -1180,7 +1161,7 @@ class Converter {
       const std::string ppath = path + "/properties/" + pointer_escape(it.key());
       LUMEN_ASSIGN_OR_RETURN(std::string value, visit(it.value(), ppath, hint + "-" + it.key(), depth + 1));
       LUMEN_ASSIGN_OR_RETURN(std::string kv, add_rule(hint + "-" + it.key() + "-kv",
-                                                      literal(json_text(Json(it.key()))) + " ws \":\" ws " + value));
+                                                      gbnf_literal(json_text(Json(it.key()))) + " ws \":\" ws " + value));
       kvs.emplace_back(kv, required.count(it.key()) > 0);
       names.push_back(it.key());
     }
