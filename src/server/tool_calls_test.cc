@@ -3,6 +3,9 @@
 #include "server/tool_calls.h"
 
 #include <gtest/gtest.h>
+
+#include <random>
+
 #include <nlohmann/json.hpp>
 
 #include "grammar/compiled_grammar.h"
@@ -195,6 +198,52 @@ TEST(ToolOutputParse, NativeFormats) {
   o = parse_tool_output(">>>python\nprint(2)", py, ToolFormat::kFunctionaryV32);
   ASSERT_EQ(o.calls.size(), 1u);
   EXPECT_EQ(Json::parse(o.calls[0].arguments)["code"], "print(2)");
+}
+
+// Model output is whatever the sampler drew: cut, spliced and mutated native-format texts
+// never crash a parser (the suite runs this under ASan), and whatever comes out as a call
+// names an offered tool and carries a JSON object.
+TEST(ToolOutputParse, MutatedNativeOutputsNeverCrash) {
+  const ToolRequest tools = chat("").tools;
+  const std::vector<std::string> seeds = {
+      "<|START_THINKING|>x<|END_THINKING|><|START_ACTION|>[{\"tool_call_id\": \"0\", \"tool_name\": \"now\", "
+      "\"parameters\": {}}]<|END_ACTION|>",
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"a\\\"}\"}\n```"
+      "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+      "all\nhi>>>get_weather\n{\"city\": \"O\"}>>>now\n{}",
+      "<function=now>{}</function><|python_tag|>x",
+      " functools[{\"name\": \"now\", \"arguments\": {\"a\": [1, {\"b\": \"]}\"}]}}]",
+      "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>",
+      "[TOOL_CALLS][{\"name\": \"now\", \"arguments\": {}}]",
+  };
+  const ToolFormat formats[] = {ToolFormat::kJson,           ToolFormat::kHermes,          ToolFormat::kCommandR7b,
+                                ToolFormat::kDeepseekR1,     ToolFormat::kFunctionaryV32, ToolFormat::kFunctionaryV31,
+                                ToolFormat::kFirefunctionV2};
+  std::mt19937 rng(18);
+  const std::string alphabet = "{}[]\":,\\ \n>=<|a0";
+  int n_calls = 0;
+  for (int iter = 0; iter < 3000; ++iter) {
+    std::string t = seeds[rng() % seeds.size()];
+    const int n_edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < n_edits && !t.empty(); ++e) {
+      const size_t at = rng() % t.size();
+      switch (rng() % 4) {
+        case 0: t.erase(at, 1 + rng() % 8); break;
+        case 1: t.insert(at, 1, alphabet[rng() % alphabet.size()]); break;
+        case 2: t[at] = static_cast<char>(rng() % 256); break;
+        default: t = t.substr(0, at); break;  // cut off
+      }
+    }
+    for (ToolFormat f : formats) {
+      const ToolOutput o = parse_tool_output(t, tools, f);
+      for (const ToolCall& c : o.calls) {
+        ++n_calls;
+        EXPECT_TRUE(c.name == "now" || c.name == "get_weather") << c.name;
+        EXPECT_TRUE(Json::parse(c.arguments, nullptr, false).is_object()) << c.arguments;
+      }
+    }
+  }
+  EXPECT_GT(n_calls, 0);  // some mutants still parse
 }
 
 // Every text of the call grammar parses back into calls that name the right function.
