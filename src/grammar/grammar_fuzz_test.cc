@@ -50,9 +50,7 @@ void exercise_gbnf(const std::string& text, const std::shared_ptr<const TokenTab
   std::vector<uint64_t> mask((static_cast<size_t>(vocab->n_vocab()) + 63) / 64);
   for (int step = 0; step < 20 && !m.terminated(); ++step) {
     if (!m.fill_mask(mask)) return;
-    std::vector<int32_t> allowed;
-    for (int32_t id = 0; id < vocab->n_vocab(); ++id)
-      if ((mask[id / 64] >> (id % 64)) & 1) allowed.push_back(id);
+    const std::vector<int32_t> allowed = testing::allowed_ids(mask, vocab->n_vocab());
     if (allowed.empty()) return;
     ASSERT_TRUE(m.accept_token(allowed[rng() % allowed.size()]) || m.failed());
   }

@@ -47,6 +47,14 @@ inline std::shared_ptr<const CompiledGrammar> compile_or_die(std::string_view gb
   return g.ok() ? *g : nullptr;
 }
 
+// The token ids a mask allows.
+inline std::vector<int32_t> allowed_ids(const std::vector<uint64_t>& mask, int32_t n_vocab) {
+  std::vector<int32_t> allowed;
+  for (int32_t id = 0; id < n_vocab; ++id)
+    if ((mask[static_cast<size_t>(id) / 64] >> (id % 64)) & 1) allowed.push_back(id);
+  return allowed;
+}
+
 // The precomputed masks must equal trying every token against the real stacks.
 inline std::vector<uint64_t> brute_mask(GrammarMatcher& m, int32_t n_vocab) {
   std::vector<uint64_t> mask((static_cast<size_t>(n_vocab) + 63) / 64, 0);

@@ -445,9 +445,7 @@ TEST(JsonSchemaPattern, PropertyGrammarAgreesWithStdRegex) {
       std::string text;
       for (int step = 0; step < 400 && !m.terminated(); ++step) {
         ASSERT_TRUE(m.fill_mask(mask));
-        std::vector<int32_t> allowed;
-        for (int32_t id = 0; id < vocab->n_vocab(); ++id)
-          if ((mask[id / 64] >> (id % 64)) & 1) allowed.push_back(id);
+        const std::vector<int32_t> allowed = testing::allowed_ids(mask, vocab->n_vocab());
         ASSERT_FALSE(allowed.empty()) << text;
         int32_t pick = allowed[rng() % allowed.size()];
         if (step > 20 && rng() % 2 == 0 && allowed.back() >= 256) {  // an extra token (ids 256..), if one fits

@@ -574,9 +574,7 @@ TEST(JsonSchema, RandomTextsFromTheGrammarAreValid) {
     std::string text;
     for (int step = 0; step < 400 && !m.terminated(); ++step) {
       ASSERT_TRUE(m.fill_mask(mask));
-      std::vector<int32_t> allowed;
-      for (int32_t id = 0; id < vocab->n_vocab(); ++id)
-        if ((mask[id / 64] >> (id % 64)) & 1) allowed.push_back(id);
+      const std::vector<int32_t> allowed = testing::allowed_ids(mask, vocab->n_vocab());
       ASSERT_FALSE(allowed.empty()) << text;
       const int32_t pick = allowed[rng() % allowed.size()];
       ASSERT_TRUE(m.accept_token(pick));
