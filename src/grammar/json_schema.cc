@@ -844,8 +844,29 @@ class Converter {
                "( \".\" [a-zA-Z0-9] [a-zA-Z0-9-]{0,30} ){0,2} \".\" [a-zA-Z]{2,8}";
         len_lo = 6;
         len_hi = 32 * 3 + 2 + 1 + 31 * 3 + 2 + 1 + 8;
+      } else if (f == "ipv4") {  // dotted decimal without leading zeros (Python's ipaddress refuses them)
+        const std::string octet = "( \"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9] )";
+        body = octet + " ( \".\" " + octet + " ){3}";
+        len_lo = 7;
+        len_hi = 15;
+      } else if (f == "hostname" || f == "uri") {
+        // Up to 4 labels of up to 50 letters, digits and inner hyphens (RFC 1123, within its
+        // 253 characters); a URI is http / https / ftp, such a host, an optional path and query.
+        const std::string label = "[a-zA-Z0-9] ( [a-zA-Z0-9-]{0,48} [a-zA-Z0-9] )?";
+        const std::string host = label + " ( \".\" " + label + " ){0,3}";
+        if (f == "hostname") {
+          body = host;
+          len_lo = 1;
+          len_hi = 4 * 50 + 3;
+        } else {
+          body = "( \"http\" \"s\"? | \"ftp\" ) \"://\" " + host +
+                 " ( \"/\" [a-zA-Z0-9._~/-]{0,64} )? ( \"?\" [a-zA-Z0-9._~=&-]{1,64} )?";
+          len_lo = 7;
+          len_hi = 8 + 4 * 50 + 3 + 65 + 65;
+        }
       } else {
-        return fail(path + "/format", "unsupported format '" + f.substr(0, 100) + "' (date, time, date-time, uuid, email)");
+        return fail(path + "/format", "unsupported format '" + f.substr(0, 100) +
+                                          "' (date, time, date-time, uuid, email, ipv4, hostname, uri)");
       }
       if (min_len > len_lo || (max_len >= 0 && max_len < len_hi))
         return fail(path, "minLength / maxLength together with format '" + f + "' are not supported");

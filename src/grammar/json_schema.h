@@ -14,7 +14,8 @@
 //   (absent or false: only the declared properties; true or a schema: also other keys,
 //   never equal to a declared one); arrays: items, prefixItems, minItems, maxItems;
 //   strings: minLength, maxLength (code points), format date / time / date-time / uuid /
-//   email, pattern (an ECMA-262 subset, a search as JSON Schema says: json_pattern.h; a
+//   email / ipv4 / hostname / uri (a subset: http, https or ftp, a host, a path, a query),
+//   pattern (an ECMA-262 subset, a search as JSON Schema says: json_pattern.h; a
 //   pattern implies a string schema; minLength / maxLength beside it only when they do not
 //   narrow it, format beside it is an error, enum / const values are checked against it);
 //   integers and numbers: minimum, maximum, exclusiveMinimum, exclusiveMaximum (for

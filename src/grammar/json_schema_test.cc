@@ -420,6 +420,13 @@ TEST(JsonSchema, Formats) {
                {"\"123e4567e89b12d3a456426614174000\""});
   expect_texts(R"({"type": "string", "format": "email"})", {"\"a.b@example.com\"", "\"x@y.io\""},
                {"\"a@b\"", "\"@example.com\""});
+  expect_texts(R"({"type": "string", "format": "ipv4"})", {"\"0.0.0.0\"", "\"192.168.1.255\"", "\"10.0.99.200\""},
+               {"\"256.1.1.1\"", "\"01.2.3.4\"", "\"1.2.3\"", "\"1.2.3.4.5\"", "\"1.2.3.\""});
+  expect_texts(R"({"type": "string", "format": "hostname"})", {"\"localhost\"", "\"api.example-1.com\"", "\"a\""},
+               {"\"-a.com\"", "\"a-.com\"", "\"a..b\"", "\"a_b.com\"", "\"\""});
+  expect_texts(R"({"type": "string", "format": "uri"})",
+               {"\"https://example.com\"", "\"http://a.b/c/d.html\"", "\"ftp://h/x?y=1&z=2\""},
+               {"\"example.com\"", "\"https://\"", "\"https://a b\"", "\"mailto:x@y\""});
 }
 
 TEST(JsonSchema, ObjectsKeepOrderRequiredAndOptional) {
@@ -527,7 +534,7 @@ TEST(JsonSchema, UnsupportedKeywordsAreErrorsNamingThem) {
        "/properties/tags: unsupported keyword 'uniqueItems'"},
       {R"({"type": "number", "multipleOf": 0.01})", "/multipleOf: only an integer multipleOf is supported"},
       {R"({"not": {"type": "null"}})", "unsupported keyword 'not'"},
-      {R"({"type": "string", "format": "hostname"})", "/format: unsupported format 'hostname'"},
+      {R"({"type": "string", "format": "ipv6"})", "/format: unsupported format 'ipv6'"},
       {R"({"$ref": "https://example.com/s.json"})", "only references inside the schema"},
       {R"({"$ref": "#/$defs/missing"})", "points at nothing"},
       {R"({"type": "object", "properties": {"a": false}, "required": ["a"]})", "/properties/a: the schema false"},
