@@ -16,8 +16,10 @@
 //   strings: minLength, maxLength (code points), format date / time / date-time / uuid /
 //   email / ipv4 / hostname / uri (a subset: http, https or ftp, a host, a path, a query),
 //   pattern (an ECMA-262 subset, a search as JSON Schema says: json_pattern.h; a
-//   pattern implies a string schema; minLength / maxLength beside it only when they do not
-//   narrow it, format beside it is an error, enum / const values are checked against it);
+//   pattern implies a string schema; minLength / maxLength beside it cut it where that is
+//   exact (a pattern anchored at both ends with one repetition of a fixed-width part, e.g.
+//   ^[a-z]+$), else an error; format beside it is an error; enum / const values are
+//   checked against it);
 //   integers and numbers: minimum, maximum, exclusiveMinimum, exclusiveMaximum (for
 //   numbers any decimal or exponent form: 0.2, 1e-3, -7.5E-1; see the output shape below),
 //   multipleOf an integer up to 1000 whose factor prime to 10 is at most 100 (for numbers
