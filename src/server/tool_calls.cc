@@ -85,13 +85,16 @@ std::string tools_system_text(const ParsedRequest& pr) {
   return s;
 }
 
+bool is_tool(const ToolRequest& tools, std::string_view name) {
+  return std::any_of(tools.functions.begin(), tools.functions.end(),
+                     [&](const ToolFunction& f) { return f.name == name; });
+}
+
 // A call object -> ToolCall, if it names one of the tools and has an arguments object.
 bool to_call(const Json& j, const ToolRequest& tools, ToolCall* out) {
   if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return false;
   const std::string name = j["name"].get<std::string>();
-  if (std::none_of(tools.functions.begin(), tools.functions.end(),
-                   [&](const ToolFunction& f) { return f.name == name; }))
-    return false;
+  if (!is_tool(tools, name)) return false;
   const char* key = j.contains("arguments") ? "arguments" : "parameters";
   if (!j.contains(key)) return false;
   Json args = j[key];
@@ -100,11 +103,6 @@ bool to_call(const Json& j, const ToolRequest& tools, ToolCall* out) {
   out->name = name;
   out->arguments = dump(args);
   return true;
-}
-
-bool is_tool(const ToolRequest& tools, std::string_view name) {
-  return std::any_of(tools.functions.begin(), tools.functions.end(),
-                     [&](const ToolFunction& f) { return f.name == name; });
 }
 
 // The end (one past) of the JSON object or array that starts at text[pos] ('{' or '['), by
