@@ -849,6 +849,21 @@ class Converter {
         body = octet + " ( \".\" " + octet + " ){3}";
         len_lo = 7;
         len_hi = 15;
+      } else if (f == "ipv6") {  // the full form: eight groups of 1-4 hex digits (no "::")
+        body = "[0-9a-fA-F]{1,4} ( \":\" [0-9a-fA-F]{1,4} ){7}";
+        len_lo = 15;
+        len_hi = 39;
+      } else if (f == "duration") {  // RFC 3339 appendix A's ABNF, up to 9 digits a number
+        const std::string d = "[0-9]{1,9}";
+        const std::string sec = d + " \"S\"";
+        const std::string min = d + " \"M\" ( " + sec + " )?";
+        const std::string hour = d + " \"H\" ( " + min + " )?";
+        const std::string time = "\"T\" ( " + hour + " | " + min + " | " + sec + " )";
+        const std::string month = d + " \"M\" ( " + d + " \"D\" )?";
+        const std::string date = "( " + d + " \"D\" | " + month + " | " + d + " \"Y\" ( " + month + " )? ) ( " + time + " )?";
+        body = "\"P\" ( " + date + " | " + time + " | " + d + " \"W\" )";
+        len_lo = 3;
+        len_hi = 1 + 3 * 10 + 1 + 3 * 10;
       } else if (f == "hostname" || f == "uri") {
         // Up to 4 labels of up to 50 letters, digits and inner hyphens (RFC 1123, within its
         // 253 characters); a URI is http / https / ftp, such a host, an optional path and query.
@@ -866,7 +881,7 @@ class Converter {
         }
       } else {
         return fail(path + "/format", "unsupported format '" + f.substr(0, 100) +
-                                          "' (date, time, date-time, uuid, email, ipv4, hostname, uri)");
+                                          "' (date, time, date-time, duration, uuid, email, ipv4, ipv6, hostname, uri)");
       }
       if (min_len > len_lo || (max_len >= 0 && max_len < len_hi))
         return fail(path, "minLength / maxLength together with format '" + f + "' are not supported");

@@ -14,7 +14,8 @@
 //   (absent or false: only the declared properties; true or a schema: also other keys,
 //   never equal to a declared one); arrays: items, prefixItems, minItems, maxItems;
 //   strings: minLength, maxLength (code points), format date / time / date-time / uuid /
-//   email / ipv4 / hostname / uri (a subset: http, https or ftp, a host, a path, a query),
+//   email / ipv4 / ipv6 (the full form) / duration / hostname / uri (a subset: http, https
+//   or ftp, a host, a path, a query),
 //   pattern (an ECMA-262 subset, a search as JSON Schema says: json_pattern.h; a
 //   pattern implies a string schema; minLength / maxLength beside it cut it where that is
 //   exact (a pattern anchored at both ends with one repetition of a fixed-width part, e.g.

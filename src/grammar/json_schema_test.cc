@@ -424,6 +424,12 @@ TEST(JsonSchema, Formats) {
                {"\"256.1.1.1\"", "\"01.2.3.4\"", "\"1.2.3\"", "\"1.2.3.4.5\"", "\"1.2.3.\""});
   expect_texts(R"({"type": "string", "format": "hostname"})", {"\"localhost\"", "\"api.example-1.com\"", "\"a\""},
                {"\"-a.com\"", "\"a-.com\"", "\"a..b\"", "\"a_b.com\"", "\"\""});
+  expect_texts(R"({"type": "string", "format": "ipv6"})",
+               {"\"2001:0db8:85a3:0000:0000:8a2e:0370:7334\"", "\"0:0:0:0:0:0:0:1\""},
+               {"\"2001:db8::1\"", "\"1:2:3:4:5:6:7\"", "\"12345:0:0:0:0:0:0:1\"", "\"g:0:0:0:0:0:0:1\""});
+  expect_texts(R"({"type": "string", "format": "duration"})",
+               {"\"P1D\"", "\"P3Y6M4DT12H30M5S\"", "\"PT36H\"", "\"P2W\"", "\"PT1M\"", "\"P1Y\"", "\"P1M2D\""},
+               {"\"P\"", "\"PT\"", "\"P1D2M\"", "\"P1Y2D\"", "\"PT1H2S\"", "\"P1W2D\"", "\"1D\""});
   expect_texts(R"({"type": "string", "format": "uri"})",
                {"\"https://example.com\"", "\"http://a.b/c/d.html\"", "\"ftp://h/x?y=1&z=2\""},
                {"\"example.com\"", "\"https://\"", "\"https://a b\"", "\"mailto:x@y\""});
@@ -534,7 +540,7 @@ TEST(JsonSchema, UnsupportedKeywordsAreErrorsNamingThem) {
        "/properties/tags: unsupported keyword 'uniqueItems'"},
       {R"({"type": "number", "multipleOf": 0.01})", "/multipleOf: only an integer multipleOf is supported"},
       {R"({"not": {"type": "null"}})", "unsupported keyword 'not'"},
-      {R"({"type": "string", "format": "ipv6"})", "/format: unsupported format 'ipv6'"},
+      {R"({"type": "string", "format": "iri"})", "/format: unsupported format 'iri'"},
       {R"({"$ref": "https://example.com/s.json"})", "only references inside the schema"},
       {R"({"$ref": "#/$defs/missing"})", "points at nothing"},
       {R"({"type": "object", "properties": {"a": false}, "required": ["a"]})", "/properties/a: the schema false"},
