@@ -162,7 +162,8 @@ struct StreamJob {
   StreamJob(RequestRun r, ResponseHeader h, const ServingState* s, HandlerEnv e, ToolRequest t)
       : run(std::move(r)), header(std::move(h)), state(s), env(e), text_offset(run.choices().size(), 0),
         tools(std::move(t)) {
-    if (header.reasoning) splitters.assign(text_offset.size(), ReasoningSplitter(header.reasoning_open));
+    if (header.reasoning)
+      splitters.assign(text_offset.size(), ReasoningSplitter(header.reasoning_open, s->reasoning_tags));
   }
   RequestRun run;
   ResponseHeader header;
@@ -292,7 +293,7 @@ void serve_whole(RequestRun& run, const ResponseHeader& header, const ServingSta
   }
   for (ChoiceResult& c : run.choices()) {
     if (header.reasoning) {
-      ReasoningText r = split_reasoning(c.text, header.reasoning_open);
+      ReasoningText r = split_reasoning(c.text, header.reasoning_open, state.reasoning_tags);
       c.reasoning = std::move(r.reasoning);
       c.text = std::move(r.content);
     }
@@ -407,7 +408,7 @@ Result<std::vector<int32_t>> chat_prompt_ids(const ServingState& state, const Pa
   const Result<std::string> text =
       json ? state.chat_template.render_json(tool_chat_context(pr, state.template_tools, state.bos_text, state.eos_text))
            : state.chat_template.render(pr.messages, /*add_generation_prompt=*/true, state.bos_text, state.eos_text);
-  if (opens_reasoning) *opens_reasoning = text.ok() && prompt_opens_reasoning(*text);
+  if (opens_reasoning) *opens_reasoning = text.ok() && prompt_opens_reasoning(*text, state.reasoning_tags);
   return encode_chat(state, text);
 }
 
@@ -422,7 +423,14 @@ void handle_generation(const ServingState& state, const HandlerEnv& env, Endpoin
   if (!grammar.ok()) return send_error(res, api_error_from_status(grammar.status()));
   pr.params.grammar = std::move(grammar).value();
   if (Status st = tool_grammar(state, pr); !st.ok()) return send_error(res, api_error_from_status(st));
-  if (pr.tools.active()) pr.params.keep_special = state.tool_markers;  // the parser needs to see them
+  // The control tokens the parsers need to see: the tool format's markers, the reasoning tags.
+  if (pr.tools.active()) pr.params.keep_special = state.tool_markers;
+  if (endpoint == Endpoint::kChatCompletions && state.reasoning) {
+    std::vector<int32_t>& keep = pr.params.keep_special;
+    keep.insert(keep.end(), state.reasoning_markers.begin(), state.reasoning_markers.end());
+    std::sort(keep.begin(), keep.end());
+    keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
+  }
   bool opens_reasoning = false;
   auto ids = prompt_ids(state, pr, &opens_reasoning);
   if (!ids.ok()) return send_error(res, api_error_from_status(ids.status()));

@@ -514,16 +514,24 @@ void HttpServer::attach_engine(std::unique_ptr<engine::AsyncEngine> engine) {
     st->chat_template = std::move(t).value();
   }
   st->template_tools = template_tools(source, st->chat_template);  // "" (ChatML): no tool support of its own
-  for (std::string_view marker : tool_format_markers(st->template_tools.format)) {
-    // A marker the vocabulary has as one control token (empty without its special text).
-    const std::vector<int32_t> ids = tk.encode(marker, /*add_special=*/false, /*parse_special=*/true);
-    if (ids.size() == 1 && tk.token_to_piece(ids[0], /*special=*/false).empty()) st->tool_markers.push_back(ids[0]);
-  }
-  std::sort(st->tool_markers.begin(), st->tool_markers.end());
-  st->tool_markers.erase(std::unique(st->tool_markers.begin(), st->tool_markers.end()), st->tool_markers.end());
+  // The markers the vocabulary has as single control tokens (empty without their special
+  // text): the output keeps them where a parser needs them.
+  auto control_tokens = [&](const std::vector<std::string_view>& markers) {
+    std::vector<int32_t> out;
+    for (std::string_view marker : markers) {
+      const std::vector<int32_t> ids = tk.encode(marker, /*add_special=*/false, /*parse_special=*/true);
+      if (ids.size() == 1 && tk.token_to_piece(ids[0], /*special=*/false).empty()) out.push_back(ids[0]);
+    }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+  };
+  st->tool_markers = control_tokens(tool_format_markers(st->template_tools.format));
   using Reasoning = ServerConfig::ReasoningFormat;
   const Reasoning rf = impl_->config.reasoning_format;
   st->reasoning = rf == Reasoning::kDeepseek || (rf == Reasoning::kAuto && template_thinks(source));
+  st->reasoning_tags = reasoning_tags(source);
+  st->reasoning_markers = control_tokens({st->reasoning_tags.open, st->reasoning_tags.close});
   st->bos_text = tk.bos_id() >= 0 ? std::string(tk.token_text(tk.bos_id())) : "";
   st->eos_text = tk.eos_id() >= 0 ? std::string(tk.token_text(tk.eos_id())) : "";
   ParserLimits& l = st->limits;

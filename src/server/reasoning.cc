@@ -5,8 +5,7 @@
 namespace lumen::server {
 namespace {
 
-constexpr std::string_view kOpen = "<think>";
-constexpr std::string_view kClose = "</think>";
+constexpr ReasoningTags kCommandR{"<|START_THINKING|>", "<|END_THINKING|>"};
 
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
@@ -25,11 +24,17 @@ size_t partial_tag(std::string_view s, std::string_view tag) {
 
 }  // namespace
 
-bool template_thinks(std::string_view source) { return source.find(kOpen) != std::string_view::npos; }
+ReasoningTags reasoning_tags(std::string_view source) {
+  return source.find(kCommandR.open) != std::string_view::npos ? kCommandR : ReasoningTags{};
+}
 
-bool prompt_opens_reasoning(std::string_view prompt) {
+bool template_thinks(std::string_view source) {
+  return source.find(reasoning_tags(source).open) != std::string_view::npos;
+}
+
+bool prompt_opens_reasoning(std::string_view prompt, ReasoningTags tags) {
   while (!prompt.empty() && is_space(prompt.back())) prompt.remove_suffix(1);
-  return prompt.ends_with(kOpen);
+  return prompt.ends_with(tags.open);
 }
 
 ReasoningText ReasoningSplitter::feed(std::string_view delta) {
@@ -39,9 +44,9 @@ ReasoningText ReasoningSplitter::feed(std::string_view delta) {
     switch (state_) {
       case State::kStart: {
         const std::string_view rest = std::string_view(held_).substr(leading_space(held_));
-        if (rest.empty() || (rest.size() < kOpen.size() && kOpen.starts_with(rest))) return out;  // undecided
-        if (rest.starts_with(kOpen)) {
-          held_.erase(0, held_.size() - rest.size() + kOpen.size());
+        if (rest.empty() || (rest.size() < tags_.open.size() && tags_.open.starts_with(rest))) return out;  // undecided
+        if (rest.starts_with(tags_.open)) {
+          held_.erase(0, held_.size() - rest.size() + tags_.open.size());
           state_ = State::kLead;
         } else {
           state_ = State::kContent;
@@ -55,15 +60,15 @@ ReasoningText ReasoningSplitter::feed(std::string_view delta) {
         state_ = state_ == State::kLead ? State::kReasoning : State::kContent;
         break;
       case State::kReasoning: {
-        const size_t close = held_.find(kClose);
-        size_t end = close == std::string::npos ? held_.size() - partial_tag(held_, kClose) : close;
+        const size_t close = held_.find(tags_.close);
+        size_t end = close == std::string::npos ? held_.size() - partial_tag(held_, tags_.close) : close;
         while (end > 0 && is_space(held_[end - 1])) --end;  // may end the reasoning: held
         out.reasoning.append(held_, 0, end);
         if (close == std::string::npos) {
           held_.erase(0, end);
           return out;
         }
-        held_.erase(0, close + kClose.size());
+        held_.erase(0, close + tags_.close.size());
         state_ = State::kAfter;
         break;
       }
@@ -88,8 +93,8 @@ ReasoningText ReasoningSplitter::finish() {
   return out;
 }
 
-ReasoningText split_reasoning(std::string_view text, bool starts_inside) {
-  ReasoningSplitter s(starts_inside);
+ReasoningText split_reasoning(std::string_view text, bool starts_inside, ReasoningTags tags) {
+  ReasoningSplitter s(starts_inside, tags);
   ReasoningText out = s.feed(text);
   ReasoningText rest = s.finish();
   out.reasoning += rest.reasoning;

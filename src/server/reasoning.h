@@ -1,5 +1,6 @@
-// Reasoning output of thinking models (DeepSeek-R1 and its distills, Qwen3, QwQ): the text
-// between <think> and </think> is the model's reasoning, returned apart from the answer as
+// Reasoning output of thinking models (DeepSeek-R1 and its distills, Qwen3, QwQ; Command-R7B
+// with its own tags <|START_THINKING|> / <|END_THINKING|>): the text between <think> and
+// </think> (ReasoningTags) is the model's reasoning, returned apart from the answer as
 // `reasoning_content`, as vLLM's and llama.cpp's servers do (llama.cpp: --reasoning-format
 // deepseek).
 //
@@ -18,12 +19,20 @@
 
 namespace lumen::server {
 
-// Whether a chat template is a thinking model's (it writes <think>).
+// The tags around the reasoning: <think> / </think>, or Command-R7B's.
+struct ReasoningTags {
+  std::string_view open = "<think>";
+  std::string_view close = "</think>";
+};
+// The template's tags (Command-R7B's when it writes them, else <think>).
+ReasoningTags reasoning_tags(std::string_view template_source);
+
+// Whether a chat template is a thinking model's (it writes its open tag).
 bool template_thinks(std::string_view template_source);
 
-// Whether a rendered prompt leaves the model inside its reasoning (ends with "<think>" and
-// whitespace).
-bool prompt_opens_reasoning(std::string_view prompt_text);
+// Whether a rendered prompt leaves the model inside its reasoning (ends with the open tag
+// and whitespace).
+bool prompt_opens_reasoning(std::string_view prompt_text, ReasoningTags tags = {});
 
 struct ReasoningText {
   std::string reasoning;
@@ -35,7 +44,8 @@ struct ReasoningText {
 // finish() returns the rest. The pieces joined equal split_reasoning() of the whole text.
 class ReasoningSplitter {
  public:
-  explicit ReasoningSplitter(bool starts_inside) : state_(starts_inside ? State::kLead : State::kStart) {}
+  explicit ReasoningSplitter(bool starts_inside, ReasoningTags tags = {})
+      : tags_(tags), state_(starts_inside ? State::kLead : State::kStart) {}
   ReasoningText feed(std::string_view delta);
   ReasoningText finish();
 
@@ -47,10 +57,11 @@ class ReasoningSplitter {
     kAfter,      // after "</think>", before the answer's first non-space
     kContent,    // the answer (or plain text from the start)
   };
+  ReasoningTags tags_;
   State state_;
   std::string held_;  // text not yet given out
 };
 
-ReasoningText split_reasoning(std::string_view text, bool starts_inside);
+ReasoningText split_reasoning(std::string_view text, bool starts_inside, ReasoningTags tags = {});
 
 }  // namespace lumen::server

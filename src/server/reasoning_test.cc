@@ -72,5 +72,35 @@ TEST(ReasoningSplit, ThinkingTemplatesAndPrompts) {
   EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n"));
 }
 
+// Command-R7B's own tags: found in its template, split whole and streamed like <think>.
+TEST(ReasoningSplit, CommandRTags) {
+  const std::string_view source =
+      "{% if message.tool_plan %}<|START_THINKING|>{{ message.tool_plan }}<|END_THINKING|>{% endif %}";
+  const ReasoningTags tags = reasoning_tags(source);
+  EXPECT_EQ(tags.open, "<|START_THINKING|>");
+  EXPECT_EQ(tags.close, "<|END_THINKING|>");
+  EXPECT_TRUE(template_thinks(source));
+  EXPECT_EQ(reasoning_tags("{{ '<think>' }}").open, "<think>");
+  const std::string text = "<|START_THINKING|>I will look it up.<|END_THINKING|><|START_RESPONSE|>Sunny.";
+  ReasoningText whole = split_reasoning(text, false, tags);
+  EXPECT_EQ(whole.reasoning, "I will look it up.");
+  EXPECT_EQ(whole.content, "<|START_RESPONSE|>Sunny.");
+  EXPECT_EQ(split_reasoning(text, false).content, text);  // <think> tags: nothing to split
+  for (size_t step = 1; step <= 5; ++step) {
+    ReasoningSplitter s(false, tags);
+    std::string reasoning, content;
+    for (size_t i = 0; i < text.size(); i += step) {
+      const ReasoningText d = s.feed(std::string_view(text).substr(i, step));
+      reasoning += d.reasoning;
+      content += d.content;
+    }
+    const ReasoningText d = s.finish();
+    EXPECT_EQ(reasoning + d.reasoning, whole.reasoning) << step;
+    EXPECT_EQ(content + d.content, whole.content) << step;
+  }
+  EXPECT_TRUE(prompt_opens_reasoning("<|CHATBOT_TOKEN|><|START_THINKING|>\n", tags));
+  EXPECT_FALSE(prompt_opens_reasoning("<|CHATBOT_TOKEN|><|START_THINKING|>\n", {}));
+}
+
 }  // namespace
 }  // namespace lumen::server

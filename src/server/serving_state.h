@@ -14,6 +14,7 @@
 #include "server/constraint.h"
 #include "server/http_message.h"
 #include "server/metrics.h"
+#include "server/reasoning.h"
 #include "server/request_parser.h"
 #include "server/tool_calls.h"
 #include "server/server.h"
@@ -28,6 +29,8 @@ struct ServingState {
   TemplateTools template_tools;      // what the template does with tools (tool_calls.h)
   std::vector<int32_t> tool_markers;  // its format's markers that are control tokens (sorted)
   bool reasoning = false;            // chat output's <think> part -> reasoning_content (reasoning.h)
+  ReasoningTags reasoning_tags;      // <think> / </think>, or the template's own (reasoning.h)
+  std::vector<int32_t> reasoning_markers;  // those tags that are control tokens (sorted)
   std::string bos_text, eos_text;    // template variables bos_token / eos_token
   ParserLimits limits;
   std::string model_name;            // what /v1/models lists (--alias, else general.name)
