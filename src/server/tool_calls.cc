@@ -349,11 +349,54 @@ ToolOutput parse_hermes(std::string_view text, const ToolRequest& tools) {
   return out;
 }
 
+// Llama 3.1's built-in tools after <|python_tag|>: NAME.call(key=JSON, ...), e.g.
+// brave_search.call(query="weather in Oslo"): a call of NAME with those arguments.
+bool builtin_call(std::string_view t, const ToolRequest& tools, ToolCall* out) {
+  const size_t dot = t.find(".call(");
+  if (dot == 0 || dot == std::string_view::npos || !t.ends_with(")")) return false;
+  const std::string_view name = t.substr(0, dot);
+  const auto name_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; };
+  if (!std::all_of(name.begin(), name.end(), name_char)) return false;
+  std::string_view args = t.substr(dot + 6, t.size() - dot - 7);
+  Json obj = Json::object();
+  while (!trim(args).empty()) {
+    args = trim(args);
+    const size_t key_end = name_end(args, 0);
+    if (key_end == 0 || key_end >= args.size() || args[key_end] != '=') return false;
+    // The value: up to the next comma outside strings and brackets.
+    size_t i = key_end + 1, depth = 0;
+    bool in_string = false;
+    for (; i < args.size(); ++i) {
+      const char c = args[i];
+      if (in_string) {
+        if (c == '\\') ++i;
+        else if (c == '"') in_string = false;
+      } else if (c == '"') {
+        in_string = true;
+      } else if (c == '{' || c == '[') {
+        ++depth;
+      } else if ((c == '}' || c == ']') && depth > 0) {
+        --depth;
+      } else if (c == ',' && depth == 0) {
+        break;
+      }
+    }
+    const Json value = parse(trim(args.substr(key_end + 1, i - key_end - 1)));
+    if (value.is_discarded()) return false;
+    obj[std::string(args.substr(0, key_end))] = value;
+    args = i < args.size() ? args.substr(i + 1) : std::string_view();
+  }
+  return named_call(name, dump(obj), tools, out);
+}
+
 ToolOutput parse_json_calls(std::string_view text, const ToolRequest& tools) {
   ToolOutput none{{}, std::string(text)};
   std::string_view t = trim(text);
   if (t.starts_with(kMistralCalls)) t = trim(t.substr(kMistralCalls.size()));
-  if (t.starts_with(kPythonTag)) t = trim(t.substr(kPythonTag.size()));
+  if (t.starts_with(kPythonTag)) {
+    t = trim(t.substr(kPythonTag.size()));
+    if (ToolCall call; builtin_call(t, tools, &call)) return ToolOutput{{std::move(call)}, ""};
+  }
   if (t.empty() || (t.front() != '{' && t.front() != '[')) return none;
   ToolOutput out;
   auto take = [&](const Json& j) {

@@ -19,7 +19,7 @@
 //       {"name": "get_weather", "arguments": {"city": "Paris"}}
 //     ("parameters" for the arguments where the template asks so, as Llama 3.x's do; a JSON
 //     array of calls, and Mistral's "[TOOL_CALLS]" or Llama 3.1's "<|python_tag|>" before
-//     it, parse too)
+//     it, parse too; so does Llama 3.1's built-in form <|python_tag|>NAME.call(key=JSON, ...))
 // Every format's parser also takes the json format (a model told the json format by the
 // fallback system message below). The markers that are control tokens in the model's
 // vocabulary (tool_format_markers) are kept in the output text of a request with tools

@@ -178,6 +178,10 @@ TEST(ToolOutputParse, NativeFormats) {
       // Every format also takes the json format (what the fallback system message asks for).
       {ToolFormat::kDeepseekR1, "{\"name\": \"now\", \"arguments\": {}}", {"now"}, ""},
       {ToolFormat::kJson, "<|python_tag|>{\"name\": \"now\", \"parameters\": {}}", {"now"}, ""},
+      // Llama 3.1's built-in tool form.
+      {ToolFormat::kJson, "<|python_tag|>get_weather.call(city=\"Oslo\")", {"get_weather"}, ""},
+      {ToolFormat::kJson, "<|python_tag|>get_weather.call(city=Oslo)", {}, "<|python_tag|>get_weather.call(city=Oslo)"},
+      {ToolFormat::kJson, "<|python_tag|>rain.call(city=\"Oslo\")", {}, "<|python_tag|>rain.call(city=\"Oslo\")"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(tool_format_name(c.format)) + ": " + c.text);
@@ -195,6 +199,10 @@ TEST(ToolOutputParse, NativeFormats) {
   ToolOutput o = parse_tool_output("<|python_tag|>print(1 + 1)", py, ToolFormat::kFunctionaryV31);
   ASSERT_EQ(o.calls.size(), 1u);
   EXPECT_EQ(Json::parse(o.calls[0].arguments)["code"], "print(1 + 1)");
+  o = parse_tool_output("<|python_tag|>get_weather.call(city=\"a, b\", days=2, opts={\"x\": [1, 2]})", tools,
+                        ToolFormat::kJson);
+  ASSERT_EQ(o.calls.size(), 1u);
+  EXPECT_EQ(Json::parse(o.calls[0].arguments), Json::parse(R"({"city": "a, b", "days": 2, "opts": {"x": [1, 2]}})"));
   o = parse_tool_output(">>>python\nprint(2)", py, ToolFormat::kFunctionaryV32);
   ASSERT_EQ(o.calls.size(), 1u);
   EXPECT_EQ(Json::parse(o.calls[0].arguments)["code"], "print(2)");
