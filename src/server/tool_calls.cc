@@ -105,9 +105,10 @@ bool to_call(const Json& j, const ToolRequest& tools, ToolCall* out) {
   return true;
 }
 
-// The end (one past) of the JSON object or array that starts at text[pos] ('{' or '['), by
-// its brackets outside strings; npos when it does not close.
-size_t json_value_end(std::string_view text, size_t pos) {
+// Scans JSON text from text[pos], brackets counted outside strings. With stop_at_comma: the
+// first ',' at depth 0 (text.size() when there is none). Otherwise text[pos] is '{' or '[':
+// one past the bracket that closes it (npos when it does not close).
+size_t scan_json(std::string_view text, size_t pos, bool stop_at_comma) {
   int depth = 0;
   bool in_string = false;
   for (size_t i = pos; i < text.size(); ++i) {
@@ -120,11 +121,15 @@ size_t json_value_end(std::string_view text, size_t pos) {
     } else if (c == '{' || c == '[') {
       ++depth;
     } else if (c == '}' || c == ']') {
-      if (--depth == 0) return i + 1;
+      if (--depth == 0 && !stop_at_comma) return i + 1;
+      depth = std::max(depth, 0);
+    } else if (c == ',' && depth == 0 && stop_at_comma) {
+      return i;
     }
   }
-  return std::string_view::npos;
+  return stop_at_comma ? text.size() : std::string_view::npos;
 }
+size_t json_value_end(std::string_view text, size_t pos) { return scan_json(text, pos, false); }
 
 // A call from a name and an arguments text (an object, or a string holding one).
 bool named_call(std::string_view name, std::string_view args_text, const ToolRequest& tools, ToolCall* out) {
@@ -182,8 +187,7 @@ ToolOutput parse_deepseek_r1(std::string_view text, const ToolRequest& tools) {
   ToolOutput out;
   size_t pos = open + kR1Calls.size();
   for (;;) {
-    size_t at = pos;
-    while (at < text.size() && std::string_view(" \n\r\t").find(text[at]) != std::string_view::npos) ++at;
+    const size_t at = std::min(text.find_first_not_of(" \n\r\t", pos), text.size());
     if (text.substr(at).starts_with(kR1CallsEnd)) {
       pos = at + kR1CallsEnd.size();
       break;
@@ -209,7 +213,7 @@ ToolOutput parse_deepseek_r1(std::string_view text, const ToolRequest& tools) {
     if (!named_call(name, text.substr(brace, end - brace), tools, &call)) return none;
     out.calls.push_back(std::move(call));
     pos = end;
-    while (pos < text.size() && std::string_view(" \n\r\t`").find(text[pos]) != std::string_view::npos) ++pos;
+    pos = std::min(text.find_first_not_of(" \n\r\t`", pos), text.size());
     if (text.substr(pos).starts_with(kR1CallEnd)) pos += kR1CallEnd.size();
   }
   out.content = std::string(trim(std::string(text.substr(0, open)) + std::string(text.substr(pos))));
@@ -363,24 +367,7 @@ bool builtin_call(std::string_view t, const ToolRequest& tools, ToolCall* out) {
     args = trim(args);
     const size_t key_end = name_end(args, 0);
     if (key_end == 0 || key_end >= args.size() || args[key_end] != '=') return false;
-    // The value: up to the next comma outside strings and brackets.
-    size_t i = key_end + 1, depth = 0;
-    bool in_string = false;
-    for (; i < args.size(); ++i) {
-      const char c = args[i];
-      if (in_string) {
-        if (c == '\\') ++i;
-        else if (c == '"') in_string = false;
-      } else if (c == '"') {
-        in_string = true;
-      } else if (c == '{' || c == '[') {
-        ++depth;
-      } else if ((c == '}' || c == ']') && depth > 0) {
-        --depth;
-      } else if (c == ',' && depth == 0) {
-        break;
-      }
-    }
+    const size_t i = scan_json(args, key_end + 1, /*stop_at_comma=*/true);  // the value's end
     const Json value = parse(trim(args.substr(key_end + 1, i - key_end - 1)));
     if (value.is_discarded()) return false;
     obj[std::string(args.substr(0, key_end))] = value;
@@ -563,6 +550,7 @@ std::string tool_chat_context(const ParsedRequest& pr, const TemplateTools& tt, 
 Result<std::string> tool_call_gbnf(const ToolRequest& tools, const TemplateTools& tt) {
   // The offered functions (all, or the named one) and their arguments' schemas.
   std::vector<std::pair<std::string, Json>> offered;
+  std::string args_rules;  // "args-<k>" for the k-th offered function (formats that write the name outside the JSON)
   for (size_t i = 0; i < tools.functions.size(); ++i) {
     const ToolFunction& f = tools.functions[i];
     if (tools.choice == ToolRequest::Choice::kNamed && f.name != tools.named) continue;
@@ -570,11 +558,13 @@ Result<std::string> tool_call_gbnf(const ToolRequest& tools, const TemplateTools
     if (params.is_discarded() || !params.is_object()) params = Json::object();
     if (params.empty()) params = {{"type", "object"}};  // arguments are an object
     const std::string field = "tools[" + std::to_string(i) + "].function.parameters";
-    if (auto check = grammar::json_schema_to_gbnf(dump(params)); !check.ok()) {
-      const std::string& m = check.message();
+    auto rule = grammar::json_schema_to_gbnf_rule(dump(params), "args-" + std::to_string(offered.size()));
+    if (!rule.ok()) {
+      const std::string& m = rule.message();
       const std::string p = "json_schema: ";
       return error(field + ": " + (m.rfind(p, 0) == 0 ? m.substr(p.size()) : m));
     }
+    args_rules += *rule;
     offered.emplace_back(f.name, std::move(params));
   }
   LUMEN_CHECK(!offered.empty());
@@ -600,16 +590,6 @@ Result<std::string> tool_call_gbnf(const ToolRequest& tools, const TemplateTools
     }
     const Json schema = branches.size() == 1 ? branches[0] : Json{{"anyOf", branches}};
     return grammar::json_schema_to_gbnf_rule(dump(schema), "tool-call");
-  };
-  // One rule per offered function for its arguments alone (formats that write the name
-  // outside the JSON): "args-<i>".
-  auto args_rules = [&]() -> Result<std::string> {
-    std::string out;
-    for (size_t i = 0; i < offered.size(); ++i) {
-      LUMEN_ASSIGN_OR_RETURN(std::string r, grammar::json_schema_to_gbnf_rule(dump(offered[i].second), "args-" + std::to_string(i)));
-      out += r;
-    }
-    return out;
   };
   // "a" ( "b" | "c" ) for the names: GBNF literals of the names followed by each rule.
   auto by_name = [&](const std::string& before, const std::string& between, const std::string& after) {
@@ -644,20 +624,20 @@ Result<std::string> tool_call_gbnf(const ToolRequest& tools, const TemplateTools
              " " + lit("]" + std::string(kR7bActionEnd)) + "\n" + call;
     }
     case ToolFormat::kDeepseekR1: {
-      LUMEN_ASSIGN_OR_RETURN(std::string args, args_rules());
+      const std::string& args = args_rules;
       root = "root ::= " + lit(kR1Calls) + " r1-call" + (several ? "+ " : " ") + lit(kR1CallsEnd) + "\n";
       root += "r1-call ::= " + by_name(std::string(kR1Call) + "function" + std::string(kR1Sep), "\n```json\n",
                                        "\n```" + std::string(kR1CallEnd)) + "\n";
       return root + args;
     }
     case ToolFormat::kFunctionaryV32: {
-      LUMEN_ASSIGN_OR_RETURN(std::string args, args_rules());
+      const std::string& args = args_rules;
       root = "root ::= fn-call" + std::string(several ? " ( \">>>\" fn-call )*\n" : "\n");
       root += "fn-call ::= " + by_name("", "\n", "") + "\n";
       return root + args;
     }
     case ToolFormat::kFunctionaryV31: {
-      LUMEN_ASSIGN_OR_RETURN(std::string args, args_rules());
+      const std::string& args = args_rules;
       root = "root ::= fn-call" + std::string(several ? "+\n" : "\n");
       root += "fn-call ::= " + by_name(std::string(kFunctionOpen), ">", std::string(kFunctionClose)) + "\n";
       return root + args;
