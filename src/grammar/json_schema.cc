@@ -892,18 +892,31 @@ class Converter {
     return "\"\\\"\" " + std::string(kCharGroup) + rep + " \"\\\"\"";
   }
 
+  // The bound keywords of one side present in s (minimum / exclusiveMinimum when lower,
+  // else maximum / exclusiveMaximum), each checked to be a number.
+  struct BoundKey {
+    const char* key;
+    double value;
+    bool exclusive;
+  };
+  Result<std::vector<BoundKey>> bound_keys(const Json& s, const std::string& path, bool lower) {
+    static constexpr const char* kLower[] = {"minimum", "exclusiveMinimum"};
+    static constexpr const char* kUpper[] = {"maximum", "exclusiveMaximum"};
+    std::vector<BoundKey> out;
+    for (const char* key : lower ? kLower : kUpper) {
+      if (!s.contains(key)) continue;
+      if (!s[key].is_number()) return fail(path + "/" + key, "must be a number");
+      out.push_back({key, s[key].get<double>(), key[0] == 'e'});
+    }
+    return out;
+  }
+
   // A bound as an integer: minimum -> ceil, maximum -> floor; exclusive ones one further.
   Result<std::optional<int64_t>> bound(const Json& s, const std::string& path, bool lower) {
     std::optional<int64_t> out;
-    static constexpr const char* kLower[] = {"minimum", "exclusiveMinimum"};
-    static constexpr const char* kUpper[] = {"maximum", "exclusiveMaximum"};
-    for (const char* key : lower ? kLower : kUpper) {
-      if (!s.contains(key)) continue;
-      const Json& x = s[key];
-      if (!x.is_number()) return fail(path + "/" + key, "must be a number");
-      const double d = x.get<double>();
+    LUMEN_ASSIGN_OR_RETURN(std::vector<BoundKey> keys, bound_keys(s, path, lower));
+    for (const auto& [key, d, exclusive] : keys) {
       if (!std::isfinite(d) || std::fabs(d) > 1e15) return fail(path + "/" + key, "out of the supported range (|x| <= 1e15)");
-      const bool exclusive = key[0] == 'e';
       int64_t b;
       if (lower) b = exclusive ? static_cast<int64_t>(std::floor(d)) + 1 : static_cast<int64_t>(std::ceil(d));
       else b = exclusive ? static_cast<int64_t>(std::ceil(d)) - 1 : static_cast<int64_t>(std::floor(d));
@@ -920,18 +933,13 @@ class Converter {
   // (99.9999999999999999 reads as 100.0, which is not below an exclusiveMaximum of 100).
   Result<std::optional<NumBound>> number_bound(const Json& s, const std::string& path, bool lower) {
     std::optional<NumBound> out;
-    static constexpr const char* kLower[] = {"minimum", "exclusiveMinimum"};
-    static constexpr const char* kUpper[] = {"maximum", "exclusiveMaximum"};
-    for (const char* key : lower ? kLower : kUpper) {
-      if (!s.contains(key)) continue;
-      const Json& x = s[key];
-      if (!x.is_number()) return fail(path + "/" + key, "must be a number");
-      const double d = x.get<double>();
+    LUMEN_ASSIGN_OR_RETURN(std::vector<BoundKey> keys, bound_keys(s, path, lower));
+    for (const auto& [key, d, exclusive] : keys) {
       if (!std::isfinite(d)) return fail(path + "/" + key, "must be a finite number");
       NumBound b;
       const double next = std::nextafter(d, lower ? std::numeric_limits<double>::infinity()
                                                   : -std::numeric_limits<double>::infinity());
-      if (key[0] != 'e') {
+      if (!exclusive) {
         b.value = shortest_decimal(d);
       } else if (!std::isfinite(next)) {  // +-DBL_MAX: no double lies beyond
         b = {shortest_decimal(d), true};
