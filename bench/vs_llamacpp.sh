@@ -24,7 +24,9 @@
 #        for exactly how llama.cpp is timed)
 #    and prints per model x type: pp512, tg128 (and tg128@dD) for both, the ratio
 #    lumen / llama.cpp, and lumen's tg128 GB/s as % of the bandwidth `lumen bench --membw`
-#    read in the same process around each repetition ("of X": the highest reading). Each
+#    read in the same process around each repetition ("of X": the highest reading), and
+#    with --llama-bench llama.cpp's tg GB/s (the same weight bytes a token) as % of the
+#    highest of two readings taken just before and after its run. Each
 #    figure is the median over rounds of each run's median of -r repetitions. Raw JSON lines go to --models-dir/results-<time>.jsonl.
 #
 # The machine should be otherwise idle: the script prints `uptime` before and after. On a
@@ -117,12 +119,23 @@ run_lumen() {
   "$lumen" bench -m "$1" -t "$threads" -p 512 -n 128 "${depth_args[@]}" -r "$reps" --membw --json 2>/dev/null |
     python3 -c 'import json,sys; [print(json.dumps(dict(r, engine="lumen", file=sys.argv[1], round=int(sys.argv[2])))) for r in json.load(sys.stdin)]' "$1" "$2"
 }
+# One --membw reading with 2 MiB pages (as lumen reads around its own runs), GB/s.
+membw_reading() {
+  "$lumen" bench --membw -t "$threads" --json 2>/dev/null |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["gb_s_hugepages"])'
+}
 run_llama() {
   if [[ -n "$llama_bench" ]]; then
-    local fa_args=()
+    local fa_args=() before after
     [[ -n "$fa" ]] && fa_args=(-fa 1)
-    "$llama_bench" -m "$1" -t "$threads" -p 512 -n 128 "${depth_args[@]}" -r "$reps" "${fa_args[@]}" -o jsonl 2>/dev/null |
-      python3 -c '
+    # The peer's runs get readings around them too, so that its tg can be set against the
+    # bandwidth of its own minutes (the machine's bandwidth moves between regimes within
+    # seconds; a ratio of two runs compares the regimes they landed in as much as the engines).
+    before=$(membw_reading)
+    local lines
+    lines=$("$llama_bench" -m "$1" -t "$threads" -p 512 -n 128 "${depth_args[@]}" -r "$reps" "${fa_args[@]}" -o jsonl 2>/dev/null)
+    after=$(membw_reading)
+    python3 -c '
 import json, statistics, sys
 for line in sys.stdin:
     if not line.strip().startswith("{"): continue
@@ -130,9 +143,11 @@ for line in sys.stdin:
     test = ("pp%d" % r["n_prompt"]) if r["n_gen"] == 0 else ("tg%d" % r["n_gen"])
     if r.get("n_depth"): test += "@d%d" % r["n_depth"]
     ts = r.get("samples_ts") or [r["avg_ts"]]
-    print(json.dumps({"engine": "llama.cpp", "llama_cpp": "native build " + r.get("build_commit", "?"),
-                      "test": test, "tok_s": statistics.median(ts), "threads": r["n_threads"],
-                      "file": sys.argv[1], "round": int(sys.argv[2])}))' "$1" "$2"
+    out = {"engine": "llama.cpp", "llama_cpp": "native build " + r.get("build_commit", "?"),
+           "test": test, "tok_s": statistics.median(ts), "threads": r["n_threads"],
+           "file": sys.argv[1], "round": int(sys.argv[2])}
+    if test.startswith("tg"): out["membw_readings_gb_s"] = [float(sys.argv[3]), float(sys.argv[4])]
+    print(json.dumps(out))' "$1" "$2" "$before" "$after" <<<"$lines"
     return
   fi
   node "$here/llamacpp_bench.mjs" --peer-dir "$peer_dir" -m "$1" -t "$threads" -p 512 -n 128 "${depth_args[@]}" -r "$reps" $fa 2>/dev/null |
@@ -167,7 +182,7 @@ llama = next((r.get("llama_cpp", "") for r in rows if r.get("engine") == "llama.
 peer = "native" if llama.startswith("native") else "node-llama-cpp prebuilt CPU libs"
 print(f"\nlumen vs llama.cpp ({llama}, {peer}), {rows[0]['threads']} threads, medians")
 def rng(xs): return f"[{min(xs):.1f}-{max(xs):.1f}]" if xs else ""
-print(f"{'model':<28} {'test':<13} {'lumen tok/s':>12} {'range':>15} {'llama.cpp':>10} {'range':>15} {'ratio':>7}   lumen GB/s (% of membw)")
+print(f"{'model':<28} {'test':<13} {'lumen tok/s':>12} {'range':>15} {'llama.cpp':>10} {'range':>15} {'ratio':>7}   GB/s (% of the membw read around each engine's runs)")
 for f in files:
     for t in tests:
         lu = [r for r in rows if r["file"] == f and r["test"] == t and r["engine"] == "lumen"]
@@ -179,6 +194,14 @@ for f in files:
         pct = [r["pct_bandwidth"] for r in lu if r.get("pct_bandwidth")]
         mem = [r["membw_gb_s"] for r in lu if r.get("membw_gb_s")]
         if gbs and pct: bw = f"{med(gbs):.1f} ({med(pct):.0f}% of {med(mem):.1f})"
+        # The peer reads the same weights a token (lumen's count for the file), set against
+        # the highest reading around its own run.
+        bpt = [r["weight_bytes_per_token"] for r in rows if r["file"] == f and r.get("weight_bytes_per_token")]
+        lpct = [r["tok_s"] * bpt[0] / 1e9 / max(r["membw_readings_gb_s"]) * 100
+                for r in ll if bpt and r.get("membw_readings_gb_s")]
+        if lpct:
+            lmem = [max(r["membw_readings_gb_s"]) for r in ll if r.get("membw_readings_gb_s")]
+            bw += f"   llama.cpp {b * bpt[0] / 1e9:.1f} ({med(lpct):.0f}% of {med(lmem):.1f})"
         ra = rng([r["tok_s"] for r in lu]); rb = rng([r["tok_s"] for r in ll])
         print(f"{os.path.basename(f):<28} {t:<13} {a:>12.1f} {ra:>15} {b:>10.1f} {rb:>15} {a / b if b == b and b > 0 else float('nan'):>6.2f}x   {bw}")
 print(f"\n{'model':<28} {'lumen load ms':>14} {'peak RSS MiB':>13}   {'llama.cpp load ms':>17} {'peak RSS MiB (- node)':>22}")
