@@ -106,6 +106,7 @@ struct Unpack<WidenIQ2_XXS> : WidenIQ2_XXS {
 
 template <>
 struct Unpack<WidenIQ2_XS> : WidenIQ2_XS {
+  static constexpr bool kRolled = true;  // see kRolledChunks
   [[gnu::always_inline]] static __m256i chunk(const Block& b, int k) {
     const uint16_t* q = b.qs + 4 * k;
     const __m256i g = iq_grid64(kIq2xsGrid[q[0] & 511], kIq2xsGrid[q[1] & 511], kIq2xsGrid[q[2] & 511],
@@ -168,6 +169,13 @@ struct Unpack<WidenIQ1_M> : WidenIQ1_M {
   return _mm_cvtsi128_si32(s);
 }
 
+// Whether IqKKernel keeps its loop over a super-block's 8 chunks rolled (Unpack<W>::kRolled):
+// iq2_xs's written-out loop spilled to the stack and decoded llama-3.2-1b's 4-layer
+// IQ2_S-ftype file (iq2_xs tensors) at 19 tok/s against 31-32 rolled; for iq2_xxs, iq3_xxs
+// and iq1_s the written-out loop was level or ahead (docs/perf.md, session 20).
+template <typename U>
+constexpr bool kRolledChunks = requires { U::kRolled; };
+
 // The row kernel of a 256-element i-quant against NC q8_K rows (Kernel::cols of
 // kernels_isa_common.h): bit for bit the scalar reference.
 template <typename W>
@@ -187,8 +195,7 @@ struct IqKKernel {
       __m256i sumi[NC];
       #pragma GCC unroll 4
       for (int c = 0; c < NC; ++c) sumi[c] = _mm256_setzero_si256();
-      #pragma GCC unroll 8
-      for (int k = 0; k < 8; ++k) {
+      auto chunk_step = [&](int k) __attribute__((always_inline)) {
         const __m256i v = U::chunk(b, k);
         const __m256i av = _mm256_sign_epi8(v, v);
         // int16 lanes 0..7: sc[2k], 8..15: sc[2k + 1].
@@ -201,6 +208,13 @@ struct IqKKernel {
           const __m256i p = _mm256_maddubs_epi16(av, _mm256_sign_epi8(iq_load256(q8), v));
           sumi[c] = iq_madd_acc(sumi[c], p, sv);
         }
+      };
+      if constexpr (kRolledChunks<U>) {
+        #pragma GCC unroll 1
+        for (int k = 0; k < 8; ++k) chunk_step(k);
+      } else {
+        #pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) chunk_step(k);
       }
       float dw;
       _mm_store_ss(&dw, _mm_cvtph_ps(_mm_cvtsi32_si128(W::d_bits(b))));
