@@ -64,8 +64,21 @@ struct Unpack<WidenIQ4_XS> : WidenIQ4_XS {
   [[gnu::always_inline]] static __m256i chunk(const Block& b, int k) { return iq4_values(b.qs + 16 * k); }
 };
 
+// 2s + 1 for sixteen int16 s (the one-vector scales of the i-quants with odd scales).
+[[gnu::always_inline]] inline __m256i iq_odd_scales16(__m256i s) {
+  return _mm256_add_epi16(_mm256_add_epi16(s, s), _mm256_set1_epi16(1));
+}
+
 template <>
 struct Unpack<WidenIQ3_S> : WidenIQ3_S {
+  // WidenIQ3_S::scales in one vector: the 8 nibbles of the 4 scale bytes (low first), each
+  // for both halves of its 32 values.
+  [[gnu::always_inline]] static __m256i scales16(const Block& b) {
+    const __m128i s4 = _mm_cvtsi32_si128(static_cast<int>(iq_load32(b.scales)));
+    const __m128i m4 = _mm_set1_epi8(15);
+    const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(s4, m4), _mm_and_si128(_mm_srli_epi16(s4, 4), m4));
+    return iq_odd_scales16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(nib, nib)));
+  }
   [[gnu::always_inline]] static __m256i chunk(const Block& b, int k) {
     const uint8_t* qs = b.qs + 8 * k;
     const uint32_t h = b.qh[k];
@@ -80,6 +93,12 @@ struct Unpack<WidenIQ3_S> : WidenIQ3_S {
 
 template <>
 struct Unpack<WidenIQ3_XXS> : WidenIQ3_XXS {
+  // WidenIQ3_XXS::scales in one vector: the top 4 bits of each of the 8 scales-and-signs
+  // words, in both int16 halves of its dword.
+  [[gnu::always_inline]] static __m256i scales16(const Block& b) {
+    const __m256i top = _mm256_srli_epi32(iq_load256(iq3_xxs_sas(b)), 28);
+    return iq_odd_scales16(_mm256_or_si256(top, _mm256_slli_epi32(top, 16)));
+  }
   [[gnu::always_inline]] static __m256i chunk(const Block& b, int k) {
     const uint8_t* qs = b.qs + 8 * k;
     const uint32_t u = iq_load32(iq3_xxs_sas(b) + 4 * k);
@@ -111,8 +130,7 @@ struct Unpack<WidenIQ2_XXS> : WidenIQ2_XXS {
   const __m128i s8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales));
   const __m128i m4 = _mm_set1_epi8(15);
   const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(s8, m4), _mm_and_si128(_mm_srli_epi16(s8, 4), m4));
-  const __m256i s16 = _mm256_cvtepu8_epi16(nib);
-  return _mm256_add_epi16(_mm256_add_epi16(s16, s16), _mm256_set1_epi16(1));
+  return iq_odd_scales16(_mm256_cvtepu8_epi16(nib));
 }
 
 template <>
@@ -143,6 +161,12 @@ struct Unpack<WidenIQ2_S> : WidenIQ2_S {
 
 template <>
 struct Unpack<WidenIQ1_S> : WidenIQ1_S {
+  // WidenIQ1_S::scales in one vector: bits 12..14 of each of the 8 qh words, twice each.
+  [[gnu::always_inline]] static __m256i scales16(const Block& b) {
+    const __m128i s = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh)), 12),
+                                    _mm_set1_epi16(7));
+    return iq_odd_scales16(_mm256_set_m128i(_mm_unpackhi_epi16(s, s), _mm_unpacklo_epi16(s, s)));
+  }
   [[gnu::always_inline]] static __m256i chunk(const Block& b, int k) {
     const uint8_t* q = b.qs + 4 * k;
     const uint32_t h = b.qh[k];
