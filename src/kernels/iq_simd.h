@@ -39,9 +39,70 @@ namespace {  // NOLINT(google-build-namespaces): per-ISA copies, see the top of 
 [[gnu::always_inline]] inline __m256i iq_apply_signs(__m256i g, __m256i mask) {
   return _mm256_sub_epi8(_mm256_xor_si256(g, mask), mask);
 }
-[[gnu::always_inline]] inline __m256i iq_grid64(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
-  return _mm256_set_epi64x(static_cast<int64_t>(d), static_cast<int64_t>(c), static_cast<int64_t>(b),
-                           static_cast<int64_t>(a));
+// The signs of a chunk as the row kernel applies them to the activations (grid bytes stay
+// unsigned for maddubs): bit i of `bits` set negates byte i of a q8 vector. With AVX-512BW
+// that is one masked subtract per column; on AVX2 a sign vector made once per chunk.
+struct IqSigns {
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+  __mmask32 k;
+  [[gnu::always_inline]] explicit IqSigns(const uint32_t* bits) : k(static_cast<__mmask32>(*bits)) {}
+  [[gnu::always_inline]] __m256i apply(__m256i q8) const {
+    return _mm256_mask_sub_epi8(q8, k, _mm256_setzero_si256(), q8);
+  }
+#else
+  __m256i s;
+  [[gnu::always_inline]] explicit IqSigns(const uint32_t* bits)
+      : s(_mm256_or_si256(iq_sign_mask(*bits), _mm256_set1_epi8(1))) {}
+  [[gnu::always_inline]] __m256i apply(__m256i q8) const { return _mm256_sign_epi8(q8, s); }
+#endif
+};
+// Bytes holding seven sign bits each (bit 7 clear) with bit 7 set where that makes the
+// byte's parity even: the eighth sign of ggml's 7-bit sign fields (iq_signs8), 32 at once.
+[[gnu::always_inline]] inline __m256i iq_even_parity_bytes(__m256i t) {
+  // Bit 0 of each byte ends up the xor of the byte's bits (the shifts never carry a bit
+  // into bits 0..3 from the byte above before it is used).
+  __m256i p = _mm256_xor_si256(t, _mm256_srli_epi32(t, 4));
+  p = _mm256_xor_si256(p, _mm256_srli_epi32(p, 2));
+  p = _mm256_xor_si256(p, _mm256_srli_epi32(p, 1));
+  return _mm256_or_si256(t, _mm256_slli_epi32(_mm256_and_si256(p, _mm256_set1_epi8(1)), 7));
+}
+// The sign words of eight scales-and-signs words u (iq3_xxs, iq2_xxs): the 7-bit field l
+// of u (bits 7l .. 7l+6) in byte l with its parity bit, so bit i of the result is the sign
+// of element i of the chunk (iq_signs32, eight chunks at once).
+[[gnu::always_inline]] inline __m256i iq_sas_sign_words(__m256i u) {
+  auto field = [&](int l) {
+    return _mm256_and_si256(_mm256_slli_epi32(u, l), _mm256_set1_epi32(0x7f << (8 * l)));
+  };
+  return iq_even_parity_bytes(
+      _mm256_or_si256(_mm256_or_si256(field(0), field(1)), _mm256_or_si256(field(2), field(3))));
+}
+// The sign word of chunk k (for the prefill panels' packing, which wants the values signed).
+template <typename U>
+[[gnu::always_inline]] inline __m256i iq_signed_chunk(const typename U::Block& b, int k) {
+  alignas(32) uint32_t sw[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(sw), U::sign_words(b));
+  return iq_apply_signs(U::grid(b, k), iq_sign_mask(sw[k]));
+}
+// Eight 32-bit table entries t[i0] .. t[i7] in one vector, built as two halves of inserts
+// straight from the table (vpinsrd xmm, m32). Written as _mm256_setr_epi32, GCC loaded each
+// entry into a general register and moved it over (vmovd / vpinsrd from a register): the
+// iq3 kernels ran 10-13% slower (docs/perf.md, session 21).
+template <typename Idx>
+[[gnu::always_inline]] inline __m256i iq_table8x32(const uint32_t* t, Idx idx) {
+  auto half = [&](int j) {
+    __m128i h = _mm_cvtsi32_si128(static_cast<int32_t>(t[idx(j)]));
+    h = _mm_insert_epi32(h, static_cast<int32_t>(t[idx(j + 1)]), 1);
+    h = _mm_insert_epi32(h, static_cast<int32_t>(t[idx(j + 2)]), 2);
+    return _mm_insert_epi32(h, static_cast<int32_t>(t[idx(j + 3)]), 3);
+  };
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(half(0)), half(4), 1);
+}
+// Four 64-bit table entries t[i0] .. t[i3] in one vector (inserting them from memory as
+// iq_table8x32 does measured the same).
+template <typename Idx>
+[[gnu::always_inline]] inline __m256i iq_table4x64(const uint64_t* t, Idx idx) {
+  return _mm256_set_epi64x(static_cast<int64_t>(t[idx(3)]), static_cast<int64_t>(t[idx(2)]),
+                           static_cast<int64_t>(t[idx(1)]), static_cast<int64_t>(t[idx(0)]));
 }
 // The 32 iq4 codes of 16 bytes (low nibbles first, then high nibbles) as their values.
 [[gnu::always_inline]] inline __m256i iq4_values(const uint8_t* qs) {
@@ -82,16 +143,13 @@ struct Unpack<WidenIQ3_S> : WidenIQ3_S {
     const __m128i nib = iq_nibbles_lo_first(_mm_cvtsi32_si128(static_cast<int>(iq_load32(b.scales))));
     return iq_odd_scales16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(nib, nib)));
   }
-  [[gnu::always_inline]] static __m256i chunk(const Block& b, int k) {
+  [[gnu::always_inline]] static __m256i grid(const Block& b, int k) {
     const uint8_t* qs = b.qs + 8 * k;
     const uint32_t h = b.qh[k];
-    auto idx = [&](int j) { return kIq3sGrid[qs[j] | ((h >> j) & 1) << 8]; };
-    const __m256i g = _mm256_setr_epi32(static_cast<int32_t>(idx(0)), static_cast<int32_t>(idx(1)),
-                                        static_cast<int32_t>(idx(2)), static_cast<int32_t>(idx(3)),
-                                        static_cast<int32_t>(idx(4)), static_cast<int32_t>(idx(5)),
-                                        static_cast<int32_t>(idx(6)), static_cast<int32_t>(idx(7)));
-    return iq_apply_signs(g, iq_sign_mask(iq_load32(b.signs + 4 * k)));
+    return iq_table8x32(kIq3sGrid, [&](int j) { return qs[j] | ((h >> j) & 1) << 8; });
   }
+  [[gnu::always_inline]] static __m256i sign_words(const Block& b) { return iq_load256(b.signs); }
+  [[gnu::always_inline]] static __m256i chunk(const Block& b, int k) { return iq_signed_chunk<Unpack>(b, k); }
 };
 
 template <>
@@ -102,28 +160,28 @@ struct Unpack<WidenIQ3_XXS> : WidenIQ3_XXS {
     const __m256i top = _mm256_srli_epi32(iq_load256(iq3_xxs_sas(b)), 28);
     return iq_odd_scales16(_mm256_or_si256(top, _mm256_slli_epi32(top, 16)));
   }
-  [[gnu::always_inline]] static __m256i chunk(const Block& b, int k) {
+  [[gnu::always_inline]] static __m256i grid(const Block& b, int k) {
     const uint8_t* qs = b.qs + 8 * k;
-    const uint32_t u = iq_load32(iq3_xxs_sas(b) + 4 * k);
-    const __m256i g = _mm256_setr_epi32(
-        static_cast<int32_t>(kIq3xxsGrid[qs[0]]), static_cast<int32_t>(kIq3xxsGrid[qs[1]]),
-        static_cast<int32_t>(kIq3xxsGrid[qs[2]]), static_cast<int32_t>(kIq3xxsGrid[qs[3]]),
-        static_cast<int32_t>(kIq3xxsGrid[qs[4]]), static_cast<int32_t>(kIq3xxsGrid[qs[5]]),
-        static_cast<int32_t>(kIq3xxsGrid[qs[6]]), static_cast<int32_t>(kIq3xxsGrid[qs[7]]));
-    const uint32_t signs = iq_signs8(u) | iq_signs8(u >> 7) << 8 | iq_signs8(u >> 14) << 16 | iq_signs8(u >> 21) << 24;
-    return iq_apply_signs(g, iq_sign_mask(signs));
+    return iq_table8x32(kIq3xxsGrid, [&](int j) { return qs[j]; });
   }
+  [[gnu::always_inline]] static __m256i sign_words(const Block& b) { return iq_sas_sign_words(iq_load256(iq3_xxs_sas(b))); }
+  [[gnu::always_inline]] static __m256i chunk(const Block& b, int k) { return iq_signed_chunk<Unpack>(b, k); }
 };
 
 template <>
 struct Unpack<WidenIQ2_XXS> : WidenIQ2_XXS {
-  [[gnu::always_inline]] static __m256i chunk(const Block& b, int k) {
-    const uint32_t a = iq_load32(b.qs + 4 * k), u = iq_load32(b.qs + 4 * k + 2);
-    const __m256i g = iq_grid64(kIq2xxsGrid[a & 255], kIq2xxsGrid[(a >> 8) & 255], kIq2xxsGrid[(a >> 16) & 255],
-                                kIq2xxsGrid[a >> 24]);
-    const uint32_t signs = iq_signs8(u) | iq_signs8(u >> 7) << 8 | iq_signs8(u >> 14) << 16 | iq_signs8(u >> 21) << 24;
-    return iq_apply_signs(g, iq_sign_mask(signs));
+  [[gnu::always_inline]] static __m256i grid(const Block& b, int k) {
+    const uint32_t a = iq_load32(b.qs + 4 * k);
+    return iq_table4x64(kIq2xxsGrid, [&](int j) { return (a >> (8 * j)) & 255; });
   }
+  // The scales-and-signs words are the odd dwords of qs.
+  [[gnu::always_inline]] static __m256i sign_words(const Block& b) {
+    const __m256 lo = _mm256_castsi256_ps(iq_load256(b.qs)), hi = _mm256_castsi256_ps(iq_load256(b.qs + 16));
+    // Per 128-bit lane: chunks 0, 1, 4, 5 | 2, 3, 6, 7.
+    const __m256i odd = _mm256_castps_si256(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
+    return iq_sas_sign_words(_mm256_permute4x64_epi64(odd, _MM_SHUFFLE(3, 1, 2, 0)));
+  }
+  [[gnu::always_inline]] static __m256i chunk(const Block& b, int k) { return iq_signed_chunk<Unpack>(b, k); }
 };
 
 // iq2_xs / iq2_s: iq2_nibble_scales in one vector (2s + 1 for the low, then the high nibble
@@ -138,26 +196,29 @@ template <>
 struct Unpack<WidenIQ2_XS> : WidenIQ2_XS {
   static constexpr bool kRolled = true;  // see kRolledChunks
   [[gnu::always_inline]] static __m256i scales16(const Block& b) { return iq2_nibble_scales16(b.scales); }
-  [[gnu::always_inline]] static __m256i chunk(const Block& b, int k) {
+  [[gnu::always_inline]] static __m256i grid(const Block& b, int k) {
     const uint16_t* q = b.qs + 4 * k;
-    const __m256i g = iq_grid64(kIq2xsGrid[q[0] & 511], kIq2xsGrid[q[1] & 511], kIq2xsGrid[q[2] & 511],
-                                kIq2xsGrid[q[3] & 511]);
-    const uint32_t signs = iq_signs8(q[0] >> 9) | iq_signs8(q[1] >> 9) << 8 | iq_signs8(q[2] >> 9) << 16 |
-                           iq_signs8(q[3] >> 9) << 24;
-    return iq_apply_signs(g, iq_sign_mask(signs));
+    return iq_table4x64(kIq2xsGrid, [&](int j) { return q[j] & 511; });
   }
+  // The 7-bit sign field of each qs word (its top bits), one byte each, with its parity bit.
+  [[gnu::always_inline]] static __m256i sign_words(const Block& b) {
+    const __m256i f = _mm256_packus_epi16(_mm256_srli_epi16(iq_load256(b.qs), 9), _mm256_srli_epi16(iq_load256(b.qs + 16), 9));
+    // packus interleaves per 128-bit lane: chunks 0, 1, 4, 5 | 2, 3, 6, 7.
+    return iq_even_parity_bytes(_mm256_permute4x64_epi64(f, _MM_SHUFFLE(3, 1, 2, 0)));
+  }
+  [[gnu::always_inline]] static __m256i chunk(const Block& b, int k) { return iq_signed_chunk<Unpack>(b, k); }
 };
 
 template <>
 struct Unpack<WidenIQ2_S> : WidenIQ2_S {
   [[gnu::always_inline]] static __m256i scales16(const Block& b) { return iq2_nibble_scales16(b.scales); }
-  [[gnu::always_inline]] static __m256i chunk(const Block& b, int k) {
+  [[gnu::always_inline]] static __m256i grid(const Block& b, int k) {
     const uint8_t* q = b.qs + 4 * k;
     const uint32_t h = b.qh[k];
-    const __m256i g = iq_grid64(kIq2sGrid[q[0] | (h & 3) << 8], kIq2sGrid[q[1] | ((h >> 2) & 3) << 8],
-                                kIq2sGrid[q[2] | ((h >> 4) & 3) << 8], kIq2sGrid[q[3] | ((h >> 6) & 3) << 8]);
-    return iq_apply_signs(g, iq_sign_mask(iq_load32(iq2_s_signs(b) + 4 * k)));
+    return iq_table4x64(kIq2sGrid, [&](int j) { return q[j] | ((h >> (2 * j)) & 3) << 8; });
   }
+  [[gnu::always_inline]] static __m256i sign_words(const Block& b) { return iq_load256(iq2_s_signs(b)); }
+  [[gnu::always_inline]] static __m256i chunk(const Block& b, int k) { return iq_signed_chunk<Unpack>(b, k); }
 };
 
 template <>
@@ -171,8 +232,7 @@ struct Unpack<WidenIQ1_S> : WidenIQ1_S {
   [[gnu::always_inline]] static __m256i chunk(const Block& b, int k) {
     const uint8_t* q = b.qs + 4 * k;
     const uint32_t h = b.qh[k];
-    const __m256i g = iq_grid64(kIq1sGrid[q[0] | (h & 7) << 8], kIq1sGrid[q[1] | ((h >> 3) & 7) << 8],
-                                kIq1sGrid[q[2] | ((h >> 6) & 7) << 8], kIq1sGrid[q[3] | ((h >> 9) & 7) << 8]);
+    const __m256i g = iq_table4x64(kIq1sGrid, [&](int j) { return q[j] | ((h >> (3 * j)) & 7) << 8; });
     return iq1_values(g, _mm256_set1_epi8(h & 0x8000 ? -1 : 0));
   }
 };
@@ -182,8 +242,7 @@ struct Unpack<WidenIQ1_M> : WidenIQ1_M {
   [[gnu::always_inline]] static __m256i chunk(const Block& b, int k) {
     const uint8_t* q = b.qs + 4 * k;
     const uint32_t h0 = b.qh[2 * k], h1 = b.qh[2 * k + 1];
-    const __m256i g = iq_grid64(kIq1sGrid[q[0] | (h0 & 7) << 8], kIq1sGrid[q[1] | ((h0 >> 4) & 7) << 8],
-                                kIq1sGrid[q[2] | (h1 & 7) << 8], kIq1sGrid[q[3] | ((h1 >> 4) & 7) << 8]);
+    const __m256i g = iq_table4x64(kIq1sGrid, [&](int j) { return q[j] | (((j < 2 ? h0 : h1) >> (4 * (j & 1))) & 7) << 8; });
     // Shift sign per group of 8: bits 3 and 7 of h0, h1.
     const uint32_t neg = (h0 & 0x08 ? 0xffu : 0) | (h0 & 0x80 ? 0xff00u : 0) | (h1 & 0x08 ? 0xff0000u : 0) |
                          (h1 & 0x80 ? 0xff000000u : 0);
@@ -238,18 +297,28 @@ struct IqKKernel {
       __m256i sumi[NC];
       #pragma GCC unroll 4
       for (int c = 0; c < NC; ++c) sumi[c] = _mm256_setzero_si256();
+      // The types with unsigned grid entries and separate signs: bit i of sw[k] negates
+      // element i of chunk k (on the activations, so the grid bytes feed maddubs as they are).
+      alignas(32) uint32_t sw[8];
+      if constexpr (requires { U::sign_words(b); })
+        _mm256_store_si256(reinterpret_cast<__m256i*>(sw), U::sign_words(b));
       auto chunk_step = [&](int k) __attribute__((always_inline)) {
-        const __m256i v = U::chunk(b, k);
-        const __m256i av = _mm256_sign_epi8(v, v);
         // int16 lanes 0..7: sc[2k], 8..15: sc[2k + 1].
         const __m256i sv = _mm256_shuffle_epi8(
             _mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(k)),
             _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
-        #pragma GCC unroll 4
-        for (int c = 0; c < NC; ++c) {
-          const int8_t* q8 = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib].qs + 32 * k;
-          const __m256i p = _mm256_maddubs_epi16(av, _mm256_sign_epi8(iq_load256(q8), v));
-          sumi[c] = iq_madd_acc(sumi[c], p, sv);
+        auto q8_at = [&](int c) { return iq_load256(reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib].qs + 32 * k); };
+        if constexpr (requires { U::sign_words(b); }) {
+          const __m256i g = U::grid(b, k);
+          const IqSigns sg(sw + k);
+          #pragma GCC unroll 4
+          for (int c = 0; c < NC; ++c) sumi[c] = iq_madd_acc(sumi[c], _mm256_maddubs_epi16(g, sg.apply(q8_at(c))), sv);
+        } else {
+          const __m256i v = U::chunk(b, k);
+          const __m256i av = _mm256_sign_epi8(v, v);
+          #pragma GCC unroll 4
+          for (int c = 0; c < NC; ++c)
+            sumi[c] = iq_madd_acc(sumi[c], _mm256_maddubs_epi16(av, _mm256_sign_epi8(q8_at(c), v)), sv);
         }
       };
       if constexpr (kRolledChunks<U>) {

@@ -79,6 +79,8 @@ constexpr int32_t kIqPanelMinCols = 8;
 
 template <typename W>
 void set_iq_k(MatmulKernels& mk) {
+  mk.vec_dot = &vec_dot_cols<IqKKernel<W>>;
+  mk.gemm = &gemm_cols<IqKKernel<W>>;
   mk.panel = {kRows, kIqPanelMinCols, &iq_panel_bytes, &iq_no_side_bytes, nullptr, &pack_iq_panel<W>,
               &panel_gemm_iq<W>};
 }

@@ -169,6 +169,11 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
       }
     }
   }
+  // The i-quants below 4 bits: one thread, one column, 2048 x 128 (in the L2), the row
+  // kernels' own compute rate per byte (they are compute-bound at decode).
+  for (DType dt : {DType::kIQ3_S, DType::kIQ3_XXS, DType::kIQ2_S, DType::kIQ2_XS, DType::kIQ2_XXS, DType::kIQ1_S,
+                   DType::kIQ1_M, DType::kQ4_1, DType::kQ5_1})
+    for (int table : {1, 2}) b->Args({table, static_cast<int>(dt), 2048, 128, 1, 1, 0});
   for (int table = 0; table < 3; ++table) {
     for (int threads : {1, 2}) {
       // qwen2-0.5B-ish: ffn_up/gate 896 -> 4864 (q4_0, q8_0, f16), ffn_down 4864 -> 896 (K types)
