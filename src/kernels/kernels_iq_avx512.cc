@@ -5,9 +5,11 @@
 // matmul_avx512_common.h (offset shift 7); the result is then multiplied by kScaleMul, as
 // the reference's is. Bit for bit the scalar reference.
 //
-// Decode (vec_dot, gemm tiles) keeps the AVX2 table's row kernel (iq_simd.h): compiled here,
-// with its scale step as vpdpwssd, it measured no faster (iq4_xs, 1 column: 0.88-1.07x).
-// iq4_xs's interleaved layout (iq4_xsx16) is in matmul_interleaved_avx512.cc; IQ4_NL
+// Decode (vec_dot, gemm tiles) is iq_simd.h's row kernel compiled here: the grid types'
+// signs go onto the activations by one masked subtract (AVX-512BW) and the scale step is
+// vpdpwssd. iq4_xs keeps the AVX2 table's row kernel (compiled here it measured no faster,
+// 1 column: 0.88-1.07x) and its interleaved layout (iq4_xsx16) in
+// matmul_interleaved_avx512.cc; IQ4_NL
 // (32-element blocks, q8_0 activations) is with the q8_0 / q4_0 kernels in matmul_avx512.cc.
 #include "kernels/matmul_avx512_common.h"
 // matmul_avx512_common.h first: its pragmas must precede <immintrin.h>.
