@@ -101,6 +101,11 @@ static inline uint32_t iq_load32(const void* p) {
   std::memcpy(&v, p, 4);
   return v;
 }
+static inline uint64_t iq_load64(const void* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
 // kN grid bytes (element j in byte j) with the sign bits applied.
 template <int kN = 8>
 static inline void iq_put8(int8_t* out, uint64_t grid, uint32_t signs) {

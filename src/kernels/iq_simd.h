@@ -239,14 +239,27 @@ struct Unpack<WidenIQ1_S> : WidenIQ1_S {
 
 template <>
 struct Unpack<WidenIQ1_M> : WidenIQ1_M {
+  // WidenIQ1_M::scales in one vector: int16 lane t gets scales word t / 4, multiplied so its
+  // bits 3 (t % 4) .. 3 (t % 4) + 2 land at 13..15.
+  [[gnu::always_inline]] static __m256i scales16(const Block& b) {
+    const __m256i w = _mm256_shuffle_epi8(
+        _mm256_set1_epi64x(static_cast<int64_t>(iq_load64(b.scales))),
+        _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7));
+    const __m256i up = _mm256_setr_epi16(1 << 13, 1 << 10, 1 << 7, 1 << 4, 1 << 13, 1 << 10, 1 << 7, 1 << 4, 1 << 13,
+                                         1 << 10, 1 << 7, 1 << 4, 1 << 13, 1 << 10, 1 << 7, 1 << 4);
+    return iq_odd_scales16(_mm256_srli_epi16(_mm256_mullo_epi16(w, up), 13));
+  }
   [[gnu::always_inline]] static __m256i chunk(const Block& b, int k) {
     const uint8_t* q = b.qs + 4 * k;
     const uint32_t h0 = b.qh[2 * k], h1 = b.qh[2 * k + 1];
     const __m256i g = iq_table4x64(kIq1sGrid, [&](int j) { return q[j] | (((j < 2 ? h0 : h1) >> (4 * (j & 1))) & 7) << 8; });
-    // Shift sign per group of 8: bits 3 and 7 of h0, h1.
-    const uint32_t neg = (h0 & 0x08 ? 0xffu : 0) | (h0 & 0x80 ? 0xff00u : 0) | (h1 & 0x08 ? 0xff0000u : 0) |
-                         (h1 & 0x80 ? 0xff000000u : 0);
-    return iq1_values(g, iq_sign_mask(neg));
+    // Shift sign per group of 8: bits 3 and 7 of h0 (groups 0, 1), of h1 (groups 2, 3).
+    const __m256i hh = _mm256_shuffle_epi8(
+        _mm256_set1_epi16(static_cast<int16_t>(iq_load16(b.qh + 2 * k))),
+        _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1));
+    const __m256i bit = _mm256_setr_epi8(8, 8, 8, 8, 8, 8, 8, 8, -128, -128, -128, -128, -128, -128, -128, -128, 8, 8, 8,
+                                         8, 8, 8, 8, 8, -128, -128, -128, -128, -128, -128, -128, -128);
+    return iq1_values(g, _mm256_cmpeq_epi8(_mm256_and_si256(hh, bit), bit));
   }
 };
 
