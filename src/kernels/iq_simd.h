@@ -233,7 +233,10 @@ struct Unpack<WidenIQ1_S> : WidenIQ1_S {
     const uint8_t* q = b.qs + 4 * k;
     const uint32_t h = b.qh[k];
     const __m256i g = iq_table4x64(kIq1sGrid, [&](int j) { return q[j] | ((h >> (3 * j)) & 7) << 8; });
-    return iq1_values(g, _mm256_set1_epi8(h & 0x8000 ? -1 : 0));
+    // The shift sign (bit 15 of qh[k]) as a byte broadcast from memory: the top byte of the
+    // little-endian word, arithmetic-shifted by 7, is 0 or -1 in every bit (a byte load,
+    // no transfer from a general register).
+    return iq1_values(g, _mm256_srai_epi16(_mm256_set1_epi8(static_cast<char>(reinterpret_cast<const uint8_t*>(b.qh + k)[1])), 15));
   }
 };
 
