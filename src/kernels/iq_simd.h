@@ -194,7 +194,6 @@ struct Unpack<WidenIQ2_XXS> : WidenIQ2_XXS {
 
 template <>
 struct Unpack<WidenIQ2_XS> : WidenIQ2_XS {
-  static constexpr bool kRolled = true;  // see kRolledChunks
   [[gnu::always_inline]] static __m256i scales16(const Block& b) { return iq2_nibble_scales16(b.scales); }
   [[gnu::always_inline]] static __m256i grid(const Block& b, int k) {
     const uint16_t* q = b.qs + 4 * k;
@@ -282,12 +281,6 @@ struct Unpack<WidenIQ1_M> : WidenIQ1_M {
   return _mm_cvtsi128_si32(s);
 }
 
-// Whether IqKKernel keeps its loop over a super-block's 8 chunks rolled (Unpack<W>::kRolled):
-// iq2_xs's written-out loop spilled to the stack and decoded llama-3.2-1b's 4-layer
-// IQ2_S-ftype file (iq2_xs tensors) at 19 tok/s against 31-32 rolled; for iq2_xxs, iq3_xxs
-// and iq1_s the written-out loop was level or ahead (docs/perf.md, session 20).
-template <typename U>
-constexpr bool kRolledChunks = requires { U::kRolled; };
 
 // The row kernel of a 256-element i-quant against NC q8_K rows (Kernel::cols of
 // kernels_isa_common.h): bit for bit the scalar reference.
@@ -337,13 +330,10 @@ struct IqKKernel {
             sumi[c] = iq_madd_acc(sumi[c], _mm256_maddubs_epi16(av, _mm256_sign_epi8(q8_at(c), v)), sv);
         }
       };
-      if constexpr (kRolledChunks<U>) {
-        #pragma GCC unroll 1
-        for (int k = 0; k < 8; ++k) chunk_step(k);
-      } else {
-        #pragma GCC unroll 8
-        for (int k = 0; k < 8; ++k) chunk_step(k);
-      }
+      // Written out. (iq2_xs's was kept rolled in session 20, when its written-out loop
+      // spilled; with the sign words of session 21 the written-out loop is 4-5% ahead.)
+      #pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) chunk_step(k);
       float dw;
       _mm_store_ss(&dw, _mm_cvtph_ps(_mm_cvtsi32_si128(W::d_bits(b))));
       #pragma GCC unroll 4
