@@ -295,8 +295,11 @@ struct Q3_KKernel {
         #pragma GCC unroll 4
         for (int j = 0; j < 4; ++j) {
           const int s = 8 * h + 2 * j;
-          const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << (4 * h + j)));
-          const __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), _mm256_set1_epi8(4));
+          // hmask bit p = 4h + j of each byte moved to bit 2 (16-bit shifts: the bits that
+          // cross into the neighbouring byte are masked off).
+          const int p = 4 * h + j;
+          const __m256i at2 = p < 2 ? _mm256_slli_epi16(hm, 2 - p) : _mm256_srli_epi16(hm, p - 2);
+          const __m256i high = _mm256_and_si256(at2, _mm256_set1_epi8(4));
           const __m256i u = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qv, 2 * j), m3), high);
           const __m256i sv = scale_pair16(sc8, j);
           #pragma GCC unroll 8
