@@ -1,13 +1,17 @@
-// AVX2 building blocks of the i-quant kernels (kernels_iq_avx2.cc; everything is in an
-// anonymous namespace, as kernels_isa_common.h explains, so another ISA's translation unit
-// can compile its own copy with its flags). Include only from *_avx2.cc and *_avx512.cc files
-// (kernels_iq_avx512.cc packs its panels with Unpack).
+// 256-bit building blocks of the i-quant kernels, compiled by kernels_iq_avx2.cc (AVX2) and
+// kernels_iq_avx512.cc (AVX-512: its row kernels, and the values its prefill panels pack).
+// Everything is in an anonymous namespace, as kernels_isa_common.h explains, so each ISA's
+// translation unit compiles its own copy with its flags. Include only from *_avx2.cc and
+// *_avx512.cc files.
 //
 // Unpack<W>::chunk(b, k) gives the 32 int8 values v of elements 32k .. 32k+31 of a widened
 // super-block (iq_blocks.h) in one vector: grid entries gathered by scalar loads (as ggml
-// does), signs expanded from their bits, iq4 codes by a byte shuffle. IqKKernel<W> is the
-// row kernel: per super-block the exact S (maddubs of |v| against the activations with v's
-// signs, then the int16 scales by madd / vpdpwssd), then the reference's float step.
+// does), signs expanded from their bits, iq4 codes by a byte shuffle. The grid types with
+// separate sign bits (iq3_s, iq3_xxs, iq2_s, iq2_xs, iq2_xxs) also give grid(b, k), the
+// unsigned grid bytes, and sign_words(b), the 8 chunks' sign bits. IqKKernel<W> is the row
+// kernel: per super-block the exact S (maddubs of the unsigned grid bytes, or |v|, against
+// the activations carrying the signs, then the int16 scales by madd / vpdpwssd), then the
+// reference's float step.
 #pragma once
 // The float steps must round as the reference's do: no FMA contraction (-mfma is on).
 #pragma GCC optimize("fp-contract=off")
