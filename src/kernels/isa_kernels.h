@@ -30,6 +30,7 @@ void mm_iq2_xxs_avx2(MatmulKernels& mk);
 void mm_iq1_s_avx2(MatmulKernels& mk);
 void mm_iq1_m_avx2(MatmulKernels& mk);
 void quantize_row_q8_0_avx2(const float* x, std::byte* y, int64_t n);
+void quantize_row_q8_1_avx2(const float* x, std::byte* y, int64_t n);
 void quantize_row_f16_avx2(const float* x, std::byte* y, int64_t n);
 // matmul_avx2.cc (AVX2 + FMA + F16C): q8_0 / q4_0 / q5_0 / q4_K / q6_K, plain and 8-row interleaved
 // layouts, and the q8_K activation quantizer

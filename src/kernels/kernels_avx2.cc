@@ -6,7 +6,7 @@
 // linker's choice among duplicate inline definitions (see quant_blocks.h).
 //
 // Numerics against the scalar reference (kernels_ref.cc):
-//   quantize_row_q8_0          bit-exact (q8_K: matmul_avx2.cc, bit-exact)
+//   quantize_row_q8_0, _q8_1  bit-exact (q8_K: matmul_avx2.cc, bit-exact)
 //   quantized dots             integer products exact; f32 accumulation in 8 lanes (each
 //                              lane sums its share of every block, as ggml's AVX2 kernels);
 //                              q8_0 / q4_0 / q5_0 / q4_K / q5_K / q6_K (matmul_avx2.cc, with
@@ -62,36 +62,60 @@ __m256i unpack_q4_0(const uint8_t* qs) {
 
 // ---- activation quantizer --------------------------------------------------------------
 
-// Bit-exact with ref::quantize_row_q8_0 (and ggml's AVX path): same max, same f32
-// division, same multiply, round-half-even.
-void quantize_row_q8_0(const float* x, std::byte* y, int64_t n) {
-  auto* b = reinterpret_cast<BlockQ8_0*>(y);
+// One block of 32 activations as ref::quantize_row_q8_0 makes it (and ggml's AVX path): same
+// max, same f32 division, same multiply, round-half-even. Stores the quants at qs, returns
+// d = amax / 127 in f32 (not yet fp16) and the quants as int32 before saturation (vcvtps2dq:
+// what ref::quantize_row_q8_1 sums).
+struct Q8BlockParts {
+  float d;
+  __m256i q[4];  // elements 8k .. 8k + 7
+};
+[[gnu::always_inline]] inline Q8BlockParts quantize_block_q8(const float* x, int8_t* qs) {
   const __m256 sign_bit = _mm256_set1_ps(-0.0f);
   const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  __m256 v[4];
+  __m256 amax = _mm256_setzero_ps();
+  for (int k = 0; k < 4; ++k) {
+    v[k] = _mm256_loadu_ps(x + 8 * k);
+    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_bit, v[k]));
+  }
+  __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(amax, 1), _mm256_castps256_ps128(amax));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float max_scalar = _mm_cvtss_f32(m4);
+  Q8BlockParts out;
+  out.d = max_scalar / 127.0f;
+  const __m256 id = _mm256_set1_ps(max_scalar != 0.0f ? 127.0f / max_scalar : 0.0f);
+  for (int k = 0; k < 4; ++k) {
+    const __m256 r = _mm256_round_ps(_mm256_mul_ps(v[k], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    out.q[k] = _mm256_cvtps_epi32(r);
+  }
+  // packs interleave 128-bit lanes: (0 1 4 5 | 2 3 6 7) in 32-bit groups; undo that.
+  const __m256i p01 = _mm256_packs_epi32(out.q[0], out.q[1]);
+  const __m256i p23 = _mm256_packs_epi32(out.q[2], out.q[3]);
+  const __m256i p = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23), perm);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs), p);
+  return out;
+}
+
+// Bit-exact with ref::quantize_row_q8_0.
+void quantize_row_q8_0(const float* x, std::byte* y, int64_t n) {
+  auto* b = reinterpret_cast<BlockQ8_0*>(y);
+  for (int64_t ib = 0; ib < n / kQk; ++ib, x += kQk) b[ib].d_f16 = _cvtss_sh(quantize_block_q8(x, b[ib].qs).d, 0);
+}
+
+// Bit-exact with ref::quantize_row_q8_1: q8_0's block, and s = fp16(d * sum(q)) with the f32 d
+// and the int32 quants summed with wrap-around (the reference's uint32 sum; any order).
+void quantize_row_q8_1(const float* x, std::byte* y, int64_t n) {
+  auto* b = reinterpret_cast<BlockQ8_1*>(y);
   for (int64_t ib = 0; ib < n / kQk; ++ib, x += kQk) {
-    __m256 v[4];
-    __m256 amax = _mm256_setzero_ps();
-    for (int k = 0; k < 4; ++k) {
-      v[k] = _mm256_loadu_ps(x + 8 * k);
-      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_bit, v[k]));
-    }
-    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(amax, 1), _mm256_castps256_ps128(amax));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float max_scalar = _mm_cvtss_f32(m4);
-    b[ib].d_f16 = _cvtss_sh(max_scalar / 127.0f, 0);
-    const __m256 id = _mm256_set1_ps(max_scalar != 0.0f ? 127.0f / max_scalar : 0.0f);
-    __m256i q[4];
-    for (int k = 0; k < 4; ++k) {
-      const __m256 r = _mm256_round_ps(_mm256_mul_ps(v[k], id),
-                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      q[k] = _mm256_cvtps_epi32(r);
-    }
-    // packs interleave 128-bit lanes: (0 1 4 5 | 2 3 6 7) in 32-bit groups; undo that.
-    const __m256i p01 = _mm256_packs_epi32(q[0], q[1]);
-    const __m256i p23 = _mm256_packs_epi32(q[2], q[3]);
-    const __m256i p = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23), perm);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(b[ib].qs), p);
+    const Q8BlockParts r = quantize_block_q8(x, b[ib].qs);
+    const __m256i s8 = _mm256_add_epi32(_mm256_add_epi32(r.q[0], r.q[1]), _mm256_add_epi32(r.q[2], r.q[3]));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+    b[ib].d_f16 = _cvtss_sh(r.d, 0);
+    b[ib].s_f16 = _cvtss_sh(r.d * static_cast<float>(_mm_cvtsi128_si32(s4)), 0);
   }
 }
 
@@ -670,6 +694,7 @@ void mm_q2_k_avx2(MatmulKernels& mk) { set_cols<Q2_KKernel>(mk); }
 void mm_q3_k_avx2(MatmulKernels& mk) { set_cols<Q3_KKernel>(mk); }
 void mm_iq4_nl_avx2(MatmulKernels& mk) { set_cols<IQ4_NLKernel>(mk); }
 void quantize_row_q8_0_avx2(const float* x, std::byte* y, int64_t n) { quantize_row_q8_0(x, y, n); }
+void quantize_row_q8_1_avx2(const float* x, std::byte* y, int64_t n) { quantize_row_q8_1(x, y, n); }
 void quantize_row_f16_avx2(const float* x, std::byte* y, int64_t n) { quantize_row_f16(x, y, n); }
 
 void override_kernels_avx2(KernelTable& t) {
