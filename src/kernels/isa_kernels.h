@@ -45,6 +45,8 @@ void quantize_row_q8_k_avx2(const float* x, std::byte* y, int64_t n);
 void mm_q8_0_avx512(MatmulKernels& mk);
 void mm_q4_0_avx512(MatmulKernels& mk);
 void mm_q5_0_avx512(MatmulKernels& mk);
+void mm_q4_1_avx512(MatmulKernels& mk);
+void mm_q5_1_avx512(MatmulKernels& mk);
 void mm_iq4_nl_avx512(MatmulKernels& mk);
 void mm_q4_k_avx512(MatmulKernels& mk);
 void mm_q5_k_avx512(MatmulKernels& mk);

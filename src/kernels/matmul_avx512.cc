@@ -1,5 +1,6 @@
-// AVX-512 VNNI matmul kernels for the quantized weight types (q8_0, q4_0, q5_0, iq4_nl, q4_K,
-// q6_K, and q5_K's panels; the 256-element i-quants use its panels from kernels_iq_avx512.cc).
+// AVX-512 VNNI matmul kernels for the quantized weight types (q8_0, q4_0, q5_0, q4_1, q5_1,
+// iq4_nl, q4_K, q6_K, and q5_K's panels; the 256-element i-quants use its panels from
+// kernels_iq_avx512.cc).
 // Compiled with the AVX-512 flags (cmake/lumen.cmake); only reached through the table when
 // cpu_features().has_avx512_vnni(). Internal linkage only (see quant_blocks.h).
 //
@@ -16,6 +17,8 @@
 // in block order with exactly the scalar reference's operations:
 //
 //   q8_0 / q4_0:  sumf += (float)sumi * (d_w * d_x)
+//   q4_1, q5_1:   acc += (d_w * d_x) * (float)sumi;  acc_m += m_w * s_x;  result acc + acc_m
+//                 (activations in q8_1: s_x = fp16(d_x * sum(q_x)), stored in the block)
 //   q4_K, q5_K:   acc += (d_x * d_w) * (float)sumi;  acc_m += (-d_x * dmin_w) * (float)summ;
 //                 result acc + acc_m
 //   q6_K:         acc += (d_x * d_w) * (float)sumi
@@ -25,8 +28,11 @@
 //
 // vpdpbusd multiplies unsigned by signed bytes. Weights go in unsigned with an offset
 // (q4_0: q in 0..15, w = q - 8; q5_0: q in 0..31, w = q - 16; q8_0: u = q ^ 0x80, w = u - 128;
-// iq4_nl: u = value + 128, w = u - 128; q6_K: q in 0..63, w = q - 32), activations signed; the offset times the activation sum is folded in as an
-// integer correction (initial accumulator value), so every block sum stays exact.
+// iq4_nl: u = value + 128, w = u - 128; q6_K: q in 0..63, w = q - 32), activations signed;
+// the offset times the activation sum is folded in as an integer correction (initial
+// accumulator value), so every block sum stays exact. q4_1 / q5_1 quants are unsigned
+// already (q in 0..15 / 0..31, w = d * q + m): their sums start at 0, and the min is the
+// float term m_w * s_x above.
 #include "kernels/matmul_avx512_common.h"
 
 #include <cstddef>
@@ -202,9 +208,15 @@ RowsClamped rows_clamped(const std::byte* w, size_t w_stride, int64_t n_rows) {
 
 // ---- q8_0 / q4_0 decode ----------------------------------------------------------------
 
+// A format: Block (the weight block), Act (the activation block: q8_0, or q8_1 for the
+// types with a min), kSplit (the lane layout of unsigned_pair, see reduce_pairs), kMin
+// (w = d * q + m with q unsigned: no offset, and the min term m_w * s_x per block) or
+// kOffsetShift (w = u - (1 << kOffsetShift)).
 struct Q8_0Fmt {
   using Block = BlockQ8_0;
+  using Act = BlockQ8_0;
   static constexpr bool kSplit = false;
+  static constexpr bool kMin = false;
   static constexpr int kOffsetShift = 7;  // w = u - 128
   // Rows A and B of one block as unsigned bytes: [A (32) | B (32)].
   static __m512i unsigned_pair(const Block& a, const Block& b) {
@@ -216,15 +228,20 @@ struct Q8_0Fmt {
 
 struct Q4_0Fmt {
   using Block = BlockQ4_0;
+  using Act = BlockQ8_0;
   static constexpr bool kSplit = true;
+  static constexpr bool kMin = false;
   static constexpr int kOffsetShift = 3;  // w = q - 8
-  // [A 0..15 | B 0..15 | A 16..31 | B 16..31] (low nibbles, then high nibbles).
-  static __m512i unsigned_pair(const Block& a, const Block& b) {
+  // [A 0..15 | B 0..15 | A 16..31 | B 16..31] (low nibbles, then high nibbles); B: any
+  // block with q4_0's qs (q4_1).
+  template <typename B>
+  static __m512i unsigned_pair(const B& a, const B& b) {
     const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(a.qs)), load128(b.qs), 1);
     return _mm512_and_si512(pair256(q, _mm256_srli_epi16(q, 4)), _mm512_set1_epi8(15));
   }
-  // [x 0..15 | x 0..15 | x 16..31 | x 16..31].
-  static __m512i act(const BlockQ8_0& x) {
+  // [x 0..15 | x 0..15 | x 16..31 | x 16..31] (X: q8_0 or q8_1).
+  template <typename X>
+  static __m512i act(const X& x) {
     const __m512i z = _mm512_castsi256_si512(load256(x.qs));
     return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(1, 1, 0, 0));
   }
@@ -232,10 +249,14 @@ struct Q4_0Fmt {
 
 struct Q5_0Fmt {
   using Block = BlockQ5_0;
+  using Act = BlockQ8_0;
   static constexpr bool kSplit = true;
+  static constexpr bool kMin = false;
   static constexpr int kOffsetShift = 4;  // w = q - 16
-  // Q4_0Fmt's layout with the fifth bits added: [A 0..15 | B 0..15 | A 16..31 | B 16..31].
-  static __m512i unsigned_pair(const Block& a, const Block& b) {
+  // Q4_0Fmt's layout with the fifth bits added: [A 0..15 | B 0..15 | A 16..31 | B 16..31];
+  // B: any block with q5_0's qh and qs (q5_1).
+  template <typename B>
+  static __m512i unsigned_pair(const B& a, const B& b) {
     uint32_t ha, hb;
     std::memcpy(&ha, a.qh, 4);
     std::memcpy(&hb, b.qh, 4);
@@ -247,9 +268,25 @@ struct Q5_0Fmt {
   static __m512i act(const BlockQ8_0& x) { return Q4_0Fmt::act(x); }
 };
 
+// q4_1 / q5_1 (w = d * q + m): Base's quants (q4_0's, q5_0's), which are the unsigned
+// values themselves, against q8_1 activations.
+template <typename Base, typename B>
+struct MinFmt {
+  using Block = B;
+  using Act = BlockQ8_1;
+  static constexpr bool kSplit = Base::kSplit;
+  static constexpr bool kMin = true;
+  static __m512i unsigned_pair(const Block& a, const Block& b) { return Base::unsigned_pair(a, b); }
+  static __m512i act(const Act& x) { return Q4_0Fmt::act(x); }
+};
+using Q4_1Fmt = MinFmt<Q4_0Fmt, BlockQ4_1>;
+using Q5_1Fmt = MinFmt<Q5_0Fmt, BlockQ5_1>;
+
 struct IQ4_NLFmt {
   using Block = BlockIQ4_NL;
+  using Act = BlockQ8_0;
   static constexpr bool kSplit = true;
+  static constexpr bool kMin = false;
   static constexpr int kOffsetShift = 7;  // u = value + 128
   // kIq4nlValues + 128 as unsigned bytes, in every 128-bit lane (a vpshufb table).
   static __m512i table() {
@@ -265,14 +302,17 @@ struct IQ4_NLFmt {
 };
 
 // y[c * y_stride + r] for the rows of `g` (mask: valid rows) and NC activation rows.
+// Fmt::kMin (q4_1 / q5_1): the block sums start at 0 (no offset), and acc_m += m_w * s_x per
+// block beside acc; the result is acc + acc_m, as the reference.
 template <typename Fmt, int NC, typename Rows>
 void decode_group_q8(int64_t nb, const Rows& g, __mmask16 mask, const std::byte* x, size_t xs,
                      float* y, int64_t y_stride) {
   using Block = typename Fmt::Block;
-  const __m512i ones = _mm512_set1_epi8(1);
-  __m512 acc[NC];
+  using Act = typename Fmt::Act;
+  [[maybe_unused]] const __m512i ones = _mm512_set1_epi8(1);
+  __m512 acc[NC], acc_m[NC];
   #pragma GCC unroll 4
-  for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
+  for (int c = 0; c < NC; ++c) acc[c] = acc_m[c] = _mm512_setzero_ps();
   for (int64_t ib = 0; ib < nb; ++ib) {
     prefetch_next(g, ib, kRows * sizeof(Block));
     __m512i u[8];
@@ -282,25 +322,39 @@ void decode_group_q8(int64_t nb, const Rows& g, __mmask16 mask, const std::byte*
       const Block& b = *reinterpret_cast<const Block*>(g.at(kPairRowB[j], ib * sizeof(Block)));
       u[j] = Fmt::unsigned_pair(a, b);
     }
-    const __m512 dw = load_row_f16(g, ib * sizeof(Block) + offsetof(Block, d_f16));
+    __m512 dw;
+    [[maybe_unused]] __m512 mw;
+    if constexpr (Fmt::kMin) {
+      // d and m are the block's first two fp16: one dword per row.
+      static_assert(offsetof(Block, d_f16) == 0 && offsetof(Block, m_f16) == 2);
+      const __m512i dm = load_row_dwords(g, ib * sizeof(Block));
+      dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+      mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+    } else {
+      dw = load_row_f16(g, ib * sizeof(Block) + offsetof(Block, d_f16));
+    }
     #pragma GCC unroll 4
     for (int c = 0; c < NC; ++c) {
-      const BlockQ8_0& bx = reinterpret_cast<const BlockQ8_0*>(x + c * xs)[ib];
+      const Act& bx = reinterpret_cast<const Act*>(x + c * xs)[ib];
       const __m512i xv = Fmt::act(bx);
-      // Per lane: -offset * (sum of the 4 activation bytes the lane multiplies).
-      const __m512i corr = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                            _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, xv),
-                                                              Fmt::kOffsetShift));
+      __m512i start = _mm512_setzero_si512();
+      if constexpr (!Fmt::kMin) {
+        // Per lane: -offset * (sum of the 4 activation bytes the lane multiplies).
+        start = _mm512_sub_epi32(start, _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, xv),
+                                                          Fmt::kOffsetShift));
+      }
       __m512i s[8];
       #pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) s[j] = _mm512_dpbusd_epi32(corr, u[j], xv);
+      for (int j = 0; j < 8; ++j) s[j] = _mm512_dpbusd_epi32(start, u[j], xv);
       const __m512 sumi = _mm512_cvtepi32_ps(reduce_pairs<Fmt::kSplit>(s));
       const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(f16(bx.d_f16)));
       acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(sumi, d));
+      if constexpr (Fmt::kMin) acc_m[c] = _mm512_add_ps(acc_m[c], _mm512_mul_ps(mw, _mm512_set1_ps(f16(bx.s_f16))));
     }
   }
   #pragma GCC unroll 4
-  for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(y + c * y_stride, mask, acc[c]);
+  for (int c = 0; c < NC; ++c)
+    _mm512_mask_storeu_ps(y + c * y_stride, mask, Fmt::kMin ? _mm512_add_ps(acc[c], acc_m[c]) : acc[c]);
 }
 
 // ---- q4_K / q6_K decode: per-row integer partials, reduced 16 rows at a time -----------
@@ -492,6 +546,20 @@ template <int NC> struct GroupQ5_0 {
     decode_group_q8<Q5_0Fmt, NC>(nb, g, m, x, xs, y, ys);
   }
 };
+template <int NC> struct GroupQ4_1 {
+  static constexpr int64_t kBlock = kQk;
+  template <typename Rows>
+  static void run(int64_t nb, const Rows& g, __mmask16 m, const std::byte* x, size_t xs, float* y, int64_t ys) {
+    decode_group_q8<Q4_1Fmt, NC>(nb, g, m, x, xs, y, ys);
+  }
+};
+template <int NC> struct GroupQ5_1 {
+  static constexpr int64_t kBlock = kQk;
+  template <typename Rows>
+  static void run(int64_t nb, const Rows& g, __mmask16 m, const std::byte* x, size_t xs, float* y, int64_t ys) {
+    decode_group_q8<Q5_1Fmt, NC>(nb, g, m, x, xs, y, ys);
+  }
+};
 template <int NC> struct GroupQ4_0 {
   static constexpr int64_t kBlock = kQk;
   template <typename Rows>
@@ -528,15 +596,21 @@ float vec_dot_groups(int64_t n, const std::byte* w, const std::byte* x) {
   return out;
 }
 
-// ---- q8_0 / q4_0 panels ----------------------------------------------------------------
+// ---- q8_0 / q4_0 / q5_0 / iq4_nl / q4_1 / q5_1 panels ---------------------------------
 //
-// Panel of 16 rows, per 32-element block ib (576 bytes):
+// Panel of 16 rows, per 32-element block ib (576 bytes; 640 with the mins):
 //   [g = 0..7][r = 0..15] 4 bytes  unsigned quants of elements 4g .. 4g+3 of row r
 //   [r = 0..15] f32                 the row's block scale d_w
-// Side data per activation row and block: f32 d_x, int32 -offset * sum(q_x).
+//   [r = 0..15] f32                 q4_1 / q5_1 only: the row's block min m_w
+// Side data per activation row and block: f32 d_x, int32 -offset * sum(q_x)
+// (prepare_side_q8); q4_1 / q5_1: f32 d_x, f32 s_x (prepare_side_q8_1).
 constexpr size_t kQ8PanelBlockBytes = 512 + 64;
+constexpr size_t kQ8MinPanelBlockBytes = 512 + 64 + 64;
 
-size_t q8_panel_bytes(int64_t n) { return static_cast<size_t>(n / kQk) * kQ8PanelBlockBytes; }
+template <bool kMin>
+size_t q8_panel_bytes(int64_t n) {
+  return static_cast<size_t>(n / kQk) * (kMin ? kQ8MinPanelBlockBytes : kQ8PanelBlockBytes);
+}
 
 template <typename Fmt>
 __m256i unsigned_block(const typename Fmt::Block& b);
@@ -544,19 +618,32 @@ template <>
 __m256i unsigned_block<Q8_0Fmt>(const BlockQ8_0& b) {
   return _mm256_xor_si256(load256(b.qs), _mm256_set1_epi8(static_cast<char>(0x80)));
 }
-template <>
-__m256i unsigned_block<Q4_0Fmt>(const BlockQ4_0& b) {
-  const __m128i q = load128(b.qs);
+// The 4-bit (q4_0, q4_1) and 5-bit (q5_0, q5_1) quants of a block in element order, 0..15
+// and 0..31.
+__m256i unsigned_q4(const uint8_t* qs) {
+  const __m128i q = load128(qs);
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(15));
 }
-
+__m256i unsigned_q5(const uint8_t* qs, const uint8_t* qh) {
+  uint32_t h;
+  std::memcpy(&h, qh, 4);
+  return _mm256_or_si256(unsigned_q4(qs), _mm256_maskz_mov_epi8(h, _mm256_set1_epi8(16)));
+}
+template <>
+__m256i unsigned_block<Q4_0Fmt>(const BlockQ4_0& b) {
+  return unsigned_q4(b.qs);
+}
 template <>
 __m256i unsigned_block<Q5_0Fmt>(const BlockQ5_0& b) {
-  uint32_t h;
-  std::memcpy(&h, b.qh, 4);
-  const __m128i q = load128(b.qs);
-  const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(15));
-  return _mm256_or_si256(nib, _mm256_maskz_mov_epi8(h, _mm256_set1_epi8(16)));
+  return unsigned_q5(b.qs, b.qh);
+}
+template <>
+__m256i unsigned_block<Q4_1Fmt>(const BlockQ4_1& b) {
+  return unsigned_q4(b.qs);
+}
+template <>
+__m256i unsigned_block<Q5_1Fmt>(const BlockQ5_1& b) {
+  return unsigned_q5(b.qs, b.qh);
 }
 
 template <>
@@ -569,36 +656,43 @@ __m256i unsigned_block<IQ4_NLFmt>(const BlockIQ4_NL& b) {
 template <typename Fmt>
 void pack_q8_panel(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* panel) {
   using Block = typename Fmt::Block;
+  constexpr size_t kBlockBytes = Fmt::kMin ? kQ8MinPanelBlockBytes : kQ8PanelBlockBytes;
   const int64_t nb = n / kQk;
   const Block* rows[kRows];
   for (int r = 0; r < kRows; ++r) rows[r] = reinterpret_cast<const Block*>(w + (r < n_rows ? r : n_rows - 1) * w_stride);
   for (int64_t ib = 0; ib < nb; ++ib) {
     prefetch_rows_ahead(rows, ib, nb);
-    std::byte* pb = panel + ib * kQ8PanelBlockBytes;
+    std::byte* pb = panel + ib * kBlockBytes;
     __m256i u[kRows];
     alignas(64) float d[kRows];
+    [[maybe_unused]] alignas(64) float m[kRows];
     for (int r = 0; r < kRows; ++r) {
       u[r] = unsigned_block<Fmt>(rows[r][ib]);
       d[r] = f16(rows[r][ib].d_f16);
+      if constexpr (Fmt::kMin) m[r] = f16(rows[r][ib].m_f16);
     }
     store_panel_group(u, pb);
     std::memcpy(pb + 512, d, sizeof(d));
+    if constexpr (Fmt::kMin) std::memcpy(pb + 576, m, sizeof(m));
   }
 }
 
-// C activation rows against one panel.
-template <int C>
+// C activation rows against one panel. kMin (q4_1 / q5_1, q8_1 activations): the block sums
+// start at 0 and the min term goes to acc_m (add_min_block); the result is acc + acc_m.
+template <bool kMin, int C>
 void panel_tile_q8(int64_t nb, const std::byte* panel, const std::byte* x, size_t xs,
                    const std::byte* side, size_t ss, __mmask16 mask, float* y, int64_t ys) {
-  __m512 acc[C];
+  using Act = std::conditional_t<kMin, BlockQ8_1, BlockQ8_0>;
+  constexpr size_t kBlockBytes = kMin ? kQ8MinPanelBlockBytes : kQ8PanelBlockBytes;
+  __m512 acc[C], acc_m[C];
   #pragma GCC unroll 16
-  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  for (int c = 0; c < C; ++c) acc[c] = acc_m[c] = _mm512_setzero_ps();
   for (int64_t ib = 0; ib < nb; ++ib) {
-    const std::byte* pb = panel + ib * kQ8PanelBlockBytes;
+    const std::byte* pb = panel + ib * kBlockBytes;
     __m512i s[C];
     #pragma GCC unroll 16
-    for (int c = 0; c < C; ++c) s[c] = bcast_i32(side + c * ss + ib * 8 + 4);
-    const std::byte* xb = x + ib * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, qs);
+    for (int c = 0; c < C; ++c) s[c] = kMin ? _mm512_setzero_si512() : bcast_i32(side + c * ss + ib * 8 + 4);
+    const std::byte* xb = x + ib * sizeof(Act) + offsetof(Act, qs);
     #pragma GCC unroll 8
     for (int gi = 0; gi < 8; ++gi) {
       const __m512i wv = load512(pb + 64 * gi);
@@ -606,8 +700,10 @@ void panel_tile_q8(int64_t nb, const std::byte* panel, const std::byte* x, size_
       for (int c = 0; c < C; ++c) s[c] = _mm512_dpbusd_epi32(s[c], wv, bcast_i32(xb + c * xs + 4 * gi));
     }
     add_q8_block<C>(acc, side + ib * 8, ss, _mm512_loadu_ps(reinterpret_cast<const float*>(pb + 512)), s);
+    if constexpr (kMin)
+      add_min_block<C>(acc_m, side + ib * 8, ss, _mm512_loadu_ps(reinterpret_cast<const float*>(pb + 576)));
   }
-  store_cols<C>(acc, nullptr, mask, y, ys);
+  store_cols<C>(acc, kMin ? acc_m : nullptr, mask, y, ys);
 }
 
 // ---- q4_K panels -------------------------------------------------------------------------
@@ -740,7 +836,11 @@ void pack_q6_k_panel(int64_t n, const std::byte* w, size_t w_stride, int64_t n_r
 
 template <int C> struct TileQ8 {
   static void run(int64_t nb, const std::byte* p, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
-                  __mmask16 m, float* y, int64_t ys) { panel_tile_q8<C>(nb, p, x, xs, s, ss, m, y, ys); }
+                  __mmask16 m, float* y, int64_t ys) { panel_tile_q8<false, C>(nb, p, x, xs, s, ss, m, y, ys); }
+};
+template <int C> struct TileQ8Min {
+  static void run(int64_t nb, const std::byte* p, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
+                  __mmask16 m, float* y, int64_t ys) { panel_tile_q8<true, C>(nb, p, x, xs, s, ss, m, y, ys); }
 };
 template <int C> struct TileQ4_K {
   static void run(int64_t nb, const std::byte* p, const std::byte* x, size_t xs, const std::byte* s, size_t ss,
@@ -754,6 +854,10 @@ template <int C> struct TileQ6_K {
 void panel_gemm_q8(int64_t n, const std::byte* panel, int64_t n_rows, const std::byte* x, size_t xs,
                    const std::byte* side, size_t ss, int64_t n_cols, float* y, int64_t ys) {
   TileSet<8, TileQ8>::run(n / kQk, panel, n_rows, x, xs, side, ss, n_cols, y, ys);
+}
+void panel_gemm_q8_min(int64_t n, const std::byte* panel, int64_t n_rows, const std::byte* x, size_t xs,
+                       const std::byte* side, size_t ss, int64_t n_cols, float* y, int64_t ys) {
+  TileSet<8, TileQ8Min>::run(n / kQk, panel, n_rows, x, xs, side, ss, n_cols, y, ys);
 }
 void panel_gemm_q4_k(int64_t n, const std::byte* panel, int64_t n_rows, const std::byte* x, size_t xs,
                      const std::byte* side, size_t ss, int64_t n_cols, float* y, int64_t ys) {
@@ -776,25 +880,37 @@ constexpr int32_t kPanelMinCols = 8;
 void mm_q8_0_avx512(MatmulKernels& mk) {
   mk.vec_dot = &vec_dot_groups<GroupQ8_0>;
   mk.gemm = &gemm_groups<GroupQ8_0>;
-  mk.panel = {kRows, kPanelMinCols, &q8_panel_bytes, &q8_side_bytes, &prepare_side_q8<7>,
+  mk.panel = {kRows, kPanelMinCols, &q8_panel_bytes<false>, &q8_side_bytes, &prepare_side_q8<7>,
               &pack_q8_panel<Q8_0Fmt>, &panel_gemm_q8};
 }
 void mm_q4_0_avx512(MatmulKernels& mk) {
   mk.vec_dot = &vec_dot_groups<GroupQ4_0>;
   mk.gemm = &gemm_groups<GroupQ4_0>;
-  mk.panel = {kRows, kPanelMinCols, &q8_panel_bytes, &q8_side_bytes, &prepare_side_q8<3>,
+  mk.panel = {kRows, kPanelMinCols, &q8_panel_bytes<false>, &q8_side_bytes, &prepare_side_q8<3>,
               &pack_q8_panel<Q4_0Fmt>, &panel_gemm_q8};
 }
 void mm_q5_0_avx512(MatmulKernels& mk) {
   mk.vec_dot = &vec_dot_groups<GroupQ5_0>;
   mk.gemm = &gemm_groups<GroupQ5_0>;
-  mk.panel = {kRows, kPanelMinCols, &q8_panel_bytes, &q8_side_bytes, &prepare_side_q8<4>,
+  mk.panel = {kRows, kPanelMinCols, &q8_panel_bytes<false>, &q8_side_bytes, &prepare_side_q8<4>,
               &pack_q8_panel<Q5_0Fmt>, &panel_gemm_q8};
+}
+void mm_q4_1_avx512(MatmulKernels& mk) {
+  mk.vec_dot = &vec_dot_groups<GroupQ4_1>;
+  mk.gemm = &gemm_groups<GroupQ4_1>;
+  mk.panel = {kRows, kPanelMinCols, &q8_panel_bytes<true>, &q8_side_bytes, &prepare_side_q8_1,
+              &pack_q8_panel<Q4_1Fmt>, &panel_gemm_q8_min};
+}
+void mm_q5_1_avx512(MatmulKernels& mk) {
+  mk.vec_dot = &vec_dot_groups<GroupQ5_1>;
+  mk.gemm = &gemm_groups<GroupQ5_1>;
+  mk.panel = {kRows, kPanelMinCols, &q8_panel_bytes<true>, &q8_side_bytes, &prepare_side_q8_1,
+              &pack_q8_panel<Q5_1Fmt>, &panel_gemm_q8_min};
 }
 void mm_iq4_nl_avx512(MatmulKernels& mk) {
   mk.vec_dot = &vec_dot_groups<GroupIQ4_NL>;
   mk.gemm = &gemm_groups<GroupIQ4_NL>;
-  mk.panel = {kRows, kPanelMinCols, &q8_panel_bytes, &q8_side_bytes, &prepare_side_q8<7>,
+  mk.panel = {kRows, kPanelMinCols, &q8_panel_bytes<false>, &q8_side_bytes, &prepare_side_q8<7>,
               &pack_q8_panel<IQ4_NLFmt>, &panel_gemm_q8};
 }
 void mm_q4_k_avx512(MatmulKernels& mk) {

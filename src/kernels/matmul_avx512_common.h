@@ -65,6 +65,20 @@ void prepare_side_q8(const std::byte* xq, int64_t n, std::byte* side) {
   }
 }
 
+// Side data of a q8_1 activation row for the q4_1 / q5_1 panel and interleaved kernels, per
+// 32-element block ib (8 bytes, q8_side_bytes): f32 d_x, f32 s_x (the block's two fp16
+// widened once per row, not once per weight row group). q4_1 / q5_1 quants are unsigned
+// already (w = d * q + m), so there is no offset correction: the min term m_w * s_x is a
+// float step of its own (add_min_block).
+inline void prepare_side_q8_1(const std::byte* xq, int64_t n, std::byte* side) {
+  const auto* bx = reinterpret_cast<const BlockQ8_1*>(xq);
+  for (int64_t ib = 0; ib < n / kQk; ++ib) {
+    const float d = f16(bx[ib].d_f16), s = f16(bx[ib].s_f16);
+    std::memcpy(side + ib * 8, &d, 4);
+    std::memcpy(side + ib * 8 + 4, &s, 4);
+  }
+}
+
 // The reference's float steps of a K-format block for C activation rows (lane r = row r;
 // xb: the block's q8_K activation, row c at xb + c * xs), with sign = +1 or -1 (exact):
 //   acc   += (d_x * d_w) * (float)sumi          add_k_block<C>(acc, xb, xs, +1, dw, sumi)
@@ -79,14 +93,22 @@ template <int C>
     acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(sign * dx), d), _mm512_cvtepi32_ps(sum[c])));
   }
 }
-// The reference's float step of a q8_0 / q4_0 block for C activation rows (side: the block's
-// prepare_side_q8 data, row c at side + c * ss): acc += (float)sumi * (d_w * d_x).
+// The reference's float step of a q8_0 / q4_0 (q4_1 / q5_1) block for C activation rows
+// (side: the block's prepare_side_q8 (prepare_side_q8_1) data, row c at side + c * ss; d_x
+// first): acc += (float)sumi * (d_w * d_x).
 template <int C>
 [[gnu::always_inline]] inline void add_q8_block(__m512* acc, const std::byte* side, size_t ss, __m512 dw,
                                                 const __m512i* sumi) {
   #pragma GCC unroll 8
   for (int c = 0; c < C; ++c)
     acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(sumi[c]), _mm512_mul_ps(dw, bcast_f32(side + c * ss))));
+}
+// The reference's min step of a q4_1 / q5_1 block for C activation rows (side: the block's
+// prepare_side_q8_1 data, row c at side + c * ss): acc_m += m_w * s_x.
+template <int C>
+[[gnu::always_inline]] inline void add_min_block(__m512* acc_m, const std::byte* side, size_t ss, __m512 mw) {
+  #pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) acc_m[c] = _mm512_add_ps(acc_m[c], _mm512_mul_ps(mw, bcast_f32(side + c * ss + 4)));
 }
 // y[c * ys + r] = acc[c] lane r (+ acc_m[c] lane r when given), for the rows in mask.
 template <int C>
