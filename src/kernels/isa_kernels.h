@@ -56,6 +56,8 @@ void mm_q6_k_avx512(MatmulKernels& mk);
 void mm_q8_0_avx512_interleaved(MatmulKernels& mk);
 void mm_q4_0_avx512_interleaved(MatmulKernels& mk);
 void mm_q5_0_avx512_interleaved(MatmulKernels& mk);
+void mm_q4_1_avx512_interleaved(MatmulKernels& mk);
+void mm_q5_1_avx512_interleaved(MatmulKernels& mk);
 void mm_q4_k_avx512_interleaved(MatmulKernels& mk);
 void mm_q5_k_avx512_interleaved(MatmulKernels& mk);
 void mm_q6_k_avx512_interleaved(MatmulKernels& mk);
