@@ -154,25 +154,29 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
     for (DType dt : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
                      DType::kIQ4_XS})
       b->Args({1, static_cast<int>(dt), 2048, 128, 1, 1, il});
-  // The types whose AVX-512 kernels came in session 14 (q5_0, q5_K, iq4_nl, iq4_xs), the
+  // The types whose AVX-512 kernels came in session 14 (q5_0, q5_K, iq4_nl, iq4_xs) and
+  // later (q4_1, q5_1: the AVX2 table's row kernel is what the AVX-512 table ran before), the
   // AVX-512 table (2) against the AVX2 one (1), file layout (il 0) and interleaved (il 1):
   // one thread, decode widths 1..8 on weights that stay in the L2 (2048 x 128; CPU time per
   // call is the kernel's own), prefill at 64 and 512 columns (2048 x 2048), and decode out
-  // of cache (8192 x 8192, 2 threads: the memory-bound case).
-  for (int table : {1, 2}) {
-    for (DType dt : {DType::kQ5_0, DType::kQ5_K, DType::kIQ4_NL, DType::kIQ4_XS}) {
-      for (int il : {0, 1}) {
-        for (int64_t n_tokens = 1; n_tokens <= 8; ++n_tokens)
-          b->Args({table, static_cast<int>(dt), 2048, 128, n_tokens, 1, il});
-        for (int64_t n_tokens : {64, 512}) b->Args({table, static_cast<int>(dt), 2048, 2048, n_tokens, 1, il});
-        b->Args({table, static_cast<int>(dt), 8192, 8192, 1, 2, il});
-      }
+  // of cache (8192 x 8192, 2 threads: the memory-bound case). Also q4_0 on the AVX-512 table,
+  // the yardstick for the legacy types (its AVX2 cases are above and below).
+  auto avx512_cases = [&](int table, DType dt) {
+    for (int il : {0, 1}) {
+      for (int64_t n_tokens = 1; n_tokens <= 8; ++n_tokens)
+        b->Args({table, static_cast<int>(dt), 2048, 128, n_tokens, 1, il});
+      for (int64_t n_tokens : {64, 512}) b->Args({table, static_cast<int>(dt), 2048, 2048, n_tokens, 1, il});
+      b->Args({table, static_cast<int>(dt), 8192, 8192, 1, 2, il});
     }
-  }
+  };
+  for (int table : {1, 2})
+    for (DType dt : {DType::kQ5_0, DType::kQ5_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kQ4_1, DType::kQ5_1})
+      avx512_cases(table, dt);
+  avx512_cases(2, DType::kQ4_0);
   // The i-quants below 4 bits: one thread, one column, 2048 x 128 (in the L2), the row
   // kernels' own compute rate per byte (they are compute-bound at decode).
   for (DType dt : {DType::kIQ3_S, DType::kIQ3_XXS, DType::kIQ2_S, DType::kIQ2_XS, DType::kIQ2_XXS, DType::kIQ1_S,
-                   DType::kIQ1_M, DType::kQ4_1, DType::kQ5_1})
+                   DType::kIQ1_M})
     for (int table : {1, 2}) b->Args({table, static_cast<int>(dt), 2048, 128, 1, 1, 0});
   for (int table = 0; table < 3; ++table) {
     for (int threads : {1, 2}) {
