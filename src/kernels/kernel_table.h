@@ -29,7 +29,7 @@
 namespace lumen::kernels {
 
 // Converts an f32 row of n elements (n a multiple of the block size) to n elements of a
-// dot-product activation dtype (Q8_0, Q8_K, F16, BF16) at y.
+// dot-product activation dtype (Q8_0, Q8_1, Q8_K, F16, BF16) at y.
 using QuantizeRowFn = void (*)(const float* x, std::byte* y, int64_t n);
 
 // Dot product of one weight row w and one activation row x, both n elements long.
