@@ -532,47 +532,16 @@ void gemm_groups(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows,
   }
 }
 
-template <int NC> struct GroupQ8_0 {
-  static constexpr int64_t kBlock = kQk;
-  template <typename Rows>
-  static void run(int64_t nb, const Rows& g, __mmask16 m, const std::byte* x, size_t xs, float* y, int64_t ys) {
-    decode_group_q8<Q8_0Fmt, NC>(nb, g, m, x, xs, y, ys);
-  }
-};
-template <int NC> struct GroupQ5_0 {
-  static constexpr int64_t kBlock = kQk;
-  template <typename Rows>
-  static void run(int64_t nb, const Rows& g, __mmask16 m, const std::byte* x, size_t xs, float* y, int64_t ys) {
-    decode_group_q8<Q5_0Fmt, NC>(nb, g, m, x, xs, y, ys);
-  }
-};
-template <int NC> struct GroupQ4_1 {
-  static constexpr int64_t kBlock = kQk;
-  template <typename Rows>
-  static void run(int64_t nb, const Rows& g, __mmask16 m, const std::byte* x, size_t xs, float* y, int64_t ys) {
-    decode_group_q8<Q4_1Fmt, NC>(nb, g, m, x, xs, y, ys);
-  }
-};
-template <int NC> struct GroupQ5_1 {
-  static constexpr int64_t kBlock = kQk;
-  template <typename Rows>
-  static void run(int64_t nb, const Rows& g, __mmask16 m, const std::byte* x, size_t xs, float* y, int64_t ys) {
-    decode_group_q8<Q5_1Fmt, NC>(nb, g, m, x, xs, y, ys);
-  }
-};
-template <int NC> struct GroupQ4_0 {
-  static constexpr int64_t kBlock = kQk;
-  template <typename Rows>
-  static void run(int64_t nb, const Rows& g, __mmask16 m, const std::byte* x, size_t xs, float* y, int64_t ys) {
-    decode_group_q8<Q4_0Fmt, NC>(nb, g, m, x, xs, y, ys);
-  }
-};
-template <int NC> struct GroupIQ4_NL {
-  static constexpr int64_t kBlock = kQk;
-  template <typename Rows>
-  static void run(int64_t nb, const Rows& g, __mmask16 m, const std::byte* x, size_t xs, float* y, int64_t ys) {
-    decode_group_q8<IQ4_NLFmt, NC>(nb, g, m, x, xs, y, ys);
-  }
+// The decode groups of the q8_0-style formats (decode_group_q8): GroupQ8<Fmt>::Cols.
+template <typename Fmt>
+struct GroupQ8 {
+  template <int NC> struct Cols {
+    static constexpr int64_t kBlock = kQk;
+    template <typename Rows>
+    static void run(int64_t nb, const Rows& g, __mmask16 m, const std::byte* x, size_t xs, float* y, int64_t ys) {
+      decode_group_q8<Fmt, NC>(nb, g, m, x, xs, y, ys);
+    }
+  };
 };
 template <int NC> struct GroupQ4_K {
   static constexpr int64_t kBlock = kQkK;
@@ -873,46 +842,25 @@ size_t no_side_bytes(int64_t) { return 0; }
 // Below this many activation rows the decode kernels win (packing is not amortised).
 constexpr int32_t kPanelMinCols = 8;
 
+// A q8_0-style format's entries: decode groups, and panels (kMin: q4_1 / q5_1's min term).
+template <typename Fmt, auto kPrepareSide, bool kMin>
+void set_q8_style(MatmulKernels& mk) {
+  mk.vec_dot = &vec_dot_groups<GroupQ8<Fmt>::template Cols>;
+  mk.gemm = &gemm_groups<GroupQ8<Fmt>::template Cols>;
+  mk.panel = {kRows, kPanelMinCols, &q8_panel_bytes<kMin>, &q8_side_bytes, kPrepareSide, &pack_q8_panel<Fmt>,
+              kMin ? &panel_gemm_q8_min : &panel_gemm_q8};
+}
+
 }  // namespace
 
 // ---- the type table's AVX-512 entries (isa_kernels.h) ----------------------------------
 
-void mm_q8_0_avx512(MatmulKernels& mk) {
-  mk.vec_dot = &vec_dot_groups<GroupQ8_0>;
-  mk.gemm = &gemm_groups<GroupQ8_0>;
-  mk.panel = {kRows, kPanelMinCols, &q8_panel_bytes<false>, &q8_side_bytes, &prepare_side_q8<7>,
-              &pack_q8_panel<Q8_0Fmt>, &panel_gemm_q8};
-}
-void mm_q4_0_avx512(MatmulKernels& mk) {
-  mk.vec_dot = &vec_dot_groups<GroupQ4_0>;
-  mk.gemm = &gemm_groups<GroupQ4_0>;
-  mk.panel = {kRows, kPanelMinCols, &q8_panel_bytes<false>, &q8_side_bytes, &prepare_side_q8<3>,
-              &pack_q8_panel<Q4_0Fmt>, &panel_gemm_q8};
-}
-void mm_q5_0_avx512(MatmulKernels& mk) {
-  mk.vec_dot = &vec_dot_groups<GroupQ5_0>;
-  mk.gemm = &gemm_groups<GroupQ5_0>;
-  mk.panel = {kRows, kPanelMinCols, &q8_panel_bytes<false>, &q8_side_bytes, &prepare_side_q8<4>,
-              &pack_q8_panel<Q5_0Fmt>, &panel_gemm_q8};
-}
-void mm_q4_1_avx512(MatmulKernels& mk) {
-  mk.vec_dot = &vec_dot_groups<GroupQ4_1>;
-  mk.gemm = &gemm_groups<GroupQ4_1>;
-  mk.panel = {kRows, kPanelMinCols, &q8_panel_bytes<true>, &q8_side_bytes, &prepare_side_q8_1,
-              &pack_q8_panel<Q4_1Fmt>, &panel_gemm_q8_min};
-}
-void mm_q5_1_avx512(MatmulKernels& mk) {
-  mk.vec_dot = &vec_dot_groups<GroupQ5_1>;
-  mk.gemm = &gemm_groups<GroupQ5_1>;
-  mk.panel = {kRows, kPanelMinCols, &q8_panel_bytes<true>, &q8_side_bytes, &prepare_side_q8_1,
-              &pack_q8_panel<Q5_1Fmt>, &panel_gemm_q8_min};
-}
-void mm_iq4_nl_avx512(MatmulKernels& mk) {
-  mk.vec_dot = &vec_dot_groups<GroupIQ4_NL>;
-  mk.gemm = &gemm_groups<GroupIQ4_NL>;
-  mk.panel = {kRows, kPanelMinCols, &q8_panel_bytes<false>, &q8_side_bytes, &prepare_side_q8<7>,
-              &pack_q8_panel<IQ4_NLFmt>, &panel_gemm_q8};
-}
+void mm_q8_0_avx512(MatmulKernels& mk) { set_q8_style<Q8_0Fmt, &prepare_side_q8<7>, false>(mk); }
+void mm_q4_0_avx512(MatmulKernels& mk) { set_q8_style<Q4_0Fmt, &prepare_side_q8<3>, false>(mk); }
+void mm_q5_0_avx512(MatmulKernels& mk) { set_q8_style<Q5_0Fmt, &prepare_side_q8<4>, false>(mk); }
+void mm_q4_1_avx512(MatmulKernels& mk) { set_q8_style<Q4_1Fmt, &prepare_side_q8_1, true>(mk); }
+void mm_q5_1_avx512(MatmulKernels& mk) { set_q8_style<Q5_1Fmt, &prepare_side_q8_1, true>(mk); }
+void mm_iq4_nl_avx512(MatmulKernels& mk) { set_q8_style<IQ4_NLFmt, &prepare_side_q8<7>, false>(mk); }
 void mm_q4_k_avx512(MatmulKernels& mk) {
   mk.vec_dot = &vec_dot_groups<GroupQ4_K>;
   mk.gemm = &gemm_groups<GroupQ4_K>;
