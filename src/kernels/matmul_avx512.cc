@@ -581,12 +581,6 @@ size_t q8_panel_bytes(int64_t n) {
   return static_cast<size_t>(n / kQk) * (kMin ? kQ8MinPanelBlockBytes : kQ8PanelBlockBytes);
 }
 
-template <typename Fmt>
-__m256i unsigned_block(const typename Fmt::Block& b);
-template <>
-__m256i unsigned_block<Q8_0Fmt>(const BlockQ8_0& b) {
-  return _mm256_xor_si256(load256(b.qs), _mm256_set1_epi8(static_cast<char>(0x80)));
-}
 // The 4-bit (q4_0, q4_1) and 5-bit (q5_0, q5_1) quants of a block in element order, 0..15
 // and 0..31.
 __m256i unsigned_q4(const uint8_t* qs) {
@@ -598,21 +592,19 @@ __m256i unsigned_q5(const uint8_t* qs, const uint8_t* qh) {
   std::memcpy(&h, qh, 4);
   return _mm256_or_si256(unsigned_q4(qs), _mm256_maskz_mov_epi8(h, _mm256_set1_epi8(16)));
 }
-template <>
-__m256i unsigned_block<Q4_0Fmt>(const BlockQ4_0& b) {
-  return unsigned_q4(b.qs);
+// A block's quants as unsigned bytes in element order: the nibble formats (with a fifth bit
+// where the block has qh) here, q8_0 and iq4_nl below.
+template <typename Fmt>
+__m256i unsigned_block(const typename Fmt::Block& b) {
+  if constexpr (requires { b.qh; }) {
+    return unsigned_q5(b.qs, b.qh);
+  } else {
+    return unsigned_q4(b.qs);
+  }
 }
 template <>
-__m256i unsigned_block<Q5_0Fmt>(const BlockQ5_0& b) {
-  return unsigned_q5(b.qs, b.qh);
-}
-template <>
-__m256i unsigned_block<Q4_1Fmt>(const BlockQ4_1& b) {
-  return unsigned_q4(b.qs);
-}
-template <>
-__m256i unsigned_block<Q5_1Fmt>(const BlockQ5_1& b) {
-  return unsigned_q5(b.qs, b.qh);
+__m256i unsigned_block<Q8_0Fmt>(const BlockQ8_0& b) {
+  return _mm256_xor_si256(load256(b.qs), _mm256_set1_epi8(static_cast<char>(0x80)));
 }
 
 template <>
