@@ -174,6 +174,7 @@ struct Unpack<WidenIQ3_XXS> : WidenIQ3_XXS {
 
 template <>
 struct Unpack<WidenIQ2_XXS> : WidenIQ2_XXS {
+  static constexpr bool kTwoChains = true;  // see IqKKernel::kChains
   [[gnu::always_inline]] static __m256i grid(const Block& b, int k) {
     const uint32_t a = iq_load32(b.qs + 4 * k);
     return iq_table4x64(kIq2xxsGrid, [&](int j) { return (a >> (8 * j)) & 255; });
@@ -198,6 +199,7 @@ struct Unpack<WidenIQ2_XXS> : WidenIQ2_XXS {
 
 template <>
 struct Unpack<WidenIQ2_XS> : WidenIQ2_XS {
+  static constexpr bool kTwoChains = true;  // see IqKKernel::kChains
   [[gnu::always_inline]] static __m256i scales16(const Block& b) { return iq2_nibble_scales16(b.scales); }
   [[gnu::always_inline]] static __m256i grid(const Block& b, int k) {
     const uint16_t* q = b.qs + 4 * k;
@@ -291,6 +293,11 @@ struct Unpack<WidenIQ1_M> : WidenIQ1_M {
 template <typename W>
 struct IqKKernel {
   using U = Unpack<W>;
+  // Integer accumulator chains per column: two (even, odd chunks) where Unpack<W>::kTwoChains,
+  // so that a super-block's 8 scale steps (vpdpwssd with AVX-512 VNNI: 8 dependent steps of
+  // its latency) are two chains of 4. Measured in the row kernels' harness (session 21):
+  // iq2_xs, iq2_xxs +6-8%; the others -1-2%, so they keep one.
+  static constexpr int kChains = requires { U::kTwoChains; } ? 2 : 1;
   template <int NC>
   static void cols(int64_t n, const std::byte* w, const std::byte* x, size_t xs, float* out) {
     const auto* bw = reinterpret_cast<const typename W::Block*>(w);
@@ -307,9 +314,10 @@ struct IqKKernel {
         W::scales(b, sc);
         sc16 = iq_load256(sc);
       }
-      __m256i sumi[NC];
+      __m256i sumi[kChains][NC];
       #pragma GCC unroll 4
-      for (int c = 0; c < NC; ++c) sumi[c] = _mm256_setzero_si256();
+      for (int c = 0; c < NC; ++c)
+        for (int h = 0; h < kChains; ++h) sumi[h][c] = _mm256_setzero_si256();
       // The types with unsigned grid entries and separate signs: bit i of sw[k] negates
       // element i of chunk k (on the activations, so the grid bytes feed maddubs as they are).
       alignas(32) uint32_t sw[8];
@@ -321,17 +329,18 @@ struct IqKKernel {
             _mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(k)),
             _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
         auto q8_at = [&](int c) { return iq_load256(reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib].qs + 32 * k); };
+        __m256i* sum = sumi[k % kChains];
         if constexpr (requires { U::sign_words(b); }) {
           const __m256i g = U::grid(b, k);
           const IqSigns sg(sw + k);
           #pragma GCC unroll 4
-          for (int c = 0; c < NC; ++c) sumi[c] = iq_madd_acc(sumi[c], _mm256_maddubs_epi16(g, sg.apply(q8_at(c))), sv);
+          for (int c = 0; c < NC; ++c) sum[c] = iq_madd_acc(sum[c], _mm256_maddubs_epi16(g, sg.apply(q8_at(c))), sv);
         } else {
           const __m256i v = U::chunk(b, k);
           const __m256i av = _mm256_sign_epi8(v, v);
           #pragma GCC unroll 4
           for (int c = 0; c < NC; ++c)
-            sumi[c] = iq_madd_acc(sumi[c], _mm256_maddubs_epi16(av, _mm256_sign_epi8(q8_at(c), v)), sv);
+            sum[c] = iq_madd_acc(sum[c], _mm256_maddubs_epi16(av, _mm256_sign_epi8(q8_at(c), v)), sv);
         }
       };
       // Written out. (iq2_xs's was kept rolled in session 20, when its written-out loop
@@ -343,7 +352,8 @@ struct IqKKernel {
       #pragma GCC unroll 4
       for (int c = 0; c < NC; ++c) {
         const float dx = reinterpret_cast<const BlockQ8_K*>(x + c * xs)[ib].d;
-        acc[c] += (dx * dw) * static_cast<float>(iq_hsum_epi32(sumi[c]));
+        const __m256i s = kChains == 1 ? sumi[0][c] : _mm256_add_epi32(sumi[0][c], sumi[kChains - 1][c]);
+        acc[c] += (dx * dw) * static_cast<float>(iq_hsum_epi32(s));
       }
     }
     #pragma GCC unroll 4
