@@ -6,7 +6,7 @@
 #   `ctest -j` beside other tests they would measure their neighbours.
 #   Per-ISA translation units are recognised by suffix and get their own flags:
 #     *_avx2.cc    -mavx2 -mfma -mf16c
-#     *_avx512.cc  -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mfma -mf16c
+#     *_avx512.cc  -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mbmi2 -mfma -mf16c
 #   Never set ISA flags globally: one binary must run on any x86-64.
 function(lumen_add_layer NAME)
   cmake_parse_arguments(ARG "" "" "DEPS;TEST_DEPS" ${ARGN})
@@ -31,7 +31,7 @@ function(lumen_add_layer NAME)
       set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
     elseif(src MATCHES "_avx512\\.cc$")
       set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS
-        "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx512bf16;-mavx2;-mfma;-mf16c")
+        "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx512bf16;-mbmi2;-mavx2;-mfma;-mf16c")
     endif()
   endforeach()
   # Microbenchmarks: src/NAME/bench/*_bench.cc, one Google Benchmark program each.

@@ -32,6 +32,7 @@ CpuFeatures detect() {
   if (max_leaf >= 7) {
     __cpuid_count(7, 0, a, b, c, d);
     f.avx2 = (b & (1u << 5)) && os_avx;
+    f.bmi2 = (b & (1u << 8)) != 0;
     f.avx512f = (b & (1u << 16)) && os_avx512;
     f.avx512dq = (b & (1u << 17)) && os_avx512;
     f.avx512bw = (b & (1u << 30)) && os_avx512;
@@ -61,6 +62,7 @@ std::string CpuFeatures::describe() const {
   add(sse42, "sse4.2");
   add(avx, "avx");
   add(avx2, "avx2");
+  add(bmi2, "bmi2");
   add(fma, "fma");
   add(f16c, "f16c");
   add(avx512f, "avx512f");

@@ -10,6 +10,7 @@ struct CpuFeatures {
   bool sse42 = false;
   bool avx = false;
   bool avx2 = false;
+  bool bmi2 = false;
   bool fma = false;
   bool f16c = false;
   bool avx512f = false;
@@ -22,7 +23,9 @@ struct CpuFeatures {
 
   bool has_avx2_fma() const { return avx2 && fma && f16c; }
   bool has_avx512_vnni() const {
-    return avx512f && avx512bw && avx512vl && avx512dq && avx512vnni && has_avx2_fma();
+    // bmi2: the AVX-512 translation units are compiled with -mbmi2 too (every CPU with
+    // AVX-512 VNNI has it).
+    return avx512f && avx512bw && avx512vl && avx512dq && avx512vnni && bmi2 && has_avx2_fma();
   }
   std::string describe() const;
 };
