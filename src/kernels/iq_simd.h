@@ -44,7 +44,7 @@ namespace {  // NOLINT(google-build-namespaces): per-ISA copies, see the top of 
   return _mm256_sub_epi8(_mm256_xor_si256(g, mask), mask);
 }
 // The signs of a chunk as the row kernel applies them to the activations (grid bytes stay
-// unsigned for maddubs): bit i of `bits` set negates byte i of a q8 vector. With AVX-512BW
+// unsigned for maddubs): bit i of *bits set negates byte i of a q8 vector. With AVX-512BW
 // that is one masked subtract per column; on AVX2 a sign vector made once per chunk.
 struct IqSigns {
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -72,7 +72,7 @@ struct IqSigns {
 }
 // The sign words of eight scales-and-signs words u (iq3_xxs, iq2_xxs): the 7-bit field l
 // of u (bits 7l .. 7l+6) in byte l with its parity bit, so bit i of the result is the sign
-// of element i of the chunk (iq_signs32, eight chunks at once).
+// of element i of the chunk (iq_signs8 of each field, eight chunks at once).
 [[gnu::always_inline]] inline __m256i iq_sas_sign_words(__m256i u) {
   auto field = [&](int l) {
     return _mm256_and_si256(_mm256_slli_epi32(u, l), _mm256_set1_epi32(0x7f << (8 * l)));
@@ -80,7 +80,8 @@ struct IqSigns {
   return iq_even_parity_bytes(
       _mm256_or_si256(_mm256_or_si256(field(0), field(1)), _mm256_or_si256(field(2), field(3))));
 }
-// The sign word of chunk k (for the prefill panels' packing, which wants the values signed).
+// The signed values of chunk k from U's grid bytes and sign words (for the prefill panels'
+// packing, which wants them signed).
 template <typename U>
 [[gnu::always_inline]] inline __m256i iq_signed_chunk(const typename U::Block& b, int k) {
   alignas(32) uint32_t sw[8];
