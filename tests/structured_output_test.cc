@@ -50,18 +50,28 @@ std::vector<fs::path> files_in(const std::string& dir, const std::string& ext) {
   return out;
 }
 
+// A file the test binary removes when it exits.
+struct TempFile {
+  std::string path;
+  ~TempFile() {
+    std::error_code ec;
+    fs::remove(path, ec);
+  }
+};
+
 // A random-weight qwen2.5-shaped model small enough to decode ~1000 tokens/s, with the full
-// Qwen2.5 tokenizer (from $LUMEN_SHARED), written once per test binary.
+// Qwen2.5 tokenizer (from $LUMEN_SHARED), written once per test binary (and removed at its
+// exit: every run used to leave a 16 MB file in the temp directory).
 const std::string& random_qwen_path() {
-  static const std::string path = [] {
+  static const TempFile file{[] {
     const std::string out = ::testing::TempDir() + "structured_qwen_" + std::to_string(getpid()) + ".gguf";
     const testing::CmdResult r =
         run_lumen({"synth", "--preset", "qwen2.5-0.5b", "--hidden", "64", "--layers", "1", "--heads", "2",
                    "--kv-heads", "1", "--ffn", "128", "--type", "q8_0", "-t", "2", "-o", out});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return out;
-  }();
-  return path;
+  }()};
+  return file.path;
 }
 
 std::unique_ptr<engine::Engine> make_engine() {
