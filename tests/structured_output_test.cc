@@ -159,8 +159,12 @@ for c in cases:
 print("validated %d, invalid %d" % (len(cases), bad))
 sys.exit(1 if bad else 0)
 )";
-  return testing::run_shell("python3 " + testing::sh_quote(script_path) + " " + testing::sh_quote(cases_path) +
-                            " 2>&1");
+  testing::CmdResult r = testing::run_shell("python3 " + testing::sh_quote(script_path) + " " +
+                                             testing::sh_quote(cases_path) + " 2>&1");
+  std::error_code ec;
+  fs::remove(cases_path, ec);
+  fs::remove(script_path, ec);
+  return r;
 }
 
 TEST(StructuredOutput, TenSamplesPerSchemaValidate) {
