@@ -17,8 +17,21 @@ namespace {
 
 const std::string kTiny = "models/TinyStories-656K/TinyStories-656K-Q8_0.gguf";
 
+// The chat's history file, one per test binary, removed when the binary exits.
+const std::string& history_path() {
+  struct TempFile {
+    std::string path;
+    ~TempFile() {
+      std::error_code ec;
+      std::filesystem::remove(path, ec);
+    }
+  };
+  static const TempFile file{::testing::TempDir() + "lumen_chat_history_" + std::to_string(getpid())};
+  return file.path;
+}
+
 std::string chat_command(const std::string& extra) {
-  const std::string hist = ::testing::TempDir() + "lumen_chat_history_" + std::to_string(getpid());
+  const std::string& hist = history_path();
   std::filesystem::remove(hist);
   return sh_quote(lumen_bin()) + " chat -m " + sh_quote(shared_dir() + "/" + kTiny) +
          " --temp 0 --history-file " + sh_quote(hist) + " " + extra;

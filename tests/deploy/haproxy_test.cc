@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <thread>
@@ -48,6 +49,15 @@ std::unique_ptr<ServeProcess> replica(const std::string& id, const std::vector<s
 struct Pair {
   std::unique_ptr<ServeProcess> a, b, haproxy;
   int port_a = 0, port_b = 0, port = 0;
+  std::string sock;  // HAProxy's stats socket: removed with the pair
+
+  ~Pair() {
+    haproxy.reset();  // stop HAProxy before its socket file goes
+    if (!sock.empty()) {
+      std::error_code ec;
+      std::filesystem::remove(sock, ec);
+    }
+  }
 
   bool start(const std::vector<std::string>& replica_flags = {}) {
     a = replica("a", replica_flags);
@@ -56,7 +66,7 @@ struct Pair {
     port_b = b->wait_for_port();
     if (!port_a || !port_b || !a->wait_ready(port_a) || !b->wait_ready(port_b)) return false;
     port = free_port();
-    const std::string sock = ::testing::TempDir() + "lumen_haproxy_" + std::to_string(getpid()) + ".sock";
+    sock = ::testing::TempDir() + "lumen_haproxy_" + std::to_string(getpid()) + ".sock";
     haproxy = std::make_unique<ServeProcess>(
         std::vector<std::string>{"-f", config_path(), "-db"},
         std::vector<std::string>{"LUMEN_LISTEN=127.0.0.1:" + std::to_string(port),
