@@ -23,6 +23,7 @@
 
 #include "kernels/iq_blocks.h"
 #include "kernels/kernels_isa_common.h"
+#include "kernels/math_avx2.h"
 
 namespace lumen::kernels {
 namespace {  // NOLINT(google-build-namespaces): per-ISA copies, see the top of this file
@@ -31,14 +32,6 @@ namespace {  // NOLINT(google-build-namespaces): per-ISA copies, see the top of 
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
 }
 
-// 0xff in byte i where bit i of `bits` is set, 0 elsewhere.
-[[gnu::always_inline]] inline __m256i iq_sign_mask(uint32_t bits) {
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int32_t>(bits)),
-      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
-  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
-  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-}
 // g with the bytes under mask negated.
 [[gnu::always_inline]] inline __m256i iq_apply_signs(__m256i g, __m256i mask) {
   return _mm256_sub_epi8(_mm256_xor_si256(g, mask), mask);
@@ -56,7 +49,7 @@ struct IqSigns {
 #else
   __m256i s;
   [[gnu::always_inline]] explicit IqSigns(const uint32_t* bits)
-      : s(_mm256_or_si256(iq_sign_mask(*bits), _mm256_set1_epi8(1))) {}
+      : s(_mm256_or_si256(bytes_from_bits(*bits), _mm256_set1_epi8(1))) {}
   [[gnu::always_inline]] __m256i apply(__m256i q8) const { return _mm256_sign_epi8(q8, s); }
 #endif
 };
@@ -86,7 +79,7 @@ template <typename U>
 [[gnu::always_inline]] inline __m256i iq_signed_chunk(const typename U::Block& b, int k) {
   alignas(32) uint32_t sw[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(sw), U::sign_words(b));
-  return iq_apply_signs(U::grid(b, k), iq_sign_mask(sw[k]));
+  return iq_apply_signs(U::grid(b, k), bytes_from_bits(sw[k]));
 }
 // Eight 32-bit table entries t[i0] .. t[i7] in one vector, built as two halves of inserts
 // straight from the table (vpinsrd xmm, m32). Written as _mm256_setr_epi32, GCC loaded each

@@ -11,10 +11,8 @@
 namespace lumen::kernels {
 namespace {  // NOLINT(google-build-namespaces): deliberate, see above
 
-// The 32 bits of the little-endian u32 at p as 32 bytes: byte i = 0xff if bit i is set.
-inline __m256i bytes_from_bits(const uint8_t* p) {
-  uint32_t bits;
-  std::memcpy(&bits, p, 4);
+// The 32 bits of `bits` as 32 bytes: byte i = 0xff if bit i is set.
+inline __m256i bytes_from_bits(uint32_t bits) {
   // Byte i takes source byte i / 8 (both 128-bit lanes hold the broadcast u32), then tests
   // bit i % 8 of it.
   const __m256i spread = _mm256_shuffle_epi8(
@@ -22,6 +20,12 @@ inline __m256i bytes_from_bits(const uint8_t* p) {
       _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
   const __m256i sel = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
   return _mm256_cmpeq_epi8(_mm256_and_si256(spread, sel), sel);
+}
+// The same for the little-endian u32 at p.
+inline __m256i bytes_from_bits(const uint8_t* p) {
+  uint32_t bits;
+  std::memcpy(&bits, p, 4);
+  return bytes_from_bits(bits);
 }
 
 inline double hsum_pd(__m256d v) {
