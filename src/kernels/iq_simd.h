@@ -6,9 +6,10 @@
 //
 // Unpack<W>::chunk(b, k) gives the 32 int8 values v of elements 32k .. 32k+31 of a widened
 // super-block (iq_blocks.h) in one vector: grid entries gathered by scalar loads (as ggml
-// does), signs expanded from their bits, iq4 codes by a byte shuffle. The grid types with
-// separate sign bits (iq3_s, iq3_xxs, iq2_s, iq2_xs, iq2_xxs) also give grid(b, k), the
-// unsigned grid bytes, and sign_words(b), the 8 chunks' sign bits. IqKKernel<W> is the row
+// does), iq4 codes by a byte shuffle, the 1-bit types' shifts. The grid types with separate
+// sign bits (iq3_s, iq3_xxs, iq2_s, iq2_xs, iq2_xxs) give instead grid(b, k), the unsigned
+// grid bytes, and sign_words(b), the 8 chunks' sign bits; iq_block_values makes any type's
+// signed values from either. IqKKernel<W> is the row
 // kernel: per super-block the exact S (maddubs of the unsigned grid bytes, or |v|, against
 // the activations carrying the signs, then the int16 scales by madd / vpdpwssd), then the
 // reference's float step.
@@ -72,14 +73,6 @@ struct IqSigns {
   };
   return iq_even_parity_bytes(
       _mm256_or_si256(_mm256_or_si256(field(0), field(1)), _mm256_or_si256(field(2), field(3))));
-}
-// The signed values of chunk k from U's grid bytes and sign words (for the prefill panels'
-// packing, which wants them signed).
-template <typename U>
-[[gnu::always_inline]] inline __m256i iq_signed_chunk(const typename U::Block& b, int k) {
-  alignas(32) uint32_t sw[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(sw), U::sign_words(b));
-  return iq_apply_signs(U::grid(b, k), bytes_from_bits(sw[k]));
 }
 // Eight 32-bit table entries t[i0] .. t[i7] in one vector, built as two halves of inserts
 // straight from the table (vpinsrd xmm, m32). Written as _mm256_setr_epi32, GCC loaded each
@@ -162,7 +155,6 @@ struct Unpack<WidenIQ3_S> : WidenIQ3_S {
 #endif
   }
   [[gnu::always_inline]] static __m256i sign_words(const Block& b) { return iq_load256(b.signs); }
-  [[gnu::always_inline]] static __m256i chunk(const Block& b, int k) { return iq_signed_chunk<Unpack>(b, k); }
 };
 
 template <>
@@ -178,7 +170,6 @@ struct Unpack<WidenIQ3_XXS> : WidenIQ3_XXS {
     return iq_table8x32(kIq3xxsGrid, [&](int j) { return qs[j]; });
   }
   [[gnu::always_inline]] static __m256i sign_words(const Block& b) { return iq_sas_sign_words(iq_load256(iq3_xxs_sas(b))); }
-  [[gnu::always_inline]] static __m256i chunk(const Block& b, int k) { return iq_signed_chunk<Unpack>(b, k); }
 };
 
 template <>
@@ -195,7 +186,6 @@ struct Unpack<WidenIQ2_XXS> : WidenIQ2_XXS {
     const __m256i odd = _mm256_castps_si256(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
     return iq_sas_sign_words(_mm256_permute4x64_epi64(odd, _MM_SHUFFLE(3, 1, 2, 0)));
   }
-  [[gnu::always_inline]] static __m256i chunk(const Block& b, int k) { return iq_signed_chunk<Unpack>(b, k); }
 };
 
 // iq2_xs / iq2_s: iq2_nibble_scales in one vector (2s + 1 for the low, then the high nibble
@@ -220,7 +210,6 @@ struct Unpack<WidenIQ2_XS> : WidenIQ2_XS {
     // packus interleaves per 128-bit lane: chunks 0, 1, 4, 5 | 2, 3, 6, 7.
     return iq_even_parity_bytes(_mm256_permute4x64_epi64(f, _MM_SHUFFLE(3, 1, 2, 0)));
   }
-  [[gnu::always_inline]] static __m256i chunk(const Block& b, int k) { return iq_signed_chunk<Unpack>(b, k); }
 };
 
 template <>
@@ -237,7 +226,6 @@ struct Unpack<WidenIQ2_S> : WidenIQ2_S {
 #endif
   }
   [[gnu::always_inline]] static __m256i sign_words(const Block& b) { return iq_load256(iq2_s_signs(b)); }
-  [[gnu::always_inline]] static __m256i chunk(const Block& b, int k) { return iq_signed_chunk<Unpack>(b, k); }
 };
 
 template <>
@@ -289,6 +277,21 @@ struct Unpack<WidenIQ1_M> : WidenIQ1_M {
     return iq1_values(g, _mm256_cmpeq_epi8(_mm256_and_si256(hh, bit), bit));
   }
 };
+
+// The signed values of a super-block's 8 chunks (for the prefill panels' packing): the grid
+// types' from their unsigned grid bytes and sign words (made once for the block), the others'
+// from Unpack<W>::chunk.
+template <typename W>
+[[gnu::always_inline]] inline void iq_block_values(const typename W::Block& b, __m256i* v) {
+  using U = Unpack<W>;
+  if constexpr (requires { U::sign_words(b); }) {
+    alignas(32) uint32_t sw[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(sw), U::sign_words(b));
+    for (int k = 0; k < 8; ++k) v[k] = iq_apply_signs(U::grid(b, k), bytes_from_bits(sw[k]));
+  } else {
+    for (int k = 0; k < 8; ++k) v[k] = U::chunk(b, k);
+  }
+}
 
 // sum += the int16 pairs of p times the int16 scales sv (one exact int32 per pair).
 [[gnu::always_inline]] inline __m256i iq_madd_acc(__m256i sum, __m256i p, __m256i sv) {

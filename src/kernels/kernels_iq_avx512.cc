@@ -1,7 +1,7 @@
 // AVX-512 (VNNI) prefill panels of the 256-element i-quants: the type table's AVX-512 entries
 // (isa_kernels.h). Compiled with the AVX-512 flags; only reached when
 // cpu_features().has_avx512_vnni(). Each row's 32-element chunks are unpacked as iq_simd.h
-// does and stored as u = v + 128 in the 16-element sub-block panel of
+// does (iq_block_values) and stored as u = v + 128 in the 16-element sub-block panel of
 // matmul_avx512_common.h (offset shift 7); the result is then multiplied by kScaleMul, as
 // the reference's is. Bit for bit the scalar reference.
 //
@@ -34,9 +34,11 @@ void pack_iq_panel(int64_t n, const std::byte* w, size_t w_stride, int64_t n_row
     std::byte* pb = panel + ib * kQ6KPanelBlockBytes;
     // Chunk k (elements 32k .. 32k+31) is sub-blocks 2k, 2k + 1: 8 dwords in the panel's
     // [s][g] order.
+    __m256i v[kRows][8];
+    for (int r = 0; r < kRows; ++r) iq_block_values<W>(rows[r][ib], v[r]);
     for (int k = 0; k < 8; ++k) {
       __m256i u[kRows];
-      for (int r = 0; r < kRows; ++r) u[r] = _mm256_xor_si256(Unpack<W>::chunk(rows[r][ib], k), bias);
+      for (int r = 0; r < kRows; ++r) u[r] = _mm256_xor_si256(v[r][k], bias);
       store_panel_group(u, pb + k * 512);
     }
     for (int r = 0; r < kRows; ++r) {
