@@ -380,14 +380,16 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
       for (int c = 0; c < C; ++c) s_hi[c] = _mm512_setzero_si512();
       #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
-        const __m512i q = load512(gb + 64 * k);
+        __m512i q = load512(gb + 64 * k);
+        asm("" : "+v"(q));  // one load (see tile_q4_k)
         __m512i lo, hi;
         if constexpr (kBits == 4) {
           lo = _mm512_and_si512(q, m4);
           hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
         } else {
           // (q & 15) | (fifth bits & 16): vpternlogd 0xea is (A & B) | C.
-          const __m512i h = load512(gb + 256);
+          __m512i h = load512(gb + 256);
+          asm("" : "+v"(h));
           lo = _mm512_ternarylogic_epi32(q, m4, _mm512_and_si512(_mm512_slli_epi32(h, 4 - k), m16), 0xea);
           hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(q, 4), m4, _mm512_and_si512(_mm512_srli_epi32(h, k), m16),
                                          0xea);
@@ -422,7 +424,7 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
 
 // q4_K: acc += (d_x * d_w) * (float)sumi, acc_m += (-d_x * dmin_w) * (float)summ per block,
 // result acc + acc_m; sumi = sum_s sc[s] * (q . q8 over s), summ = sum_s m[s] * bsum[s].
-// q5_K (kQ5): each quant byte gets 16 added where its fifth bit is set (vptestmb + masked add).
+// q5_K (kQ5): each quant byte gets its fifth bit at bit 4 (see the step below).
 template <bool kQ5, int C, bool kPf>
 void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side,
                size_t ss, __mmask16 mask, float* y, int64_t ys) {
@@ -443,19 +445,43 @@ void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
       #pragma GCC unroll 4
       for (int c = 0; c < C; ++c) tl[c] = th[c] = _mm512_setzero_si512();
       const std::byte* xq = xb + offsetof(BlockQ8_K, qs) + 64 * cc;
-      const __m512i bit_lo = _mm512_set1_epi8(static_cast<char>(1 << (2 * cc)));
-      const __m512i bit_hi = _mm512_set1_epi8(static_cast<char>(2 << (2 * cc)));
       #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) {
-        const __m512i q = load512(gb + kQh + (8 * cc + k) * 64);
+        __m512i q = load512(gb + kQh + (8 * cc + k) * 64);
         prefetch_ahead<kPf>(gb + kQh + (8 * cc + k) * 64);
-        __m512i lo = _mm512_and_si512(q, m4);
-        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-        if constexpr (kQ5) {
-          const __m512i h = load512(gb + 64 * k);
+        // One load in a register: folded into each op that uses it, the compiler loads the
+        // line twice, and the load ports are what these tiles wait on.
+        asm("" : "+v"(q));
+        __m512i lo, hi;
+        if constexpr (!kQ5) {
+          // The high nibbles left in place, q & 0xf0 = 16 * hi: th sums 16x its value,
+          // shifted back once per sub-block below (exact: every term is a multiple of 16).
+          lo = _mm512_and_si512(q, m4);
+          hi = _mm512_andnot_si512(m4, q);
+        } else {
+          __m512i h = load512(gb + 64 * k);
+          asm("" : "+v"(h));
           if (cc == 0) prefetch_ahead<kPf>(gb + 64 * k);
-          lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(h, bit_lo), lo, m16);
-          hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(h, bit_hi), hi, m16);
+          if constexpr (C == 1) {
+            // (nibble & 15) | (fifth bit at bit 4): the bit (2cc or 2cc + 1 of each qh byte)
+            // shifted into place and masked, the or with the masked nibble one vpternlogd
+            // (0xea: (A & B) | C); shifts in 32-bit lanes of at most 4, so bit 4 of every
+            // byte comes from the same byte. cc is a constant here (the steps are written
+            // out); in the wider tiles' loop it is not, and the shift's direction with it,
+            // so they add 16 under a mask (vptestmb) instead.
+            const auto bit4 = [&](int from) {
+              const __m512i t = from <= 4 ? _mm512_slli_epi32(h, 4 - from) : _mm512_srli_epi32(h, from - 4);
+              return _mm512_and_si512(t, m16);
+            };
+            lo = _mm512_ternarylogic_epi32(q, m4, bit4(2 * cc), 0xea);
+            hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(q, 4), m4, bit4(2 * cc + 1), 0xea);
+          } else {
+            const __m512i bit_lo = _mm512_set1_epi8(static_cast<char>(1 << (2 * cc)));
+            const __m512i bit_hi = _mm512_set1_epi8(static_cast<char>(2 << (2 * cc)));
+            lo = _mm512_mask_add_epi8(_mm512_and_si512(q, m4), _mm512_test_epi8_mask(h, bit_lo), _mm512_and_si512(q, m4), m16);
+            hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(h, bit_hi), hi, m16);
+          }
         }
         #pragma GCC unroll 4
         for (int c = 0; c < C; ++c) {
@@ -466,8 +492,10 @@ void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
       const __m512i scl = _mm512_cvtepu8_epi32(load128(gb + kQh + 2048 + 16 * (2 * cc)));
       const __m512i sch = _mm512_cvtepu8_epi32(load128(gb + kQh + 2048 + 16 * (2 * cc + 1)));
       #pragma GCC unroll 4
-      for (int c = 0; c < C; ++c)
+      for (int c = 0; c < C; ++c) {
+        if constexpr (!kQ5) th[c] = _mm512_srai_epi32(th[c], 4);
         sumi[c] = _mm512_add_epi32(sumi[c], _mm512_add_epi32(_mm512_mullo_epi32(tl[c], scl), _mm512_mullo_epi32(th[c], sch)));
+      }
     });
     #pragma GCC unroll 8
     for (int s = 0; s < 8; ++s) {
@@ -514,16 +542,20 @@ void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
       #pragma GCC unroll 4
       for (int k = 4 * kk; k < 4 * kk + 4; ++k) {
         const std::byte* q = gb + (8 * h + k) * 192;
-        const __m512i la = load512(q), lb = load512(q + 64), hb = load512(q + 128);
+        __m512i la = load512(q), lb = load512(q + 64), hb = load512(q + 128);
+        // Each line loaded once into a register (folded into every op that uses it, the
+        // compiler loaded hb four times and la, lb twice: the load ports, not the ALUs, set
+        // this tile's pace), and (A & m4) | C as one vpternlogd (0xea).
+        asm("" : "+v"(la), "+v"(lb), "+v"(hb));
         prefetch_ahead<kPf>(q);
         prefetch_ahead<kPf>(q + 64);
         prefetch_ahead<kPf>(q + 128);
         __m512i v[4];
-        v[0] = _mm512_or_si512(_mm512_and_si512(la, m4), _mm512_slli_epi16(_mm512_and_si512(hb, m2lo), 4));
-        v[1] = _mm512_or_si512(_mm512_and_si512(lb, m4), _mm512_slli_epi16(_mm512_and_si512(hb, m2mid), 2));
-        v[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(la, 4), m4), _mm512_and_si512(hb, m2hi));
-        v[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lb, 4), m4),
-                               _mm512_and_si512(_mm512_srli_epi16(hb, 2), m2hi));
+        v[0] = _mm512_ternarylogic_epi32(la, m4, _mm512_slli_epi16(_mm512_and_si512(hb, m2lo), 4), 0xea);
+        v[1] = _mm512_ternarylogic_epi32(lb, m4, _mm512_slli_epi16(_mm512_and_si512(hb, m2mid), 2), 0xea);
+        v[2] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(la, 4), m4, _mm512_and_si512(hb, m2hi), 0xea);
+        v[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(lb, 4), m4, _mm512_and_si512(_mm512_srli_epi16(hb, 2), m2hi),
+                                         0xea);
         const std::byte* xq = xb + offsetof(BlockQ8_K, qs) + 128 * h + 4 * k;
         #pragma GCC unroll 4
         for (int qi = 0; qi < 4; ++qi) {
@@ -573,7 +605,8 @@ void tile_iq4_xs(int64_t nb, const std::byte* group, const std::byte* x, size_t 
       const std::byte* xq = xb + offsetof(BlockQ8_K, qs) + 32 * sb;
       #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
-        const __m512i q = load512(gb + (4 * sb + k) * 64);
+        __m512i q = load512(gb + (4 * sb + k) * 64);
+        asm("" : "+v"(q));
         prefetch_ahead<kPf>(gb + (4 * sb + k) * 64);
         const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(q, m4));
         const __m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
