@@ -30,6 +30,14 @@ inline __m512i bcast_i32(const void* p) {
   std::memcpy(&v, p, sizeof(v));
   return _mm512_set1_epi32(v);
 }
+// acc + dpbusd(w, the int32 at p broadcast): the broadcast folded into the instruction as
+// an EVEX embedded broadcast ({1to16}), one load-op where _mm512_set1_epi32 of a loaded
+// value gives a separate vpbroadcastd (GCC does not fold it). In the one-column q4_K tile:
+// 1.08-1.09x (docs/perf.md, session 22).
+inline __m512i dpbusd_bcast(__m512i acc, __m512i w, const void* p) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*static_cast<const int32_t*>(p)));
+  return acc;
+}
 inline __m512 bcast_f32(const void* p) {
   float v;
   std::memcpy(&v, p, sizeof(v));
@@ -191,7 +199,7 @@ template <int C, int kSub, int kGroups>
     for (int gi = 0; gi < kGroups; ++gi) {
       const __m512i wv = load512(ps + 64 * gi);
       #pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) t[c] = _mm512_dpbusd_epi32(t[c], wv, bcast_i32(xs_ + c * xs + 4 * gi));
+      for (int c = 0; c < C; ++c) t[c] = dpbusd_bcast(t[c], wv, xs_ + c * xs + 4 * gi);
     }
     const __m512i scv = load512(pb + 4096 + s * 64);
     #pragma GCC unroll 8

@@ -396,8 +396,8 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
         }
         #pragma GCC unroll 8
         for (int c = 0; c < C; ++c) {
-          s[c] = _mm512_dpbusd_epi32(s[c], lo, bcast_i32(xb + c * xs + 4 * k));
-          s_hi[c] = _mm512_dpbusd_epi32(s_hi[c], hi, bcast_i32(xb + c * xs + 16 + 4 * k));
+          s[c] = dpbusd_bcast(s[c], lo, xb + c * xs + 4 * k);
+          s_hi[c] = dpbusd_bcast(s_hi[c], hi, xb + c * xs + 16 + 4 * k);
         }
       }
       #pragma GCC unroll 8
@@ -407,7 +407,7 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
       for (int g = 0; g < 8; ++g) {
         const __m512i q = load512(gb + 64 * g);
         #pragma GCC unroll 8
-        for (int c = 0; c < C; ++c) s[c] = _mm512_dpbusd_epi32(s[c], q, bcast_i32(xb + c * xs + 4 * g));
+        for (int c = 0; c < C; ++c) s[c] = dpbusd_bcast(s[c], q, xb + c * xs + 4 * g);
       }
     }
     add_q8_block<C>(acc, side + ib * 8, ss, _mm512_cvtph_ps(load256(gb + kScales)), s);
@@ -485,8 +485,8 @@ void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
         }
         #pragma GCC unroll 4
         for (int c = 0; c < C; ++c) {
-          tl[c] = _mm512_dpbusd_epi32(tl[c], lo, bcast_i32(xq + c * xs + 4 * k));
-          th[c] = _mm512_dpbusd_epi32(th[c], hi, bcast_i32(xq + c * xs + 32 + 4 * k));
+          tl[c] = dpbusd_bcast(tl[c], lo, xq + c * xs + 4 * k);
+          th[c] = dpbusd_bcast(th[c], hi, xq + c * xs + 32 + 4 * k);
         }
       }
       const __m512i scl = _mm512_cvtepu8_epi32(load128(gb + kQh + 2048 + 16 * (2 * cc)));
@@ -560,7 +560,7 @@ void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
         #pragma GCC unroll 4
         for (int qi = 0; qi < 4; ++qi) {
           #pragma GCC unroll 4
-          for (int c = 0; c < C; ++c) t[qi][c] = _mm512_dpbusd_epi32(t[qi][c], v[qi], bcast_i32(xq + c * xs + 32 * qi));
+          for (int c = 0; c < C; ++c) t[qi][c] = dpbusd_bcast(t[qi][c], v[qi], xq + c * xs + 32 * qi);
         }
       }
       #pragma GCC unroll 4
@@ -612,8 +612,8 @@ void tile_iq4_xs(int64_t nb, const std::byte* group, const std::byte* x, size_t 
         const __m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
         #pragma GCC unroll 4
         for (int c = 0; c < C; ++c) {
-          t[c] = _mm512_dpbusd_epi32(t[c], lo, bcast_i32(xq + c * xs + 4 * k));
-          t_hi[c] = _mm512_dpbusd_epi32(t_hi[c], hi, bcast_i32(xq + c * xs + 16 + 4 * k));
+          t[c] = dpbusd_bcast(t[c], lo, xq + c * xs + 4 * k);
+          t_hi[c] = dpbusd_bcast(t_hi[c], hi, xq + c * xs + 16 + 4 * k);
         }
       }
       if (sb < 3) prefetch_ahead<kPf>(gb + 2048 + 64 * sb);  // scales, d: 160 bytes
