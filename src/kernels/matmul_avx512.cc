@@ -658,7 +658,7 @@ void panel_tile_q8(int64_t nb, const std::byte* panel, const std::byte* x, size_
     for (int gi = 0; gi < 8; ++gi) {
       const __m512i wv = load512(pb + 64 * gi);
       #pragma GCC unroll 16
-      for (int c = 0; c < C; ++c) s[c] = _mm512_dpbusd_epi32(s[c], wv, bcast_i32(xb + c * xs + 4 * gi));
+      for (int c = 0; c < C; ++c) s[c] = dpbusd_bcast(s[c], wv, xb + c * xs + 4 * gi);
     }
     add_q8_block<C>(acc, side + ib * 8, ss, _mm512_loadu_ps(reinterpret_cast<const float*>(pb + 512)), s);
     if constexpr (kMin)
