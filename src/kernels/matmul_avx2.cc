@@ -382,13 +382,9 @@ void pack_q6_k(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, s
       for (int k = 0; k < 8; ++k) {
         std::byte* p = gb + (8 * h + k) * 96 + 4 * r;
         for (int j = 0; j < 4; ++j) {
-          const int e = 4 * k + j;  // within the quarter
-          const uint8_t la = b.ql[64 * h + e], lb = b.ql[64 * h + 32 + e], hb = b.qh[32 * h + e];
-          const int q0 = (la & 15) | (hb & 3) << 4, q1 = (lb & 15) | ((hb >> 2) & 3) << 4;
-          const int q2 = (la >> 4) | ((hb >> 4) & 3) << 4, q3 = (lb >> 4) | ((hb >> 6) & 3) << 4;
-          p[j] = static_cast<std::byte>(q0 | (q3 >> 4) << 6);
-          p[32 + j] = static_cast<std::byte>(q1 | ((q3 >> 2) & 3) << 6);
-          p[64 + j] = static_cast<std::byte>(q2 | (q3 & 3) << 6);
+          uint8_t pqr[3];
+          q6_k_pqr(b, h, 4 * k + j, pqr);
+          for (int i = 0; i < 3; ++i) p[32 * i + j] = static_cast<std::byte>(pqr[i]);
         }
       }
     }

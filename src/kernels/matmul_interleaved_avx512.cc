@@ -81,13 +81,14 @@ namespace {
 //   ahead and then back, the hardware prefetchers lost the stream, and one-column decode out
 //   of cache ran at half the AVX2 q5_Kx8 speed (8192 x 8192, 1 thread: 4.3 ms against 2.0;
 //   qh first: 1.5 ms).
-// q6_K "q6_Kx16", 3360 bytes per 256 elements:
-//   [h = 0..1][k = 0..7] { [r] u32 ql[64h + 4k ..], [r] u32 ql[64h + 32 + 4k ..],
-//                          [r] u32 qh[32h + 4k ..] }                               3072
+// q6_K "q6_Kx16p", 3360 bytes per 256 elements:
+//   [h = 0..1][k = 0..7] { [r] u32 P, [r] u32 Q, [r] u32 R }                          3072
 //   [s = 0..15][r] i8   scales[s]                                                  256
 //   [r] f16             d                                                           32
-//   (quarter qi of half h: element 128h + 32qi + 4k .. from ql dword A (qi 0, 2: low,
-//    high nibbles) or B (qi 1, 3), and bits 2qi, 2qi + 1 of the qh dword.)
+//   Byte j of row r's P, Q, R: the 6-bit quants of elements 128h + 32qi + 4k + j of the
+//   four quarters qi, packed as q6_k_pqr (quant_blocks.h) does: quarters 0..2 one AND each,
+//   quarter 3 (times 4) from the three top bit pairs; 9 vector ops for 4 x 64 quants where
+//   GGUF's ql / qh split took 13 (the "q6_Kx16" layout of sessions 14-21).
 // iq4_xs "iq4_xsx16", 2208 bytes per 256 elements:
 //   [c = 0..7][k = 0..3][r] u32  qs[16c + 4k ..] of row r: low nibbles (codes) elements
 //                       32c + 4k .., high nibbles 32c + 16 + 4k .. (sub-block c)     2048
@@ -222,9 +223,11 @@ void pack_q6_k(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, s
           for (int h = 0; h < 2; ++h) {
             for (int k = 0; k < 8; ++k) {
               std::byte* q = gb + (8 * h + k) * 192 + 4 * r;
-              put_u32(q, b.ql + 64 * h + 4 * k);
-              put_u32(q + 64, b.ql + 64 * h + 32 + 4 * k);
-              put_u32(q + 128, b.qh + 32 * h + 4 * k);
+              for (int j = 0; j < 4; ++j) {
+                uint8_t pqr[3];
+                q6_k_pqr(b, h, 4 * k + j, pqr);
+                for (int i = 0; i < 3; ++i) q[64 * i + j] = static_cast<std::byte>(pqr[i]);
+              }
             }
           }
           for (int s = 0; s < 16; ++s) gb[3072 + 16 * s + r] = static_cast<std::byte>(b.scales[s]);
@@ -516,10 +519,7 @@ void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
 template <int C, bool kPf>
 void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side,
                size_t ss, __mmask16 mask, float* y, int64_t ys) {
-  const __m512i m4 = _mm512_set1_epi8(15);
-  const __m512i m2lo = _mm512_set1_epi8(0x03);
-  const __m512i m2mid = _mm512_set1_epi8(0x0c);
-  const __m512i m2hi = _mm512_set1_epi8(0x30);
+  const __m512i m63 = _mm512_set1_epi8(63), top = _mm512_set1_epi8(static_cast<char>(0xc0));
   __m512 acc[C];
   #pragma GCC unroll 4
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
@@ -539,23 +539,29 @@ void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
         #pragma GCC unroll 4
         for (int c = 0; c < C; ++c) t[qi][c] = bcast_i32(sb + c * ss + 4 * (8 * h + 2 * qi + kk));
       }
+      // Quarter 3's quants go in times 4 (v[3] below): its sums start at 4x the side data and
+      // are shifted back after the dot products (exact: every term is a multiple of 4).
+      #pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) t[3][c] = _mm512_slli_epi32(t[3][c], 2);
       #pragma GCC unroll 4
       for (int k = 4 * kk; k < 4 * kk + 4; ++k) {
         const std::byte* q = gb + (8 * h + k) * 192;
-        __m512i la = load512(q), lb = load512(q + 64), hb = load512(q + 128);
-        // Each line loaded once into a register (folded into every op that uses it, the
-        // compiler loaded hb four times and la, lb twice: the load ports, not the ALUs, set
-        // this tile's pace), and (A & m4) | C as one vpternlogd (0xea).
-        asm("" : "+v"(la), "+v"(lb), "+v"(hb));
+        __m512i pv = load512(q), qv = load512(q + 64), rv = load512(q + 128);
+        // Each line loaded once into a register: folded into each op that uses it, the
+        // compiler loads it twice, and the load ports set these tiles' pace.
+        asm("" : "+v"(pv), "+v"(qv), "+v"(rv));
         prefetch_ahead<kPf>(q);
         prefetch_ahead<kPf>(q + 64);
         prefetch_ahead<kPf>(q + 128);
         __m512i v[4];
-        v[0] = _mm512_ternarylogic_epi32(la, m4, _mm512_slli_epi16(_mm512_and_si512(hb, m2lo), 4), 0xea);
-        v[1] = _mm512_ternarylogic_epi32(lb, m4, _mm512_slli_epi16(_mm512_and_si512(hb, m2mid), 2), 0xea);
-        v[2] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(la, 4), m4, _mm512_and_si512(hb, m2hi), 0xea);
-        v[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(lb, 4), m4, _mm512_and_si512(_mm512_srli_epi16(hb, 2), m2hi),
-                                         0xea);
+        v[0] = _mm512_and_si512(pv, m63);
+        v[1] = _mm512_and_si512(qv, m63);
+        v[2] = _mm512_and_si512(rv, m63);
+        // 4 * q3 (at most 252): P's top pair in place, Q's and R's moved down by 2 and 4
+        // (masked first, so the 16-bit shifts carry nothing across bytes); three-way or
+        // as one vpternlogd (0xfe).
+        v[3] = _mm512_ternarylogic_epi32(_mm512_and_si512(pv, top), _mm512_srli_epi16(_mm512_and_si512(qv, top), 2),
+                                         _mm512_srli_epi16(_mm512_and_si512(rv, top), 4), 0xfe);
         const std::byte* xq = xb + offsetof(BlockQ8_K, qs) + 128 * h + 4 * k;
         #pragma GCC unroll 4
         for (int qi = 0; qi < 4; ++qi) {
@@ -563,6 +569,8 @@ void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
           for (int c = 0; c < C; ++c) t[qi][c] = dpbusd_bcast(t[qi][c], v[qi], xq + c * xs + 32 * qi);
         }
       }
+      #pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) t[3][c] = _mm512_srai_epi32(t[3][c], 2);
       #pragma GCC unroll 4
       for (int qi = 0; qi < 4; ++qi) {
         if (qi < 2 && 2 * hk + qi < 5) prefetch_ahead<kPf>(gb + 3072 + 64 * (2 * hk + qi));  // scales, d: 288 bytes
@@ -712,7 +720,7 @@ void mm_q5_k_avx512_interleaved(MatmulKernels& mk) {
                     &pack_q4_k<BlockQ5_K>, &gemm_groups<kQkK, kQ5_KGroupBlock, 4, TileKind::kQ5_K>};
 }
 void mm_q6_k_avx512_interleaved(MatmulKernels& mk) {
-  mk.interleaved = {"q6_Kx16", kRows, &group_bytes<kQ6_KGroupBlock, kQkK>, &q6_k_side_bytes, &prepare_side_q6_k,
+  mk.interleaved = {"q6_Kx16p", kRows, &group_bytes<kQ6_KGroupBlock, kQkK>, &q6_k_side_bytes, &prepare_side_q6_k,
                     &pack_q6_k, &gemm_groups<kQkK, kQ6_KGroupBlock, 4, TileKind::kQ6_K>};
 }
 void mm_iq4_xs_avx512_interleaved(MatmulKernels& mk) {

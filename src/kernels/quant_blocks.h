@@ -123,6 +123,19 @@ struct BlockQ6_K {
 };
 static_assert(sizeof(BlockQ6_K) == 210);
 
+// The interleaved q6_K layouts' bytes P, Q, R (q6_Kx8p, q6_Kx16p) for element e (0..31) of
+// the four quarters of half h: with q0..q3 the 6-bit quants (0..63) of elements 128h + 32qi
+// + e, P = q0 | (q3 >> 4) << 6, Q = q1 | ((q3 >> 2) & 3) << 6, R = q2 | (q3 & 3) << 6.
+// Three quarters come out with one AND (& 63); q3 from the three top bit pairs.
+inline void q6_k_pqr(const BlockQ6_K& b, int h, int e, uint8_t pqr[3]) {
+  const uint8_t la = b.ql[64 * h + e], lb = b.ql[64 * h + 32 + e], hb = b.qh[32 * h + e];
+  const int q0 = (la & 15) | (hb & 3) << 4, q1 = (lb & 15) | ((hb >> 2) & 3) << 4;
+  const int q2 = (la >> 4) | ((hb >> 4) & 3) << 4, q3 = (lb >> 4) | ((hb >> 6) & 3) << 4;
+  pqr[0] = static_cast<uint8_t>(q0 | (q3 >> 4) << 6);
+  pqr[1] = static_cast<uint8_t>(q1 | ((q3 >> 2) & 3) << 6);
+  pqr[2] = static_cast<uint8_t>(q2 | (q3 & 3) << 6);
+}
+
 // q8_K (activations for the K formats): x[i] = d * qs[i]; bsums[j] = sum(qs[16j .. 16j+15])
 struct BlockQ8_K {
   float d;
