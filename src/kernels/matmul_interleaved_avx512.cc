@@ -71,11 +71,15 @@ namespace {
 //   [s = 0..7][r] u8    sc[s]                                                      128
 //   [s = 0..7][r] u8    m[s]                                                       128
 //   [r] f16 d, [r] f16 dmin                                                         64
-// q5_K "q5_Kx16", 2880 bytes per 256 elements: q4_Kx16 with the fifth bits first
-//   [k = 0..7][r] u32   qh[4k .. 4k+3] of row r: bit 2c of byte b is element 64c + 4k + b's
-//                       fifth bit, bit 2c + 1 element 64c + 32 + 4k + b's                 512
+// q5_K "q5_Kx16m", 2880 bytes per 256 elements: q4_Kx16 with the fifth bits first
+//   [c = 0..3][k = 0..7] u64 lo, u64 hi   bit 4r + b of lo (hi): the fifth bit of the low
+//                       (high) nibble's element in byte 4r + b of quant line (c, k), i.e.
+//                       element 64c + 4k + b (64c + 32 + 4k + b) of row r                 512
 //   [c = 0..3][k = 0..7][r] u32  qs[32c + 4k ..] of row r, as q4_Kx16                   2048
 //   [s = 0..7][r] u8 sc[s], [s][r] u8 m[s], [r] f16 d, [r] f16 dmin, as q4_Kx16            320
+//   Each mask goes straight into a mask register (kmovq) and adds 16 to its line's bytes
+//   under it: 5 vector ops for a line's 128 quants where the "q5_Kx16" layout of sessions
+//   14-21 (GGUF's qh dwords per row) took 7 (a shift and a mask per fifth bit).
 //   The fifth bits lead because the compiler hoists their 8 loads to the start of a block:
 //   with them after the quants (session 14's layout) every block's first reads jumped 2 KiB
 //   ahead and then back, the hardware prefetchers lost the stream, and one-column decode out
@@ -196,12 +200,22 @@ void pack_q4_k(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, s
   constexpr size_t kQh = kQ5 ? 512 : 0;
   pack_groups<Block, kQ5 ? kQ5_KGroupBlock : kQ4_KGroupBlock, kQkK>(
       n, w, w_stride, n_rows, dst, [](const Block* const* rows, int64_t ib, std::byte* gb) {
+        if constexpr (kQ5) std::memset(gb, 0, kQh);  // the masks are ORed together below
         for (int r = 0; r < kRows; ++r) {
           const Block& b = rows[r][ib];
           for (int c = 0; c < 4; ++c)
             for (int k = 0; k < 8; ++k) put_u32(gb + kQh + (8 * c + k) * 64 + 4 * r, b.qs + 32 * c + 4 * k);
           if constexpr (kQ5) {
-            for (int k = 0; k < 8; ++k) put_u32(gb + k * 64 + 4 * r, b.qh + 4 * k);
+            // Bit 4r + j of the (c, k) masks: byte 4r + j of quant line (c, k), qh[4k + j]'s
+            // bit 2c (low nibble's element) and 2c + 1 (high nibble's).
+            for (int c = 0; c < 4; ++c)
+              for (int k = 0; k < 8; ++k)
+                for (int j = 0; j < 4; ++j)
+                  for (int hi = 0; hi < 2; ++hi) {
+                    const int bit = 4 * r + j;
+                    if ((b.qh[4 * k + j] >> (2 * c + hi)) & 1)
+                      gb[(8 * c + k) * 16 + 8 * hi + bit / 8] |= static_cast<std::byte>(1 << (bit % 8));
+                  }
           }
           uint8_t sc[8], mn[8];
           unpack_q4_k_scales(b.scales, sc, mn);
@@ -427,7 +441,7 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
 
 // q4_K: acc += (d_x * d_w) * (float)sumi, acc_m += (-d_x * dmin_w) * (float)summ per block,
 // result acc + acc_m; sumi = sum_s sc[s] * (q . q8 over s), summ = sum_s m[s] * bsum[s].
-// q5_K (kQ5): each quant byte gets its fifth bit at bit 4 (see the step below).
+// q5_K (kQ5): 16 added to each quant byte whose fifth bit is set (the layout's byte masks).
 template <bool kQ5, int C, bool kPf>
 void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side,
                size_t ss, __mmask16 mask, float* y, int64_t ys) {
@@ -462,29 +476,17 @@ void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
           lo = _mm512_and_si512(q, m4);
           hi = _mm512_andnot_si512(m4, q);
         } else {
-          __m512i h = load512(gb + 64 * k);
-          asm("" : "+v"(h));
-          if (cc == 0) prefetch_ahead<kPf>(gb + 64 * k);
-          if constexpr (C == 1) {
-            // (nibble & 15) | (fifth bit at bit 4): the bit (2cc or 2cc + 1 of each qh byte)
-            // shifted into place and masked, the or with the masked nibble one vpternlogd
-            // (0xea: (A & B) | C); shifts in 32-bit lanes of at most 4, so bit 4 of every
-            // byte comes from the same byte. cc is a constant here (the steps are written
-            // out); in the wider tiles' loop it is not, and the shift's direction with it,
-            // so they add 16 under a mask (vptestmb) instead.
-            const auto bit4 = [&](int from) {
-              const __m512i t = from <= 4 ? _mm512_slli_epi32(h, 4 - from) : _mm512_srli_epi32(h, from - 4);
-              return _mm512_and_si512(t, m16);
-            };
-            lo = _mm512_ternarylogic_epi32(q, m4, bit4(2 * cc), 0xea);
-            hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(q, 4), m4, bit4(2 * cc + 1), 0xea);
-          } else {
-            const __m512i bit_lo = _mm512_set1_epi8(static_cast<char>(1 << (2 * cc)));
-            const __m512i bit_hi = _mm512_set1_epi8(static_cast<char>(2 << (2 * cc)));
-            lo = _mm512_mask_add_epi8(_mm512_and_si512(q, m4), _mm512_test_epi8_mask(h, bit_lo), _mm512_and_si512(q, m4), m16);
-            hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-            hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(h, bit_hi), hi, m16);
-          }
+          // The fifth bits as two byte masks (lo, hi) read straight into mask registers:
+          // 16 added under each (vpaddb with merge masking).
+          const std::byte* hm = gb + (8 * cc + k) * 16;
+          if (k % 4 == 0) prefetch_ahead<kPf>(hm);
+          __mmask64 klo, khi;
+          std::memcpy(&klo, hm, 8);
+          std::memcpy(&khi, hm + 8, 8);
+          lo = _mm512_and_si512(q, m4);
+          lo = _mm512_mask_add_epi8(lo, klo, lo, m16);
+          hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+          hi = _mm512_mask_add_epi8(hi, khi, hi, m16);
         }
         #pragma GCC unroll 4
         for (int c = 0; c < C; ++c) {
@@ -716,7 +718,7 @@ void mm_q4_k_avx512_interleaved(MatmulKernels& mk) {
                     &pack_q4_k<BlockQ4_K>, &gemm_groups<kQkK, kQ4_KGroupBlock, 4, TileKind::kQ4_K>};
 }
 void mm_q5_k_avx512_interleaved(MatmulKernels& mk) {
-  mk.interleaved = {"q5_Kx16", kRows, &group_bytes<kQ5_KGroupBlock, kQkK>, &q4_k_side_bytes, &prepare_side_q4_k,
+  mk.interleaved = {"q5_Kx16m", kRows, &group_bytes<kQ5_KGroupBlock, kQkK>, &q4_k_side_bytes, &prepare_side_q4_k,
                     &pack_q4_k<BlockQ5_K>, &gemm_groups<kQkK, kQ5_KGroupBlock, 4, TileKind::kQ5_K>};
 }
 void mm_q6_k_avx512_interleaved(MatmulKernels& mk) {
