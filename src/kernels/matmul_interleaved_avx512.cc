@@ -71,20 +71,21 @@ namespace {
 //   [s = 0..7][r] u8    sc[s]                                                      128
 //   [s = 0..7][r] u8    m[s]                                                       128
 //   [r] f16 d, [r] f16 dmin                                                         64
-// q5_K "q5_Kx16m", 2880 bytes per 256 elements: q4_Kx16 with the fifth bits first
-//   [c = 0..3][k = 0..7] u64 lo, u64 hi   bit 4r + b of lo (hi): the fifth bit of the low
-//                       (high) nibble's element in byte 4r + b of quant line (c, k), i.e.
-//                       element 64c + 4k + b (64c + 32 + 4k + b) of row r                 512
-//   [c = 0..3][k = 0..7][r] u32  qs[32c + 4k ..] of row r, as q4_Kx16                   2048
-//   [s = 0..7][r] u8 sc[s], [s][r] u8 m[s], [r] f16 d, [r] f16 dmin, as q4_Kx16            320
-//   Each mask goes straight into a mask register (kmovq) and adds 16 to its line's bytes
-//   under it: 5 vector ops for a line's 128 quants where the "q5_Kx16" layout of sessions
-//   14-21 (GGUF's qh dwords per row) took 7 (a shift and a mask per fifth bit).
-//   The fifth bits lead because the compiler hoists their 8 loads to the start of a block:
-//   with them after the quants (session 14's layout) every block's first reads jumped 2 KiB
-//   ahead and then back, the hardware prefetchers lost the stream, and one-column decode out
-//   of cache ran at half the AVX2 q5_Kx8 speed (8192 x 8192, 1 thread: 4.3 ms against 2.0;
-//   qh first: 1.5 ms).
+// q5_K "q5_Kx16s", 2880 bytes per 256 elements: q4_Kx16's quants in four sections, each
+//   led by the fifth bits of its 32 lines as masks
+//   [c = 0..3] { [k = 0..7] u64 lo, u64 hi                                           128
+//                [k = 0..7][r] u32  qs[32c + 4k ..] of row r, as q4_Kx16 }           512
+//   [s = 0..7][r] u8 sc[s], [s][r] u8 m[s], [r] f16 d, [r] f16 dmin, as q4_Kx16          320
+//   Bit 4r + b of lo (hi): the fifth bit of the low (high) nibble's element in byte 4r + b
+//   of quant line (c, k), i.e. element 64c + 4k + b (64c + 32 + 4k + b) of row r. Each
+//   mask goes straight into a mask register (kmovq) and adds 16 to its line's bytes under
+//   it: 5 vector ops for a line's 128 quants where the "q5_Kx16" layout of sessions 14-21
+//   (GGUF's qh dwords per row, all 512 bytes in front) took 7. The masks sit in front of
+//   their own section, so a block is read front to back: with all of them in front (this
+//   layout's first form) each section's masks were a jump back, and one-column decode out
+//   of cache fell to 0.6-0.8x of the previous layout's (llama-3.2-1b Q5_K_M, 2 threads);
+//   the same applied to the fifth bits of session 14's q5_Kx16, placed after the quants
+//   (8192 x 8192, 1 thread: 4.3 ms against 1.5 with them in front).
 // q6_K "q6_Kx16p", 3360 bytes per 256 elements:
 //   [h = 0..1][k = 0..7] { [r] u32 P, [r] u32 Q, [r] u32 R }                          3072
 //   [s = 0..15][r] i8   scales[s]                                                  256
@@ -193,18 +194,19 @@ void pack_q5(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std
       });
 }
 
-// q4_Kx16 (Block = BlockQ4_K) or q5_Kx16 (BlockQ5_K: kQh bytes of fifth bits, then q4_Kx16's).
+// q4_Kx16 (Block = BlockQ4_K) or q5_Kx16s (BlockQ5_K: four sections of fifth-bit masks and quants).
 template <typename Block>
 void pack_q4_k(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* dst) {
   constexpr bool kQ5 = std::is_same_v<Block, BlockQ5_K>;
   constexpr size_t kQh = kQ5 ? 512 : 0;
   pack_groups<Block, kQ5 ? kQ5_KGroupBlock : kQ4_KGroupBlock, kQkK>(
       n, w, w_stride, n_rows, dst, [](const Block* const* rows, int64_t ib, std::byte* gb) {
-        if constexpr (kQ5) std::memset(gb, 0, kQh);  // the masks are ORed together below
+        if constexpr (kQ5)  // the masks are ORed together below
+          for (int c = 0; c < 4; ++c) std::memset(gb + 640 * c, 0, 128);
         for (int r = 0; r < kRows; ++r) {
           const Block& b = rows[r][ib];
           for (int c = 0; c < 4; ++c)
-            for (int k = 0; k < 8; ++k) put_u32(gb + kQh + (8 * c + k) * 64 + 4 * r, b.qs + 32 * c + 4 * k);
+            for (int k = 0; k < 8; ++k) put_u32(gb + (kQ5 ? 640 * c + 128 : 512 * c) + 64 * k + 4 * r, b.qs + 32 * c + 4 * k);
           if constexpr (kQ5) {
             // Bit 4r + j of the (c, k) masks: byte 4r + j of quant line (c, k), qh[4k + j]'s
             // bit 2c (low nibble's element) and 2c + 1 (high nibble's).
@@ -214,7 +216,7 @@ void pack_q4_k(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, s
                   for (int hi = 0; hi < 2; ++hi) {
                     const int bit = 4 * r + j;
                     if ((b.qh[4 * k + j] >> (2 * c + hi)) & 1)
-                      gb[(8 * c + k) * 16 + 8 * hi + bit / 8] |= static_cast<std::byte>(1 << (bit % 8));
+                      gb[640 * c + 16 * k + 8 * hi + bit / 8] |= static_cast<std::byte>(1 << (bit % 8));
                   }
           }
           uint8_t sc[8], mn[8];
@@ -445,7 +447,7 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
 template <bool kQ5, int C, bool kPf>
 void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side,
                size_t ss, __mmask16 mask, float* y, int64_t ys) {
-  constexpr size_t kQh = kQ5 ? 512 : 0;  // the fifth bits come first
+  constexpr size_t kQh = kQ5 ? 512 : 0;  // the fifth bits' masks (in the quant sections)
   constexpr size_t kGroupBlock = kQ5 ? kQ5_KGroupBlock : kQ4_KGroupBlock;
   const __m512i m4 = _mm512_set1_epi8(15), m16 = _mm512_set1_epi8(16);
   __m512 acc[C], acc_m[C];
@@ -464,8 +466,9 @@ void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
       const std::byte* xq = xb + offsetof(BlockQ8_K, qs) + 64 * cc;
       #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) {
-        __m512i q = load512(gb + kQh + (8 * cc + k) * 64);
-        prefetch_ahead<kPf>(gb + kQh + (8 * cc + k) * 64);
+        const std::byte* qline = gb + (kQ5 ? 640 * cc + 128 + 64 * k : 512 * cc + 64 * k);
+        __m512i q = load512(qline);
+        prefetch_ahead<kPf>(qline);
         // One load in a register: folded into each op that uses it, the compiler loads the
         // line twice, and the load ports are what these tiles wait on.
         asm("" : "+v"(q));
@@ -478,7 +481,7 @@ void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
         } else {
           // The fifth bits as two byte masks (lo, hi) read straight into mask registers:
           // 16 added under each (vpaddb with merge masking).
-          const std::byte* hm = gb + (8 * cc + k) * 16;
+          const std::byte* hm = gb + 640 * cc + 16 * k;
           if (k % 4 == 0) prefetch_ahead<kPf>(hm);
           __mmask64 klo, khi;
           std::memcpy(&klo, hm, 8);
@@ -718,7 +721,7 @@ void mm_q4_k_avx512_interleaved(MatmulKernels& mk) {
                     &pack_q4_k<BlockQ4_K>, &gemm_groups<kQkK, kQ4_KGroupBlock, 4, TileKind::kQ4_K>};
 }
 void mm_q5_k_avx512_interleaved(MatmulKernels& mk) {
-  mk.interleaved = {"q5_Kx16m", kRows, &group_bytes<kQ5_KGroupBlock, kQkK>, &q4_k_side_bytes, &prepare_side_q4_k,
+  mk.interleaved = {"q5_Kx16s", kRows, &group_bytes<kQ5_KGroupBlock, kQkK>, &q4_k_side_bytes, &prepare_side_q4_k,
                     &pack_q4_k<BlockQ5_K>, &gemm_groups<kQkK, kQ5_KGroupBlock, 4, TileKind::kQ5_K>};
 }
 void mm_q6_k_avx512_interleaved(MatmulKernels& mk) {
