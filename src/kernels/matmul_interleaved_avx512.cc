@@ -388,6 +388,14 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
     #pragma GCC unroll 16
     for (size_t off = 0; off < kGroupBlock; off += 64) prefetch_ahead<kPf>(gb + off);  // 5, 6 or 9 lines
     const std::byte* xb = x + ib * sizeof(Act) + offsetof(Act, qs);
+    // The embedded-broadcast dot product (dpbusd_bcast) but in the one-column q8_0 / q5_0 /
+    // q5_1 tiles, which streamed their groups from memory 8-16% slower with it than with a
+    // separate vpbroadcastd (2 threads, 150-290 MB, alternating with a plain read of the same
+    // bytes; q4_0 / q4_1 level, and in the L2 all faster: docs/perf.md, session 22).
+    const auto dot = [](__m512i acc, __m512i w, const std::byte* p) __attribute__((always_inline)) {
+      if constexpr (C == 1 && kBits != 4) return _mm512_dpbusd_epi32(acc, w, bcast_i32(p));
+      else return dpbusd_bcast(acc, w, p);
+    };
     __m512i s[C];
     #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) s[c] = kMin ? _mm512_setzero_si512() : bcast_i32(side + c * ss + ib * 8 + 4);
@@ -407,16 +415,15 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
           hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
         } else {
           // (q & 15) | (fifth bits & 16): vpternlogd 0xea is (A & B) | C.
-          __m512i h = load512(gb + 256);
-          asm("" : "+v"(h));
+          const __m512i h = load512(gb + 256);
           lo = _mm512_ternarylogic_epi32(q, m4, _mm512_and_si512(_mm512_slli_epi32(h, 4 - k), m16), 0xea);
           hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(q, 4), m4, _mm512_and_si512(_mm512_srli_epi32(h, k), m16),
                                          0xea);
         }
         #pragma GCC unroll 8
         for (int c = 0; c < C; ++c) {
-          s[c] = dpbusd_bcast(s[c], lo, xb + c * xs + 4 * k);
-          s_hi[c] = dpbusd_bcast(s_hi[c], hi, xb + c * xs + 16 + 4 * k);
+          s[c] = dot(s[c], lo, xb + c * xs + 4 * k);
+          s_hi[c] = dot(s_hi[c], hi, xb + c * xs + 16 + 4 * k);
         }
       }
       #pragma GCC unroll 8
@@ -426,7 +433,7 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
       for (int g = 0; g < 8; ++g) {
         const __m512i q = load512(gb + 64 * g);
         #pragma GCC unroll 8
-        for (int c = 0; c < C; ++c) s[c] = dpbusd_bcast(s[c], q, xb + c * xs + 4 * g);
+        for (int c = 0; c < C; ++c) s[c] = dot(s[c], q, xb + c * xs + 4 * g);
       }
     }
     add_q8_block<C>(acc, side + ib * 8, ss, _mm512_cvtph_ps(load256(gb + kScales)), s);
