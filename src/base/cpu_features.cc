@@ -38,6 +38,7 @@ CpuFeatures detect() {
     f.avx512bw = (b & (1u << 30)) && os_avx512;
     f.avx512vl = (b & (1u << 31)) && os_avx512;
     f.avx512vnni = (c & (1u << 11)) && os_avx512;
+    f.avx512vbmi = (c & (1u << 1)) && os_avx512;
     __cpuid_count(7, 1, a, b, c, d);
     f.avx_vnni = (a & (1u << 4)) && os_avx;
     f.avx512bf16 = (a & (1u << 5)) && os_avx512;
@@ -71,6 +72,7 @@ std::string CpuFeatures::describe() const {
   add(avx512dq, "avx512dq");
   add(avx512vnni, "avx512vnni");
   add(avx512bf16, "avx512bf16");
+  add(avx512vbmi, "avx512vbmi");
   add(avx_vnni, "avxvnni");
   return s.empty() ? "baseline x86-64" : s;
 }

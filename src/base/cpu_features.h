@@ -19,6 +19,7 @@ struct CpuFeatures {
   bool avx512dq = false;
   bool avx512vnni = false;
   bool avx512bf16 = false;
+  bool avx512vbmi = false;
   bool avx_vnni = false;
 
   bool has_avx2_fma() const { return avx2 && fma && f16c; }

@@ -62,6 +62,7 @@ void mm_q4_k_avx512_interleaved(MatmulKernels& mk);
 void mm_q5_k_avx512_interleaved(MatmulKernels& mk);
 void mm_q6_k_avx512_interleaved(MatmulKernels& mk);
 void mm_iq4_xs_avx512_interleaved(MatmulKernels& mk);
+void mm_iq4_xs_avx512vbmi_interleaved(MatmulKernels& mk);  // call only where the CPU has AVX512_VBMI
 
 // kernels_iq_avx512.cc (AVX-512 VNNI): the 256-element i-quants' prefill panels
 void mm_iq4_xs_avx512(MatmulKernels& mk);

@@ -20,14 +20,17 @@ const KernelTable& avx2_table() {
   return kTable;
 }
 
+KernelTable make_avx512_table(IsaLevel level) {
+  KernelTable t = make_reference_kernel_table();
+  override_kernels_avx2(t);  // entries without an AVX-512 version keep the AVX2 one
+  override_kernels_avx512(t, cpu_features().avx512bf16);
+  fill_matmul_kernels(t, level);
+  return t;
+}
+
 const KernelTable& avx512_table() {
-  static const KernelTable kTable = [] {
-    KernelTable t = make_reference_kernel_table();
-    override_kernels_avx2(t);  // entries without an AVX-512 version keep the AVX2 one
-    override_kernels_avx512(t, cpu_features().avx512bf16);
-    fill_matmul_kernels(t, IsaLevel::kAvx512);
-    return t;
-  }();
+  static const KernelTable kTable =
+      make_avx512_table(cpu_features().avx512vbmi ? IsaLevel::kAvx512Vbmi : IsaLevel::kAvx512);
   return kTable;
 }
 
@@ -59,6 +62,16 @@ std::span<const KernelTable* const> available_kernel_tables() {
   return {kList.tables, kList.n};
 }
 
+const KernelTable* avx512_table_without_vbmi() {
+  static const KernelTable* const kTable = []() -> const KernelTable* {
+    const CpuFeatures& f = cpu_features();
+    if (!f.has_avx512_vnni() || !f.avx512vbmi) return nullptr;
+    static const KernelTable t = make_avx512_table(IsaLevel::kAvx512);
+    return &t;
+  }();
+  return kTable;
+}
+
 const KernelTable& best_kernel_table() { return *available_kernel_tables().back(); }
 
 std::string_view kernel_table_name(const KernelTable& table) { return table.name; }
@@ -73,6 +86,7 @@ const MatmulKernels* find_matmul_kernels(const KernelTable& table, DType w_dtype
 // the activation type's own row's, at the same level.
 void fill_matmul_kernels(KernelTable& t, IsaLevel level) {
   const bool avx2 = level >= IsaLevel::kAvx2, avx512 = level >= IsaLevel::kAvx512;
+  const bool vbmi = level >= IsaLevel::kAvx512Vbmi;
   std::array<QuantizeRowFn, kDTypeIdLimit> quantize_act{};
   for (const TypeRow& row : type_rows()) {
     QuantizeRowFn q = row.as_act.scalar;
@@ -92,6 +106,7 @@ void fill_matmul_kernels(KernelTable& t, IsaLevel level) {
     if (avx2 && row.matmul.avx2) row.matmul.avx2(mk);
     if (avx512 && row.matmul.avx512) row.matmul.avx512(mk);
     if (avx512 && row.matmul.avx512_interleaved) row.matmul.avx512_interleaved(mk);
+    if (vbmi && row.matmul.avx512vbmi_interleaved) row.matmul.avx512vbmi_interleaved(mk);
     t.mm[dtype_index(row.dtype)] = mk;
   }
 }

@@ -236,12 +236,17 @@ const MatmulKernels* find_matmul_kernels(const KernelTable& table, DType w_dtype
 // benchmarks).
 std::span<const KernelTable* const> available_kernel_tables();
 
-// ISA levels of the tables, each building on the one below.
-enum class IsaLevel : uint8_t { kScalar, kAvx2, kAvx512 };
+// ISA levels of the tables, each building on the one below. kAvx512Vbmi is the AVX-512
+// table on a CPU that also has AVX512_VBMI (Ice Lake, Zen 4 and later; not Skylake-SP /
+// Cascade Lake): the same table with the few kernels that use vpermb.
+enum class IsaLevel : uint8_t { kScalar, kAvx2, kAvx512, kAvx512Vbmi };
 
 // The matmul entries (mm) of a table at `level`, from the type table's rows
 // (kernel_table.cc).
 void fill_matmul_kernels(KernelTable& table, IsaLevel level);
+// The AVX-512 table filled at IsaLevel::kAvx512 even where the CPU has VBMI (null where the
+// CPU has no AVX-512 table or no VBMI): what a CPU without VBMI runs, for the parity tests.
+const KernelTable* avx512_table_without_vbmi();
 // The scalar reference row ops (kernels_ref.cc).
 KernelTable make_reference_kernel_table();
 // Per-ISA overrides of the row ops, each defined in its own translation unit. Call only when

@@ -600,10 +600,19 @@ void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
 // over sub-block c), the values v looked up from the codes as v + 128 (vpshufb), each
 // sub-block's dot starting at the side data's -128 * bsum[c]; two chains per column (low,
 // high nibbles) as tile_q8's. The reference's kScaleMul is 1.
-template <int C, bool kPf>
+// kVbmi (the CPU has AVX512_VBMI): the lookups by vpermb over the 16 values repeated four
+// times, which reads the low 6 bits of each index byte, so neither nibble needs its AND
+// (vpshufb zeroes a byte whose index has bit 7 set): 1.13x in the L2 (docs/perf.md, session
+// 22). vpermb is written as inline asm so that this file keeps the AVX-512 table's flags.
+template <int C, bool kPf, bool kVbmi = false>
 void tile_iq4_xs(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side,
                  size_t ss, __mmask16 mask, float* y, int64_t ys) {
   const __m512i m4 = _mm512_set1_epi8(15);
+  const auto lookup = [](__m512i table, __m512i idx) __attribute__((always_inline)) {
+    __m512i v;
+    asm("vpermb %2, %1, %0" : "=v"(v) : "v"(idx), "v"(table));
+    return v;
+  };
   const __m512i table = _mm512_xor_si512(_mm512_broadcast_i32x4(load128(kIq4nlValues)),
                                          _mm512_set1_epi8(static_cast<char>(0x80)));
   __m512 acc[C];
@@ -628,8 +637,14 @@ void tile_iq4_xs(int64_t nb, const std::byte* group, const std::byte* x, size_t 
         __m512i q = load512(gb + (4 * sb + k) * 64);
         asm("" : "+v"(q));
         prefetch_ahead<kPf>(gb + (4 * sb + k) * 64);
-        const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(q, m4));
-        const __m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+        __m512i lo, hi;
+        if constexpr (kVbmi) {
+          lo = lookup(table, q);
+          hi = lookup(table, _mm512_srli_epi16(q, 4));
+        } else {
+          lo = _mm512_shuffle_epi8(table, _mm512_and_si512(q, m4));
+          hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+        }
         #pragma GCC unroll 4
         for (int c = 0; c < C; ++c) {
           t[c] = dpbusd_bcast(t[c], lo, xq + c * xs + 4 * k);
@@ -646,7 +661,7 @@ void tile_iq4_xs(int64_t nb, const std::byte* group, const std::byte* x, size_t 
   store_cols<C>(acc, nullptr, mask, y, ys);
 }
 
-enum class TileKind { kQ8_0, kQ4_0, kQ5_0, kQ4_1, kQ5_1, kQ4_K, kQ5_K, kIQ4_XS, kQ6_K };
+enum class TileKind { kQ8_0, kQ4_0, kQ5_0, kQ4_1, kQ5_1, kQ4_K, kQ5_K, kIQ4_XS, kIQ4_XSVbmi, kQ6_K };
 
 // The tiles of one kind, C columns; kPf: prefetch the weights (tiles that stream them from
 // memory, see gemm_groups).
@@ -664,6 +679,7 @@ struct Tiles {
       if constexpr (kKind == TileKind::kQ4_K) tile_q4_k<false, C, kPf>(nb, g, x, xs, s, ss, m, y, ys);
       if constexpr (kKind == TileKind::kQ5_K) tile_q4_k<true, C, kPf>(nb, g, x, xs, s, ss, m, y, ys);
       if constexpr (kKind == TileKind::kIQ4_XS) tile_iq4_xs<C, kPf>(nb, g, x, xs, s, ss, m, y, ys);
+      if constexpr (kKind == TileKind::kIQ4_XSVbmi) tile_iq4_xs<C, kPf, true>(nb, g, x, xs, s, ss, m, y, ys);
       if constexpr (kKind == TileKind::kQ6_K) tile_q6_k<C, kPf>(nb, g, x, xs, s, ss, m, y, ys);
     }
   };
@@ -738,6 +754,10 @@ void mm_q6_k_avx512_interleaved(MatmulKernels& mk) {
 void mm_iq4_xs_avx512_interleaved(MatmulKernels& mk) {
   mk.interleaved = {"iq4_xsx16", kRows, &group_bytes<kIQ4_XSGroupBlock, kQkK>, &iq4_xs_side_bytes,
                     &prepare_side_iq4_xs, &pack_iq4_xs, &gemm_groups<kQkK, kIQ4_XSGroupBlock, 4, TileKind::kIQ4_XS>};
+}
+void mm_iq4_xs_avx512vbmi_interleaved(MatmulKernels& mk) {  // the same layout, vpermb tiles
+  mm_iq4_xs_avx512_interleaved(mk);
+  mk.interleaved.gemm = &gemm_groups<kQkK, kIQ4_XSGroupBlock, 4, TileKind::kIQ4_XSVbmi>;
 }
 
 }  // namespace lumen::kernels

@@ -13,8 +13,9 @@ namespace {
 // The scalar reference matmul of a type: its vec_dot, and gemm tiles made of it.
 template <VecDotFn kVecDot>
 constexpr MatmulIsa scalar_mm(MatmulFillFn avx2 = nullptr, MatmulFillFn avx512 = nullptr,
-                              MatmulFillFn avx512_interleaved = nullptr) {
-  return {kVecDot, &gemm_from_vec_dot<kVecDot>, avx2, avx512, avx512_interleaved};
+                              MatmulFillFn avx512_interleaved = nullptr,
+                              MatmulFillFn avx512vbmi_interleaved = nullptr) {
+  return {kVecDot, &gemm_from_vec_dot<kVecDot>, avx2, avx512, avx512_interleaved, avx512vbmi_interleaved};
 }
 
 // In DType id order. Types absent here: lumen neither reads nor multiplies them.
@@ -111,7 +112,8 @@ constexpr TypeRow kRows[] = {
      .dequantize = &ref::dequantize_row_iq4_xs,
      .act_dtype = DType::kQ8_K,
      .matmul = scalar_mm<&ref::vec_dot_iq4_xs_q8_k>(&mm_iq4_xs_avx2, &mm_iq4_xs_avx512,
-                                                    &mm_iq4_xs_avx512_interleaved)},
+                                                    &mm_iq4_xs_avx512_interleaved,
+                                                    &mm_iq4_xs_avx512vbmi_interleaved)},
     {.dtype = DType::kIQ1_M,
      .dequantize = &ref::dequantize_row_iq1_m,
      .act_dtype = DType::kQ8_K,

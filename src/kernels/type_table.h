@@ -49,6 +49,7 @@ struct MatmulIsa {
   MatmulFillFn avx2 = nullptr;                // AVX2 + FMA + F16C
   MatmulFillFn avx512 = nullptr;              // AVX-512 F/BW/VL/DQ + VNNI: decode, panels
   MatmulFillFn avx512_interleaved = nullptr;  // the interleaved decode layout
+  MatmulFillFn avx512vbmi_interleaved = nullptr;  // its tiles where the CPU also has VBMI
 };
 
 struct ActQuantizers {  // QuantizeRowFn per ISA level; null: the level below's
