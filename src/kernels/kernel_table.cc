@@ -63,13 +63,10 @@ std::span<const KernelTable* const> available_kernel_tables() {
 }
 
 const KernelTable* avx512_table_without_vbmi() {
-  static const KernelTable* const kTable = []() -> const KernelTable* {
-    const CpuFeatures& f = cpu_features();
-    if (!f.has_avx512_vnni() || !f.avx512vbmi) return nullptr;
-    static const KernelTable t = make_avx512_table(IsaLevel::kAvx512);
-    return &t;
-  }();
-  return kTable;
+  const CpuFeatures& f = cpu_features();
+  if (!f.has_avx512_vnni() || !f.avx512vbmi) return nullptr;
+  static const KernelTable kTable = make_avx512_table(IsaLevel::kAvx512);
+  return &kTable;
 }
 
 const KernelTable& best_kernel_table() { return *available_kernel_tables().back(); }

@@ -602,8 +602,8 @@ void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
 // high nibbles) as tile_q8's. The reference's kScaleMul is 1.
 // kVbmi (the CPU has AVX512_VBMI): the lookups by vpermb over the 16 values repeated four
 // times, which reads the low 6 bits of each index byte, so neither nibble needs its AND
-// (vpshufb zeroes a byte whose index has bit 7 set): 1.13x in the L2 (docs/perf.md, session
-// 22). vpermb is written as inline asm so that this file keeps the AVX-512 table's flags.
+// (vpshufb zeroes a byte whose index has bit 7 set): one column in the L2 1.17-1.18x
+// (docs/perf.md, session 22). vpermb is written as inline asm so that this file keeps the AVX-512 table's flags.
 template <int C, bool kPf, bool kVbmi = false>
 void tile_iq4_xs(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side,
                  size_t ss, __mmask16 mask, float* y, int64_t ys) {
