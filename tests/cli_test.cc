@@ -380,6 +380,50 @@ TEST(CliBench, JsonReportsEachTestAndTheBandwidthAroundItsRuns) {
   }
 }
 
+// --membw-every MS: readings inside the tg runs too, after every MS ms of decoding (the
+// tiny model gets them only when asked: it fits in the caches, which a reading flushes).
+// Each run's roof is its stretches' readings weighted by decode time, so it lies within the
+// readings' range, and its % is its GB/s over that roof; the % against the readings at the
+// run's two ends only is reported beside it.
+TEST(CliBench, MembwEveryReadsTheBandwidthInsideTheRuns) {
+  CmdResult r = run_lumen({"bench", "-m", shared(kTiny), "-t", "1", "-p", "0", "-n", "400", "-r", "2", "--membw",
+                           "--membw-every", "2", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json a = nlohmann::json::parse(r.out);
+  ASSERT_EQ(a.size(), 1u) << r.out;
+  const nlohmann::json& j = a[0];
+  SCOPED_TRACE(j.dump());
+  EXPECT_EQ(j["test"], "tg400");
+  const std::vector<double> readings = j["membw_readings_gb_s"].get<std::vector<double>>();
+  const std::vector<double> roofs = j["roof_gb_s_runs"].get<std::vector<double>>();
+  const std::vector<double> runs = j["pct_bandwidth_runs"].get<std::vector<double>>();
+  ASSERT_EQ(roofs.size(), 2u);
+  ASSERT_EQ(runs.size(), 2u);
+  // 400 tokens take well over 4 ms here: at least one reading inside each run.
+  EXPECT_GE(readings.size(), 5u);
+  const double lo = *std::min_element(readings.begin(), readings.end());
+  const double hi = *std::max_element(readings.begin(), readings.end());
+  const double tok_s = j["tok_s"].get<double>(), gb_s = j["gb_s"].get<double>();
+  const double gb_min = j["tok_s_min"].get<double>() * gb_s / tok_s, gb_max = j["tok_s_max"].get<double>() * gb_s / tok_s;
+  for (size_t k = 0; k < 2; ++k) {
+    EXPECT_GE(roofs[k], lo * (1 - 1e-9));
+    EXPECT_LE(roofs[k], hi * (1 + 1e-9));
+    EXPECT_GE(runs[k], 100 * gb_min / roofs[k] * (1 - 1e-9));
+    EXPECT_LE(runs[k], 100 * gb_max / roofs[k] * (1 + 1e-9));
+  }
+  EXPECT_NEAR(j["pct_bandwidth"].get<double>(), (runs[0] + runs[1]) / 2, 1e-9 * runs[0]);
+  EXPECT_GT(j["pct_bandwidth_run_ends"].get<double>(), 0);
+  // The text report says where the readings were taken.
+  r = run_lumen({"bench", "-m", shared(kTiny), "-t", "1", "-p", "0", "-n", "400", "-r", "1", "--membw", "--membw-every", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("of the bandwidth read during its runs"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("after every 2 ms of its decoding"), std::string::npos) << r.out;
+  // Without --membw there is nothing to read.
+  r = run_lumen({"bench", "-m", shared(kTiny), "-t", "1", "-p", "0", "-n", "4", "--membw-every", "2"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--membw-every needs --membw"), std::string::npos) << r.err;
+}
+
 // A tg test's depth is prefilled in batches of --batch-size (default 512), whatever -p is:
 // with -p 0 the batch used to be 1 token, so a depth of 4096 took 4096 decode steps (minutes
 // on qwen2.5-0.5b, for every cache type). The steps are reported per run.

@@ -15,15 +15,17 @@
 // computed again rather than found in the cache.
 // Bytes moved per generated token = weight bytes (every matrix once + one embedding row)
 // + the KV cache read at that depth; dividing by time gives GB/s, compared with the
-// machine's read bandwidth measured in the same process (--membw, STREAM-like) when asked.
-// The bandwidth test runs after the model tests: its 512 MiB buffer must not count in the
-// model's peak RSS (read from VmHWM before it), nor compete with the model for memory.
+// machine's read bandwidth measured in the same process (--membw, STREAM-like) when asked:
+// around every tg run and, every --membw-every ms of decoding, inside it (see run_model),
+// each stretch of decoding set against the readings on either side of it. The bandwidth test's 512 MiB
+// buffer does not count in the peak RSS reported.
 // It reads memory mapped like the weights (2 MiB pages when the weights got them).
 // A hash of the logits of the first generated token proves the kernels computed the same
 // thing as the last run (same kernels table, same model, same random prompt).
 #include "cli/bench_cmd.h"
 
 #include <algorithm>
+#include <functional>
 #include <unistd.h>
 
 #include <cerrno>
@@ -55,23 +57,26 @@ struct TestResult {
   std::string name;     // "pp512", "tg128", "tg128@d4096"
   std::vector<double> tok_s;
   double bytes_per_token = 0;  // tg: weights + average KV read per token
-  // tg with --membw: the bandwidth readings around its runs, run k between readings k and
-  // k + 1 (or one reading for all runs, where they could not be bracketed).
+  // tg with --membw: every bandwidth reading taken for this test, in order (or the one
+  // reading for all runs, where they could not be bracketed).
   std::vector<double> membw_gb_s;
+  // Run k's roof: each stretch of its decoding between two readings against the higher of
+  // the two, weighted by the stretch's decode time (empty: the one reading is the roof).
+  std::vector<double> roof_gb_s_runs = {};
+  // Run k's roof as the higher of the readings just before and just after the whole run.
+  std::vector<double> ends_gb_s_runs = {};
   int64_t n_prompt = 0, n_gen = 0, depth = 0;  // the test's shape (pp: n_prompt; tg: n_gen at depth)
   // tg at depth: each run's prefill of the depth (engine steps, tok/s); not in tok_s.
   std::vector<int64_t> depth_prefill_steps = {};
   std::vector<double> depth_prefill_tok_s = {};
   double median() const;
-  // The roof of run k: the higher of the readings around it.
-  double roof_gb_s(size_t k) const {
-    return membw_gb_s.size() > k + 1 ? std::max(membw_gb_s[k], membw_gb_s[k + 1]) : membw_gb_s.back();
-  }
-  // Each run's GB/s as % of its roof; empty without readings.
-  std::vector<double> pct_runs() const {
+  double roof_gb_s(size_t k) const { return k < roof_gb_s_runs.size() ? roof_gb_s_runs[k] : membw_gb_s.back(); }
+  // Each run's GB/s as % of its roof (or of `roofs`); empty without readings.
+  std::vector<double> pct_runs(const std::vector<double>* roofs = nullptr) const {
     std::vector<double> pct;
-    if (membw_gb_s.empty()) return pct;
-    for (size_t k = 0; k < tok_s.size(); ++k) pct.push_back(100.0 * tok_s[k] * bytes_per_token / 1e9 / roof_gb_s(k));
+    if (membw_gb_s.empty() || (roofs && roofs->size() < tok_s.size())) return pct;
+    for (size_t k = 0; k < tok_s.size(); ++k)
+      pct.push_back(100.0 * tok_s[k] * bytes_per_token / 1e9 / (roofs ? (*roofs)[k] : roof_gb_s(k)));
     return pct;
   }
   double min() const { return *std::min_element(tok_s.begin(), tok_s.end()); }
@@ -97,13 +102,20 @@ std::vector<int32_t> random_tokens(int64_t n, int32_t n_vocab, uint64_t seed) {
 
 struct RunOutcome {
   engine::RequestTimings timings;
+  double decode_ms = 0;        // wall time of the steps after the first token's
+  int64_t n_decode_steps = 0;
   uint64_t logits_hash = 0;
   int64_t n_steps_prompt = 0;  // engine steps until the first token was sampled (the prefill)
   bool ok = false;
   std::string error;
 };
 
-RunOutcome run_request(engine::Engine& eng, std::vector<int32_t> prompt, int32_t max_tokens) {
+// Called between two decode steps with the decode time so far (RunOutcome::decode_ms); its
+// own time is not decode time.
+using DecodePause = std::function<void(double decode_ms)>;
+
+RunOutcome run_request(engine::Engine& eng, std::vector<int32_t> prompt, int32_t max_tokens,
+                       const DecodePause& pause = nullptr) {
   RunOutcome out;
   engine::Request req;
   req.prompt_ids = std::move(prompt);
@@ -118,11 +130,18 @@ RunOutcome run_request(engine::Engine& eng, std::vector<int32_t> prompt, int32_t
   }
   bool first_token = false;
   while (eng.has_work()) {
+    const bool decoding = first_token;
     if (!first_token) ++out.n_steps_prompt;
+    const double t0 = now_ms();
     for (engine::RequestEvent& ev : eng.step()) {
       if (!ev.new_token_ids.empty()) first_token = true;
       if (ev.logits_hash) out.logits_hash = ev.logits_hash;
       if (ev.finish_reason == engine::FinishReason::kError) out.error = ev.error;
+    }
+    if (decoding) {
+      out.decode_ms += now_ms() - t0;
+      ++out.n_decode_steps;
+      if (pause && eng.has_work()) pause(out.decode_ms);
     }
   }
   out.timings = eng.timings(*id).value_or(engine::RequestTimings{});
@@ -191,6 +210,8 @@ struct BenchPlan {
   std::vector<std::string> models;
   std::vector<int64_t> n_prompts, n_gens, depths, threads;
   int64_t reps = 3;
+  int64_t membw_every_ms = 250;  // with --membw: a reading after this much decoding inside a tg run (0: none)
+  bool membw_every_given = false;  // --membw-every was given: also for models that fit in a cache
   bool want_membw = false;
   bool vs_roofline = false;
   // A bar over all the runs on a terminal (stderr); null elsewhere.
@@ -281,26 +302,41 @@ bool run_model(const ArgParser& args, const BenchPlan& plan, const std::string& 
   if (!warm.ok) error = warm.error;
   const bool weights_huge = weights_on_huge_pages(eng->model().weights());
 
-  // --- memory bandwidth, same process, same threads, around every tg run ---
-  // The machine's bandwidth moves between levels (about 50 and 80 GB/s here) for minutes at
-  // a time, whatever runs, so a reading taken once, before or after the tests, can describe
-  // another level than the one a run streamed at. Each tg run is bracketed by readings
-  // (consecutive runs share the one between them) and its GB/s is divided by the higher of
-  // its two; a test's % is the median over its runs. Each reading's 512 MiB buffer would
-  // count in the peak RSS, so the peak is reset after every reading and the highest peak
-  // between readings is kept; where the kernel does not allow the reset, there is one
-  // reading, after all the tests.
+  // --- memory bandwidth, same process, same threads, around and during every tg run ---
+  // The machine's bandwidth moves between levels (here about 35 and 60-65 GB/s in 2026-11,
+  // 50 and 80 before), whatever runs, at times for minutes, at times every few seconds, so
+  // a reading taken once, before or after the tests, or even just before and after a run
+  // of a few seconds, can describe another level than the one the run streamed at. So a
+  // tg run is cut into stretches of about --membw-every ms of decoding with a reading
+  // between each two (decoding pauses for it; the pause is not decode time), and before
+  // and after the run (consecutive runs share the one between them). Each stretch's roof
+  // is the higher of the readings on its two sides; the run's roof is the stretches'
+  // roofs weighted by their decode time, its % its GB/s over that roof, and a test's % the
+  // median over its runs. The readings share one 512 MiB buffer (ReadBandwidthMeter), which
+  // does not count in the peak RSS reported: the peak is reset after every reading and
+  // each peak seen after the buffer exists is taken without it. Where the kernel does not
+  // allow the reset, there is one reading, after all the tests. A model whose weights are
+  // smaller than the test's buffer may sit in the caches, which a reading flushes, slowing the
+  // tokens after it: such a model gets readings inside its runs only when --membw-every is
+  // given.
+  const int64_t every_ms =
+      plan.membw_every_given || weight_bytes >= static_cast<double>(roofline::kMinRecommendedMembwBytes) ? plan.membw_every_ms : 0;
   const bool want_membw = plan.want_membw || plan.vs_roofline;
   std::optional<ThreadPool> membw_pool;
   if (want_membw) membw_pool.emplace(n_threads);
+  std::optional<roofline::ReadBandwidthMeter> meter;
   double peak_rss_kib = static_cast<double>(proc_status_kib("VmHWM"));
+  auto sample_peak_rss = [&] {
+    const double kib = static_cast<double>(proc_status_kib("VmHWM"));
+    peak_rss_kib = std::max(peak_rss_kib, kib - (meter ? static_cast<double>(meter->n_bytes()) / 1024.0 : 0.0));
+  };
   const bool bracket = want_membw && reset_peak_rss();
   std::vector<double> readings;     // GB/s, in the order taken
   bool reading_is_fresh = false;    // nothing has run since the last reading
   auto take_reading = [&] {
-    peak_rss_kib = std::max(peak_rss_kib, static_cast<double>(proc_status_kib("VmHWM")));
-    const roofline::MembwResult r =
-        roofline::measure_read_bandwidth_detailed(*membw_pool, roofline::kDefaultMembwBytes, weights_huge);
+    sample_peak_rss();
+    if (!meter) meter.emplace(*membw_pool, roofline::kDefaultMembwBytes, weights_huge);
+    const roofline::MembwResult r = meter->measure();
     if (bracket) reset_peak_rss();
     readings.push_back(r.best_bytes_per_s / 1e9);
     reading_is_fresh = true;
@@ -331,20 +367,39 @@ bool run_model(const ArgParser& args, const BenchPlan& plan, const std::string& 
       if (bracket && !reading_is_fresh) take_reading();
       if (bracket && r == 0) t.membw_gb_s.push_back(readings.back());
       reading_is_fresh = false;
+      // The decode time of each stretch between two readings, and the run's first reading.
+      const size_t first_reading = readings.size() - (bracket ? 1 : 0);
+      std::vector<double> stretch_ms;
+      double cut_ms = 0;
+      const DecodePause pause = [&](double decode_ms) {
+        if (every_ms <= 0 || decode_ms - cut_ms < static_cast<double>(every_ms)) return;
+        stretch_ms.push_back(decode_ms - cut_ms);
+        cut_ms = decode_ms;
+        take_reading();
+        t.membw_gb_s.push_back(readings.back());
+      };
       const double t0 = now_ms();
-      RunOutcome o = run_request(*eng, random_tokens(std::max<int64_t>(d, 1), hp.n_vocab, 7 + r), static_cast<int32_t>(n_gen + 1));
+      RunOutcome o = run_request(*eng, random_tokens(std::max<int64_t>(d, 1), hp.n_vocab, 7 + r),
+                                 static_cast<int32_t>(n_gen + 1), bracket ? pause : DecodePause());
       if (!o.ok) error = o.error;
       if (d > 0) {
         t.depth_prefill_steps.push_back(o.n_steps_prompt);
         t.depth_prefill_tok_s.push_back(d / ((o.timings.first_token_ms - t0) / 1000.0));
       }
-      const double ms = o.timings.finish_ms - o.timings.first_token_ms;  // n_gen decode steps
       plan.run_done(label + " t" + std::to_string(n_threads) + " " + t.name);
-      t.tok_s.push_back(n_gen / (ms / 1000.0));
+      t.tok_s.push_back(static_cast<double>(o.n_decode_steps) / (o.decode_ms / 1000.0));
       if (!any_pp) logits_hash = o.logits_hash;
       if (bracket && o.ok) {
+        stretch_ms.push_back(o.decode_ms - cut_ms);
         take_reading();
         t.membw_gb_s.push_back(readings.back());
+        double weighted = 0, total_ms = 0;
+        for (size_t j = 0; j < stretch_ms.size(); ++j) {
+          weighted += stretch_ms[j] * std::max(readings[first_reading + j], readings[first_reading + j + 1]);
+          total_ms += stretch_ms[j];
+        }
+        t.roof_gb_s_runs.push_back(total_ms > 0 ? weighted / total_ms : readings.back());
+        t.ends_gb_s_runs.push_back(std::max(readings[first_reading], readings.back()));
       }
     }
     results.push_back(t);
@@ -359,8 +414,8 @@ bool run_model(const ArgParser& args, const BenchPlan& plan, const std::string& 
     std::fprintf(stderr, "error: %s: %s\n", label.c_str(), error.c_str());
     return false;
   }
-  // Peak RSS of loading and of the model tests, without the bandwidth test's buffers.
-  peak_rss_kib = std::max(peak_rss_kib, static_cast<double>(proc_status_kib("VmHWM")));
+  // Peak RSS of loading and of the model tests, without the bandwidth test's buffer.
+  sample_peak_rss();
   const double peak_rss_mib = peak_rss_kib / 1024.0;
 
   std::optional<roofline::MachineRates> rates;
@@ -444,6 +499,11 @@ bool run_model(const ArgParser& args, const BenchPlan& plan, const std::string& 
       if (is_tg) {
         j["membw_readings_gb_s"] = t.membw_gb_s;
         j["pct_bandwidth_runs"] = pct_runs;
+        if (!t.roof_gb_s_runs.empty()) {
+          j["roof_gb_s_runs"] = t.roof_gb_s_runs;  // each run's readings, weighted by decode time
+          // The same runs against the higher of the readings at their two ends only.
+          j["pct_bandwidth_run_ends"] = median_of(t.pct_runs(&t.ends_gb_s_runs));
+        }
       }
     }
     const std::optional<Predicted> pr = predicted_for(t);
@@ -463,8 +523,14 @@ bool run_model(const ArgParser& args, const BenchPlan& plan, const std::string& 
       }
       if (pct > 0) {
         const auto [lo, hi] = std::minmax_element(t.membw_gb_s.begin(), t.membw_gb_s.end());
-        std::snprintf(line, sizeof line, " (%.0f%% of the bandwidth read around its runs, %.1f-%.1f GB/s)", pct, *lo,
-                      *hi);
+        if (t.roof_gb_s_runs.empty())
+          std::snprintf(line, sizeof line, " (%.0f%% of the bandwidth read after the tests, %.1f GB/s)", pct, *hi);
+        else if (every_ms <= 0)
+          std::snprintf(line, sizeof line, " (%.0f%% of the bandwidth read around its runs, %.1f-%.1f GB/s)", pct, *lo, *hi);
+        else
+          std::snprintf(line, sizeof line,
+                        " (%.0f%% of the bandwidth read during its runs, %.0f%% of the readings at their ends; %.1f-%.1f GB/s)",
+                        pct, median_of(t.pct_runs(&t.ends_gb_s_runs)), *lo, *hi);
         summary += line;
       }
     } else {
@@ -483,9 +549,12 @@ bool run_model(const ArgParser& args, const BenchPlan& plan, const std::string& 
                 std::string(eng->kernel_name()).c_str());
   out->notes.push_back(line);
   if (membw_gb_s > 0) {
+    const std::string when = !bracket ? " (one, after the tests: this kernel does not let the peak RSS be reset)"
+                             : every_ms > 0
+                                 ? " (around every tg run and after every " + std::to_string(every_ms) + " ms of its decoding)"
+                                 : std::string(" (around every tg run)");
     std::snprintf(line, sizeof line, "read bandwidth (--membw, best pass): %zu readings, %.1f-%.1f GB/s%s", readings.size(),
-                  *std::min_element(readings.begin(), readings.end()), membw_gb_s,
-                  bracket ? " (around every tg run)" : " (one, after the tests: this kernel does not let the peak RSS be reset)");
+                  *std::min_element(readings.begin(), readings.end()), membw_gb_s, when.c_str());
     out->notes.push_back(line);
   }
   return true;
@@ -575,7 +644,9 @@ int cmd_bench(int argc, char** argv, int first) {
   specs.push_back({{"-d", "--depth"}, "D,..", "also run each tg at these KV depths (tokens already cached)", true});
   specs.push_back({{"-r", "--repetitions"}, "N", "runs per test; the median is reported (default 3)"});
   specs.push_back({{"-o", "--output"}, "FMT", "md (default: one row per model, test and threads, like llama-bench), json, jsonl, csv"});
-  specs.push_back({{"--membw"}, "", "measure this machine's read bandwidth in the same process"});
+  specs.push_back({{"--membw"}, "", "measure this machine's read bandwidth in the same process, around every tg run and during it (--membw-every)"});
+  specs.push_back({{"--membw-every"}, "MS", "with --membw: also read it after every MS ms of decoding inside a tg run (default 250 for models of 256 MiB or more, "
+                   "which no cache holds; 0 = only around the runs)"});
   specs.push_back({{"--vs-roofline"}, "", "print the roofline prediction next to each measurement"});
   specs.push_back({{"--json"}, "", "the same as -o json"});
   for (OptionSpec& s : spec_option_specs()) {
@@ -605,7 +676,9 @@ int cmd_bench(int argc, char** argv, int first) {
   auto depths = int_list(args, "--depth", 0, 0, 1 << 20);
   auto threads = int_list(args, "--threads", 0, 1, 1024);
   auto reps = args.get_int("--repetitions", 3, 1, 1000);
-  for (const Status* st : {&n_prompts.status(), &n_gens.status(), &depths.status(), &threads.status(), &reps.status()}) {
+  auto membw_every = args.get_int("--membw-every", 250, 0, 3600 * 1000);
+  for (const Status* st : {&n_prompts.status(), &n_gens.status(), &depths.status(), &threads.status(), &reps.status(),
+                           &membw_every.status()}) {
     if (!st->ok()) {
       std::fprintf(stderr, "error: %s\n", st->message().c_str());
       return 2;
@@ -619,6 +692,12 @@ int cmd_bench(int argc, char** argv, int first) {
   plan.n_prompts = *n_prompts, plan.n_gens = *n_gens, plan.depths = *depths, plan.reps = *reps;
   for (int64_t t : *threads) plan.threads.push_back(threads_or_all_cores(t));
   plan.want_membw = args.has("--membw");
+  plan.membw_every_ms = *membw_every;
+  plan.membw_every_given = args.has("--membw-every");
+  if (args.has("--membw-every") && !plan.want_membw && !args.has("--vs-roofline")) {
+    std::fprintf(stderr, "error: lumen bench: --membw-every needs --membw\n");
+    return 2;
+  }
   plan.vs_roofline = args.has("--vs-roofline");
   const bool json = format == "json";
 

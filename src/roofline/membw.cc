@@ -80,24 +80,42 @@ class AnonBuffer {
 
 }  // namespace
 
-MembwResult measure_read_bandwidth_detailed(ThreadPool& pool, size_t bytes, bool huge_pages,
-                                            int n_passes) {
-  LUMEN_CHECK(bytes >= (size_t{1} << 20) && n_passes >= 1);
+// The buffer, mapped and first touched by the pool's threads (each its own slices, as the
+// sums read them), kept for every later reading.
+struct ReadBandwidthMeter::Buffer {
+  AnonBuffer mem;
+  bool huge_pages = false;
+  Buffer(ThreadPool& pool, size_t n_bytes, bool want_huge) : mem(n_bytes) {
+    huge_pages = want_huge && madvise(mem.data(), n_bytes, MADV_HUGEPAGE) == 0;
+    if (!want_huge) (void)madvise(mem.data(), n_bytes, MADV_NOHUGEPAGE);
+    // Slices of whole 64-byte lines, one per thread, the same in the fill and the sums so
+    // each thread reads what it first touched.
+    uint64_t* words = reinterpret_cast<uint64_t*>(mem.data());
+    pool.parallel_for(static_cast<int64_t>(n_bytes / 64), [&](int64_t begin, int64_t end, int) {
+      for (int64_t i = begin * 8; i < end * 8; ++i) words[i] = static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
+    });
+  }
+};
+
+ReadBandwidthMeter::ReadBandwidthMeter(ThreadPool& pool, size_t bytes, bool huge_pages)
+    : pool_(pool), n_bytes_((bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes) {
+  LUMEN_CHECK(bytes >= (size_t{1} << 20));
+  buf_ = std::make_unique<Buffer>(pool, n_bytes_, huge_pages);
+}
+
+ReadBandwidthMeter::~ReadBandwidthMeter() = default;
+
+bool ReadBandwidthMeter::huge_pages() const { return buf_->huge_pages; }
+
+MembwResult ReadBandwidthMeter::measure(int n_passes) {
+  LUMEN_CHECK(n_passes >= 1);
+  ThreadPool& pool = pool_;
   MembwResult r;
-  r.n_bytes = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  r.n_bytes = n_bytes_;
   r.n_threads = pool.n_threads();
-  AnonBuffer buf(r.n_bytes);
-  r.huge_pages = huge_pages && madvise(buf.data(), r.n_bytes, MADV_HUGEPAGE) == 0;
-  if (!huge_pages) (void)madvise(buf.data(), r.n_bytes, MADV_NOHUGEPAGE);
-
-  // Slices of whole 64-byte lines, one per thread, the same in the fill and the sums so
-  // each thread reads what it first touched.
-  uint64_t* words = reinterpret_cast<uint64_t*>(buf.data());
+  r.huge_pages = buf_->huge_pages;
+  const uint64_t* words = reinterpret_cast<const uint64_t*>(buf_->mem.data());
   const int64_t n_lines = static_cast<int64_t>(r.n_bytes / 64);
-  pool.parallel_for(n_lines, [&](int64_t begin, int64_t end, int) {
-    for (int64_t i = begin * 8; i < end * 8; ++i) words[i] = static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
-  });
-
   // Each pass reads one window of kWindowBytes, the next window each time, cycling through
   // the buffer: the buffer is many times the last-level cache, so a window is never
   // cached when it comes round again, and a short pass is likely to run undisturbed on a
@@ -122,7 +140,7 @@ MembwResult measure_read_bandwidth_detailed(ThreadPool& pool, size_t bytes, bool
   for (; pass < n_passes + 1 || (static_cast<int>(clean_rates.size()) < kWantClean &&
                                  now_ms() - t_start < kBudgetMs);
        ++pass) {  // pass 0 warms TLBs and the pool
-    const uint64_t* window = words + (pass % n_windows) * n_window_lines * 8;
+    const uint64_t* window = words + ((next_window_ + pass) % n_windows) * n_window_lines * 8;
     n_arrived.store(0, std::memory_order_relaxed);
     pool.run([&](int thread_idx, int n_threads) {
       const size_t t = static_cast<size_t>(thread_idx);
@@ -150,6 +168,7 @@ MembwResult measure_read_bandwidth_detailed(ThreadPool& pool, size_t bytes, bool
     if (together && undisturbed) clean_rates.push_back(rate);
   }
   r.n_passes = pass - 1;
+  next_window_ = (next_window_ + pass) % n_windows;
   r.n_window_bytes = static_cast<size_t>(n_window_lines * 64);
   r.n_clean_passes = static_cast<int>(clean_rates.size());
   if (!clean_rates.empty()) rates = clean_rates;
@@ -164,6 +183,11 @@ MembwResult measure_read_bandwidth_detailed(ThreadPool& pool, size_t bytes, bool
     r.median_bytes_per_s = rates[rates.size() / 2];
   }
   return r;
+}
+
+MembwResult measure_read_bandwidth_detailed(ThreadPool& pool, size_t bytes, bool huge_pages, int n_passes) {
+  ReadBandwidthMeter meter(pool, bytes, huge_pages);
+  return meter.measure(n_passes);
 }
 
 double measure_read_bandwidth(ThreadPool& pool, size_t bytes, bool huge_pages) {

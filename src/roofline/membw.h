@@ -22,6 +22,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 
 #include "base/thread_pool.h"
 
@@ -40,6 +42,31 @@ struct MembwResult {
   int n_clean_passes = 0;         // passes no thread was preempted in; best/median come
                                   // from these when there are any (else from all passes)
   bool huge_pages = false;        // MADV_HUGEPAGE was requested and accepted
+};
+
+// The test with its buffer kept between readings, for taking many (lumen bench --membw reads
+// the bandwidth around every tg run and, inside a run, every ~0.25 s of decoding): the
+// buffer is mapped and first touched once, here, and each measure() starts at the window
+// after the last one the previous reading read. The buffer stays resident (n_bytes() of
+// RSS) while the meter lives. Precondition: bytes >= 1 MiB; the pool outlives the meter.
+class ReadBandwidthMeter {
+ public:
+  ReadBandwidthMeter(ThreadPool& pool, size_t bytes, bool huge_pages);
+  ~ReadBandwidthMeter();
+  ReadBandwidthMeter(const ReadBandwidthMeter&) = delete;
+  ReadBandwidthMeter& operator=(const ReadBandwidthMeter&) = delete;
+
+  // One reading, as measure_read_bandwidth_detailed. Precondition: n_passes >= 1.
+  MembwResult measure(int n_passes = 40);
+  size_t n_bytes() const { return n_bytes_; }
+  bool huge_pages() const;  // MADV_HUGEPAGE was requested and accepted
+
+ private:
+  struct Buffer;
+  ThreadPool& pool_;
+  size_t n_bytes_ = 0;
+  std::unique_ptr<Buffer> buf_;
+  int64_t next_window_ = 0;
 };
 
 // Precondition: bytes >= 1 MiB (smaller buffers measure a cache, not memory), n_passes >= 1.
