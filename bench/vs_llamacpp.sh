@@ -24,7 +24,8 @@
 #        for exactly how llama.cpp is timed)
 #    and prints per model x type: pp512, tg128 (and tg128@dD) for both, the ratio
 #    lumen / llama.cpp, and lumen's tg128 GB/s as % of the bandwidth `lumen bench --membw`
-#    read in the same process around each repetition ("of X": the highest reading), and
+#    read in the same process around and during each repetition ("of X": the readings
+#    weighted by the decode time between them, see lumen bench --membw-every), and
 #    with --llama-bench llama.cpp's tg GB/s (the same weight bytes a token) as % of the
 #    highest of two readings taken just before and after its run. Each
 #    figure is the median over rounds of each run's median of -r repetitions. Raw JSON lines go to --models-dir/results-<time>.jsonl.
@@ -182,7 +183,7 @@ llama = next((r.get("llama_cpp", "") for r in rows if r.get("engine") == "llama.
 peer = "native" if llama.startswith("native") else "node-llama-cpp prebuilt CPU libs"
 print(f"\nlumen vs llama.cpp ({llama}, {peer}), {rows[0]['threads']} threads, medians")
 def rng(xs): return f"[{min(xs):.1f}-{max(xs):.1f}]" if xs else ""
-print(f"{'model':<28} {'test':<13} {'lumen tok/s':>12} {'range':>15} {'llama.cpp':>10} {'range':>15} {'ratio':>7}   GB/s (% of the membw read around each engine's runs)")
+print(f"{'model':<28} {'test':<13} {'lumen tok/s':>12} {'range':>15} {'llama.cpp':>10} {'range':>15} {'ratio':>7}   GB/s (% of the membw read during lumen's runs, around llama.cpp's)")
 for f in files:
     for t in tests:
         lu = [r for r in rows if r["file"] == f and r["test"] == t and r["engine"] == "lumen"]
@@ -192,7 +193,9 @@ for f in files:
         bw = ""
         gbs = [r["gb_s"] for r in lu if r.get("gb_s")]
         pct = [r["pct_bandwidth"] for r in lu if r.get("pct_bandwidth")]
-        mem = [r["membw_gb_s"] for r in lu if r.get("membw_gb_s")]
+        # lumen's roof: its runs' readings weighted by decode time (lumen bench --membw-every),
+        # else the highest reading
+        mem = [med(r["roof_gb_s_runs"]) if r.get("roof_gb_s_runs") else r["membw_gb_s"] for r in lu if r.get("membw_gb_s")]
         if gbs and pct: bw = f"{med(gbs):.1f} ({med(pct):.0f}% of {med(mem):.1f})"
         # The peer reads the same weights a token (lumen's count for the file), set against
         # the highest reading around its own run.
