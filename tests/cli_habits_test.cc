@@ -1,9 +1,10 @@
 // End-to-end tests of the CLI's everyday habits (issue 19): --version, repeated flags,
-// errors that say what to do, and `lumen cache ls | clear` with its size cap.
+// errors that say what to do, and `lumen cache ls | clear | prune` with its size cap.
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <tuple>
 #include <filesystem>
@@ -253,6 +254,42 @@ TEST_F(CliCache, LsShowsWhatALoadWroteAndClearRemovesIt) {
   EXPECT_TRUE(contains(r.out, "0 file(s)")) << r.out;
   r = run_lumen({"cache", "frob", "--cache-dir", dir_});
   EXPECT_EQ(r.exit_code, 2);
+}
+
+// prune removes the copies no load can use again (model file deleted, or changed since the
+// copy was made) and keeps the others; ls marks them.
+TEST_F(CliCache, PruneRemovesTheCopiesOfGoneOrChangedModels) {
+  const std::string kept = copy_of_tiny("kept"), gone = copy_of_tiny("gone"), changed = copy_of_tiny("changed");
+  for (const std::string& m : {kept, gone, changed}) ASSERT_EQ(load(m).exit_code, 0);
+  const std::string kept_cache = file_of("kept"), gone_cache = file_of("gone"), changed_cache = file_of("changed");
+  ASSERT_FALSE(kept_cache.empty());
+  ASSERT_FALSE(gone_cache.empty());
+  ASSERT_FALSE(changed_cache.empty());
+  CmdResult r = run_lumen({"cache", "ls", "--cache-dir", dir_});
+  EXPECT_FALSE(contains(r.out, "(model")) << r.out;
+  EXPECT_FALSE(contains(r.out, "prune")) << r.out;
+  fs::remove(gone);
+  // A new mtime is a new version of the file (the key has size, mtime, device and inode).
+  fs::last_write_time(changed, fs::last_write_time(changed) - std::chrono::hours(1));
+  r = run_lumen({"cache", "ls", "--cache-dir", dir_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "(model gone)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "(model changed since)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "2 of them can never be used again (lumen cache prune removes them)")) << r.out;
+  r = run_lumen({"cache", "prune", "--cache-dir", dir_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "removed " + gone_cache)) << r.out;
+  EXPECT_TRUE(contains(r.out, "removed " + changed_cache)) << r.out;
+  EXPECT_TRUE(contains(r.out, "2 file(s) removed")) << r.out;
+  EXPECT_FALSE(fs::exists(gone_cache));
+  EXPECT_FALSE(fs::exists(changed_cache));
+  EXPECT_TRUE(fs::exists(kept_cache));
+  // The kept copy is still the one a load uses (no rebuild).
+  r = load(kept);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(contains(r.err, "lumen: wrote ")) << r.err;
+  r = run_lumen({"cache", "prune", "--cache-dir", dir_});
+  EXPECT_TRUE(contains(r.out, "0 file(s) removed")) << r.out;
 }
 
 // LUMEN_CACHE_MAX: writing a cache file evicts the least recently used others until the

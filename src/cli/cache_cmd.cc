@@ -1,7 +1,5 @@
 #include "cli/cache_cmd.h"
 
-#include <sys/stat.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -40,17 +38,38 @@ bool matches(const model::CacheFileInfo& f, const std::string& model) {
 int cache_ls(const std::string& dir, const std::optional<uint64_t>& cap) {
   const std::vector<model::CacheFileInfo> files = model::list_interleaved_caches(dir);
   uint64_t total = 0;
+  size_t n_stale = 0;
   std::printf("%10s  %-14s  %s\n", "size", "last used", "model -> cache file");
   for (auto it = files.rbegin(); it != files.rend(); ++it) {  // most recently used first
     total += it->n_bytes;
-    struct stat st {};
-    const bool gone = it->model_path.empty() || ::stat(it->model_path.c_str(), &st) != 0;
+    const char* mark = it->model_gone ? " (model gone)" : it->stale ? " (model changed since)" : "";
     std::printf("%10s  %-14s  %s%s\n            -> %s\n", bytes_text(it->n_bytes).c_str(), age_text(it->last_used_ns / 1000000000).c_str(),
-                it->model_path.empty() ? "(unreadable header)" : it->model_path.c_str(), gone ? " (model gone)" : "",
-                it->path.c_str());
+                it->model_path.empty() ? "(unreadable header)" : it->model_path.c_str(), mark, it->path.c_str());
+    n_stale += it->stale;
   }
   std::printf("%zu file(s), %s in %s; cap %s\n", files.size(), bytes_text(total).c_str(), dir.c_str(),
               cap ? (bytes_text(*cap) + " (LUMEN_CACHE_MAX)").c_str() : "none (set LUMEN_CACHE_MAX, e.g. 8GiB)");
+  if (n_stale > 0) std::printf("%zu of them can never be used again (lumen cache prune removes them)\n", n_stale);
+  return 0;
+}
+
+// Removes the files no load can use again: their model file is gone or has changed.
+int cache_prune(const std::string& dir) {
+  uint64_t freed = 0;
+  size_t n_removed = 0;
+  std::error_code ec;
+  for (const model::CacheFileInfo& f : model::list_interleaved_caches(dir)) {
+    if (!f.stale) continue;
+    if (!std::filesystem::remove(f.path, ec)) {
+      std::fprintf(stderr, "error: cannot remove '%s': %s\n", f.path.c_str(), ec.message().c_str());
+      return 1;
+    }
+    std::printf("removed %s (%s, %s)\n", f.path.c_str(), bytes_text(f.n_bytes).c_str(),
+                f.model_gone ? "model gone" : "model changed since");
+    freed += f.n_bytes;
+    ++n_removed;
+  }
+  std::printf("%zu file(s) removed, %s freed\n", n_removed, bytes_text(freed).c_str());
   return 0;
 }
 
@@ -108,7 +127,7 @@ void report_cache_write(const engine::Engine& eng, const std::string& cache_dir)
 }
 
 int cmd_cache(int argc, char** argv, int first) {
-  ArgParser args("cache", "lumen cache ls | clear [MODEL] [--cache-dir DIR]",
+  ArgParser args("cache", "lumen cache ls | clear [MODEL] | prune [--cache-dir DIR]",
                  {{{"--cache-dir"}, "DIR", "the cache directory (default: $LUMEN_CACHE_DIR, else ~/.cache/lumen)"}});
   int rc = 0;
   if (!parse_or_report(args, argc, argv, first, rc)) return rc;
@@ -121,7 +140,8 @@ int cmd_cache(int argc, char** argv, int first) {
   if (pos.size() == 1 && pos[0] == "ls") return cache_ls(dir, cache_cap_from_env());
   if (!pos.empty() && pos[0] == "clear" && pos.size() <= 2)
     return cache_clear(dir, pos.size() == 2 ? std::optional<std::string>(pos[1]) : std::nullopt);
-  std::fprintf(stderr, "usage: lumen cache ls | clear [MODEL] [--cache-dir DIR]\n");
+  if (pos.size() == 1 && pos[0] == "prune") return cache_prune(dir);
+  std::fprintf(stderr, "usage: lumen cache ls | clear [MODEL] | prune [--cache-dir DIR]\n");
   return 2;
 }
 

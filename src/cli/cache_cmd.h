@@ -1,7 +1,10 @@
-// lumen cache ls | clear [MODEL]: the interleaved-weight copies lumen keeps on disk
+// lumen cache ls | clear [MODEL] | prune: the interleaved-weight copies lumen keeps on disk
 // (model/interleaved_cache.h) in $LUMEN_CACHE_DIR, $XDG_CACHE_HOME/lumen or ~/.cache/lumen,
 // and their size cap, LUMEN_CACHE_MAX (e.g. 8GiB): when a load writes a cache file, the
-// least recently used others are removed until the directory fits the cap.
+// least recently used others are removed until the directory fits the cap. prune removes
+// the copies no load can use again: their model file is gone, or changed since (a load of
+// the changed file replaces its own old copy, but a file deleted or never loaded again
+// leaves one behind).
 #pragma once
 
 #include <cstdint>

@@ -34,7 +34,7 @@ void print_usage() {
       "  roofline    prefill / decode limits of a model on a machine (capacity planner)\n"
       "  synth       write a random-weight GGUF at a real model's shape\n"
       "  quantize    a model -> GGUF with llama-quantize's types and mixes (q4_k_m, q8_0, ...)\n"
-      "  cache       ls | clear [MODEL]: the interleaved-weight copies kept on disk (cap: LUMEN_CACHE_MAX)\n",
+      "  cache       ls | clear [MODEL] | prune: the interleaved-weight copies kept on disk (cap: LUMEN_CACHE_MAX)\n",
       stdout);
 }
 

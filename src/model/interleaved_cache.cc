@@ -30,15 +30,20 @@ uint64_t fnv1a(const std::string& s) {
 // The start of every key made from the model file at `canon`.
 std::string key_prefix(const std::filesystem::path& canon) { return "lumen interleaved weights, format 1|" + canon.string() + "|"; }
 
+// The fields of a key that name one version of the model file: size, mtime (ns), device and
+// inode.
+std::string source_fields(const struct stat& st) {
+  return std::to_string(st.st_size) + "|" + std::to_string(int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec) +
+         "|" + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + "|";
+}
+
 Result<std::string> cache_key(const InterleavePlan& plan, const std::string& model_path) {
   std::error_code ec;
   const std::filesystem::path canon = std::filesystem::canonical(model_path, ec);
   if (ec) return error("interleaved cache: cannot resolve '" + model_path + "': " + ec.message());
   struct stat st {};
   if (::stat(canon.c_str(), &st) != 0) return error("interleaved cache: cannot stat '" + canon.string() + "': " + std::strerror(errno));
-  std::string key = key_prefix(canon) + std::to_string(st.st_size) + "|" +
-                    std::to_string(int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec) + "|" +
-                    std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + "|";
+  std::string key = key_prefix(canon) + source_fields(st);
   for (const InterleavePlan::Entry& e : plan.entries)
     key += std::string(e.ik->layout) + ":" + std::to_string(e.t->ne[0]) + "x" + std::to_string(e.t->n_rows()) + "@" +
            std::to_string(e.offset) + "+" + std::to_string(e.n_bytes) + ";";
@@ -166,8 +171,13 @@ std::vector<CacheFileInfo> list_interleaved_caches(const std::string& dir) {
     const std::filesystem::path& p = entry.path();
     struct stat st {};
     if (p.extension() != ".lumen-il" || ::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-    out.push_back({p.string(), model_path_of_key(read_key(p)), static_cast<uint64_t>(st.st_size),
-                   int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec});
+    const std::string key = read_key(p);
+    CacheFileInfo info{p.string(), model_path_of_key(key), static_cast<uint64_t>(st.st_size),
+                       int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec};
+    struct stat model_st {};
+    info.model_gone = info.model_path.empty() || ::stat(info.model_path.c_str(), &model_st) != 0;
+    info.stale = info.model_gone || key.rfind(key_prefix(info.model_path) + source_fields(model_st), 0) != 0;
+    out.push_back(std::move(info));
   }
   std::sort(out.begin(), out.end(), [](const CacheFileInfo& a, const CacheFileInfo& b) {
     return a.last_used_ns != b.last_used_ns ? a.last_used_ns < b.last_used_ns : a.path < b.path;

@@ -52,6 +52,9 @@ struct CacheFileInfo {
   std::string model_path;  // the model file it was made from (canonical), "" if unreadable
   uint64_t n_bytes = 0;    // its size on disk
   int64_t last_used_ns = 0; // its mtime (ns since the epoch): set when built or opened
+  bool model_gone = false;  // the model file is gone, or the header names none
+  bool stale = false;       // model_gone, or the model file changed after the copy was made
+                            // (size, mtime, device or inode): it can never be used again
 };
 
 // The *.lumen-il files directly under dir, least recently used first (none if dir is missing).
