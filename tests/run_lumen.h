@@ -21,7 +21,17 @@ struct CmdResult {
   std::string err;  // stderr
 };
 
+// Where the binary keeps interleaved-weight copies: ctest sets LUMEN_CACHE_DIR to the build
+// tree; a test binary run by hand gets a directory under the test temp dir, so that the
+// copies of its temporary models do not pile up in the user's ~/.cache/lumen.
+inline void use_test_cache_dir() {
+  const char* env = std::getenv("LUMEN_CACHE_DIR");
+  if (env == nullptr) setenv("LUMEN_CACHE_DIR", (::testing::TempDir() + "lumen-test-cache").c_str(), 0);
+}
+
+// The binary under test (every test that runs it gets its path here).
 inline std::string lumen_bin() {
+  use_test_cache_dir();
   const char* env = std::getenv("LUMEN_BIN");
   return env && *env ? env : LUMEN_BIN_PATH;
 }
