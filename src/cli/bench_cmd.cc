@@ -482,6 +482,8 @@ bool run_model(const ArgParser& args, const BenchPlan& plan, const std::string& 
     const double gb_s = is_tg ? med * t.bytes_per_token / 1e9 : 0.0;
     const std::vector<double> pct_runs = t.pct_runs();
     const double pct = is_tg ? median_of(pct_runs) : 0.0;
+    // The same runs against the higher of the readings at their two ends only.
+    const double pct_ends = t.roof_gb_s_runs.empty() ? 0.0 : median_of(t.pct_runs(&t.ends_gb_s_runs));
     nlohmann::json j = {{"test", t.name}, {"tok_s", med}, {"tok_s_min", t.min()}, {"tok_s_max", t.max()},
                         {"threads", n_threads}, {"model", label}, {"type", type},
                         {"model_bytes", model_bytes}, {"n_params", n_params},
@@ -501,8 +503,7 @@ bool run_model(const ArgParser& args, const BenchPlan& plan, const std::string& 
         j["pct_bandwidth_runs"] = pct_runs;
         if (!t.roof_gb_s_runs.empty()) {
           j["roof_gb_s_runs"] = t.roof_gb_s_runs;  // each run's readings, weighted by decode time
-          // The same runs against the higher of the readings at their two ends only.
-          j["pct_bandwidth_run_ends"] = median_of(t.pct_runs(&t.ends_gb_s_runs));
+          j["pct_bandwidth_run_ends"] = pct_ends;
         }
       }
     }
@@ -530,7 +531,7 @@ bool run_model(const ArgParser& args, const BenchPlan& plan, const std::string& 
         else
           std::snprintf(line, sizeof line,
                         " (%.0f%% of the bandwidth read during its runs, %.0f%% of the readings at their ends; %.1f-%.1f GB/s)",
-                        pct, median_of(t.pct_runs(&t.ends_gb_s_runs)), *lo, *hi);
+                        pct, pct_ends, *lo, *hi);
         summary += line;
       }
     } else {

@@ -109,10 +109,9 @@ bool ReadBandwidthMeter::huge_pages() const { return buf_->huge_pages; }
 
 MembwResult ReadBandwidthMeter::measure(int n_passes) {
   LUMEN_CHECK(n_passes >= 1);
-  ThreadPool& pool = pool_;
   MembwResult r;
   r.n_bytes = n_bytes_;
-  r.n_threads = pool.n_threads();
+  r.n_threads = pool_.n_threads();
   r.huge_pages = buf_->huge_pages;
   const uint64_t* words = reinterpret_cast<const uint64_t*>(buf_->mem.data());
   const int64_t n_lines = static_cast<int64_t>(r.n_bytes / 64);
@@ -128,7 +127,7 @@ MembwResult ReadBandwidthMeter::measure(int n_passes) {
   // a pass in which one slice waited for a core measures the scheduler, not the memory.
   const int64_t n_window_lines = static_cast<int64_t>(std::min(r.n_bytes, kWindowBytes) / 64);
   const int64_t n_windows = n_lines / n_window_lines;
-  const size_t n_thr = static_cast<size_t>(pool.n_threads());
+  const size_t n_thr = static_cast<size_t>(pool_.n_threads());
   std::vector<uint64_t> sinks(n_thr, 0);
   std::vector<double> cpu_share(n_thr, 1.0), start_ms(n_thr, 0.0), end_ms(n_thr, 0.0);
   std::vector<double> rates, clean_rates;
@@ -142,7 +141,7 @@ MembwResult ReadBandwidthMeter::measure(int n_passes) {
        ++pass) {  // pass 0 warms TLBs and the pool
     const uint64_t* window = words + ((next_window_ + pass) % n_windows) * n_window_lines * 8;
     n_arrived.store(0, std::memory_order_relaxed);
-    pool.run([&](int thread_idx, int n_threads) {
+    pool_.run([&](int thread_idx, int n_threads) {
       const size_t t = static_cast<size_t>(thread_idx);
       const int64_t begin = n_window_lines * thread_idx / n_threads;
       const int64_t end = n_window_lines * (thread_idx + 1) / n_threads;
