@@ -56,7 +56,8 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::dispatch(RawFn fn, void* ctx, int64_t n, Mode mode, int64_t n_units, int64_t grain) {
+void ThreadPool::dispatch(RawFn fn, void* ctx, int64_t n, Mode mode, int64_t n_units, int64_t grain,
+                          int64_t max_grain) {
   LUMEN_CHECK(n > 0 && static_cast<uint64_t>(n) <= kCountMask && static_cast<uint64_t>(n) <= kNextMask);
   const bool strict = mode == Mode::kStrict, ranged = mode == Mode::kRanged;
   fn_.store(fn, std::memory_order_relaxed);
@@ -68,7 +69,9 @@ void ThreadPool::dispatch(RawFn fn, void* ctx, int64_t n, Mode mode, int64_t n_u
   const int64_t n_wait = ranged ? n_units : n;
   if (ranged) {
     LUMEN_CHECK(n_units > 0 && static_cast<uint64_t>(n_units) <= kUnitMask);
-    grain_.store(grain < 1 ? 1 : grain, std::memory_order_relaxed);
+    if (grain < 1) grain = 1;
+    grain_.store(grain, std::memory_order_relaxed);
+    max_grain_.store(std::max(grain, max_grain), std::memory_order_relaxed);
     // Near-equal contiguous ranges for the n active threads; the others start empty.
     for (int t = 0; t < n_threads_; ++t) {
       const int64_t b = t < n ? n_units * t / n : n_units, e = t < n ? n_units * (t + 1) / n : n_units;
@@ -131,7 +134,8 @@ void ThreadPool::work_on_ranges(uint64_t gen, int thread_idx) {
       *b = begin_of(w);
       *e = end_of(w);
       if (front) {
-        *e = std::min(*e, *b + grain);
+        const int64_t claim = std::clamp((*e - *b) / 4, grain, max_grain_.load(std::memory_order_relaxed));
+        *e = std::min(*e, *b + claim);
       } else {
         *b = std::max(*b, *e - grain);
       }

@@ -10,10 +10,12 @@
 //                  a worker that has not claimed a chunk, so a worker that is asleep or
 //                  preempted (a busy machine) cannot stall a step: the caller does its share.
 //   for_ranges     ranged: units 0..n_units-1 start as one contiguous range per thread; a
-//                  thread takes `grain` units at a time from the front of its own range, and
-//                  when that is empty, from the back of the fullest other range. Each thread
-//                  streams one run of memory (what the prefetchers want), and the threads
-//                  still finish within one grain of each other, preempted or not.
+//                  thread takes `grain` units at a time from the front of its own range (or,
+//                  given a max_grain, a quarter of what is left of it, between grain and
+//                  max_grain units), and when that is empty, `grain` units at a time from the
+//                  back of the fullest other range. Each thread streams one run of memory
+//                  (what the prefetchers want), and the threads still finish within one
+//                  claim (max_grain units) of each other, preempted or not.
 //
 // Job state lives in one 64-bit word, so claiming a chunk is one compare-and-swap that also
 // proves the job is still the one the worker thinks it is:
@@ -96,6 +98,14 @@ class ThreadPool {
   // every unit is done. n_active <= 1 runs inline as one call.
   template <typename Fn>
   void for_ranges(int n_active, int64_t n_units, int64_t grain, Fn&& fn) {
+    for_ranges(n_active, n_units, grain, grain, std::forward<Fn>(fn));
+  }
+  // The same with claims from the front of a thread's own range of a quarter of what is
+  // left of it, at least `grain` and at most `max_grain` units (>= grain): fewer claims on
+  // a long range (each is an atomic read-modify-write, which waits for all of the thread's
+  // loads in flight), `grain` at the end and for steals.
+  template <typename Fn>
+  void for_ranges(int n_active, int64_t n_units, int64_t grain, int64_t max_grain, Fn&& fn) {
     if (n_units <= 0) return;
     if (n_active <= 1 || n_threads_ == 1 || n_units <= grain) {
       fn(int64_t{0}, n_units, 0);
@@ -103,7 +113,7 @@ class ThreadPool {
     }
     if (n_active > n_threads_) n_active = n_threads_;
     using F = std::remove_reference_t<Fn>;
-    dispatch(&invoke_range<F>, static_cast<void*>(&fn), n_active, Mode::kRanged, n_units, grain);
+    dispatch(&invoke_range<F>, static_cast<void*>(&fn), n_active, Mode::kRanged, n_units, grain, max_grain);
   }
 
   // How many threads work of this size deserves: one per min_work_per_thread units, at
@@ -149,8 +159,9 @@ class ThreadPool {
   }
 
   // n: chunks (dynamic) or active threads (strict, ranged); ranged: n_units units shared
-  // out `grain` at a time.
-  void dispatch(RawFn fn, void* ctx, int64_t n, Mode mode, int64_t n_units = 0, int64_t grain = 1);
+  // out `grain` to `max_grain` at a time.
+  void dispatch(RawFn fn, void* ctx, int64_t n, Mode mode, int64_t n_units = 0, int64_t grain = 1,
+                int64_t max_grain = 1);
   // Claims and runs chunks of the dynamic job whose word was last seen as `word`.
   void work_on_chunks(uint64_t word, int thread_idx);
   // Claims and runs pieces of the ranged job of generation `gen`: its own range first.
@@ -165,7 +176,8 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   std::atomic<uint64_t> job_{0};      // see the header comment
   std::atomic<int64_t> n_done_{0};    // chunks (dynamic), threads (strict) or units (ranged) finished
-  std::atomic<int64_t> grain_{1};     // ranged: units per claim
+  std::atomic<int64_t> grain_{1};     // ranged: units per claim at least (and per steal)
+  std::atomic<int64_t> max_grain_{1}; // ranged: units per claim from the front at most
   std::unique_ptr<RangeSlot[]> ranges_;  // ranged: one per thread
   std::atomic<RawFn> fn_{nullptr};
   std::atomic<void*> ctx_{nullptr};

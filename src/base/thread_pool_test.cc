@@ -111,6 +111,62 @@ TEST(ThreadPool, ForRangesCoversEveryUnitOnceInPiecesOfAtMostGrain) {
   }
 }
 
+TEST(ThreadPool, ForRangesWithMaxGrainCoversEveryUnitOnceInPiecesOfAtMostMaxGrain) {
+  for (int n : {1, 2, 3}) {
+    ThreadPool pool(n);
+    for (int64_t n_units : {1, 2, 7, 64, 1000}) {
+      for (int64_t grain : {1, 3, 64}) {
+        for (int64_t max_grain : {grain, 4 * grain, 9 * grain}) {
+          for (int rep = 0; rep < 10; ++rep) {
+            std::vector<std::atomic<int>> hits(n_units);
+            std::atomic<int> bad{0};
+            pool.for_ranges(n, n_units, grain, max_grain, [&](int64_t b, int64_t e, int thread_idx) {
+              if (b < 0 || e > n_units || b >= e || (n > 1 && n_units > grain && e - b > max_grain)) bad.fetch_add(1);
+              if (thread_idx < 0 || thread_idx >= n) bad.fetch_add(1);
+              for (int64_t u = std::max<int64_t>(b, 0); u < std::min(e, n_units); ++u) hits[u].fetch_add(1);
+            });
+            ASSERT_EQ(bad.load(), 0) << "n=" << n << " units=" << n_units << " grain=" << grain << " max " << max_grain;
+            for (int64_t u = 0; u < n_units; ++u)
+              ASSERT_EQ(hits[u].load(), 1) << "n=" << n << " units=" << n_units << " grain=" << grain << " unit " << u;
+          }
+        }
+      }
+    }
+  }
+}
+
+// With a max_grain, a thread's claims from its own range are a quarter of what is left,
+// clamped to [grain, max_grain]: big at the start of a long range, `grain` at its end.
+TEST(ThreadPool, ForRangesClaimsAQuarterOfTheOwnRangeLeftWithinGrainAndMaxGrain) {
+  ThreadPool pool(2);
+  std::vector<std::pair<int64_t, int64_t>> caller_own;  // the caller's pieces of [0, 1000)
+  std::atomic<int64_t> done{0};
+  pool.for_ranges(2, 2000, 5, 40, [&](int64_t b, int64_t e, int thread_idx) {
+    // A body slow enough that neither thread runs out before the other is near its end.
+    std::this_thread::sleep_for(std::chrono::microseconds(20 * (e - b)));
+    if (thread_idx == 0 && b < 1000) caller_own.emplace_back(b, e);
+    done.fetch_add(e - b);
+  });
+  EXPECT_EQ(done.load(), 2000);
+  ASSERT_GE(caller_own.size(), 3u);
+  // Front claims in order; each one is clamp(left / 4, 5, 40) of what was left at its start
+  // (the last ones may be cut short by a steal from the back).
+  int64_t n_full = 0, n_small = 0;
+  for (size_t i = 0; i < caller_own.size(); ++i) {
+    const auto [b, e] = caller_own[i];
+    if (i > 0) {
+      ASSERT_EQ(b, caller_own[i - 1].second) << "piece " << i;
+    }
+    const int64_t want = std::clamp<int64_t>((1000 - b) / 4, 5, 40);
+    EXPECT_LE(e - b, want) << "piece " << i << " at " << b;
+    if (e - b == 40) ++n_full;
+    if (e - b <= 5) ++n_small;
+  }
+  EXPECT_EQ(caller_own.front(), std::make_pair(int64_t{0}, int64_t{40}));
+  EXPECT_GE(n_full, 15);   // 40 units a claim while more than 160 are left
+  EXPECT_GE(n_small, 1);   // at most 5 at the end
+}
+
 // Each thread starts on its own contiguous range and walks it forwards: with no stealing
 // (a slow body on every thread keeps them level), thread t's pieces come in ascending order.
 TEST(ThreadPool, ForRangesWalksOwnRangeForwards) {

@@ -2,12 +2,13 @@
 //
 //   jobs      0: gate_e3 [1 x 1024]   1: up_e3 [1 x 1024]   2: gate_e9 ...   (a decode step)
 //   units     |0 1 2 .. 127|128 .. 255|256 ..          one interleaved group (or 16 rows) each
-//   threads   thread 0 starts at unit 0, thread 1 at the middle; each claims a grain of
-//             units (~128 KB of weights) at a time from the front of its range and, when
-//             its range is empty, steals from the back of the other's (ThreadPool::for_ranges)
+//   threads   thread 0 starts at unit 0, thread 1 at the middle; each claims 1-4 grains of
+//             units (~128 KB of weights each) at a time from the front of its range and, when
+//             its range is empty, steals a grain at a time from the back of the other's
+//             (ThreadPool::for_ranges, ops.h)
 //
 // So a step with K experts has one dispatch for their gate and up rows and one for their
-// down rows, not one per matrix, and a preempted thread holds back at most one grain. The
+// down rows, not one per matrix, and a preempted thread holds back at most one claim. The
 // activation rows of each job are converted once (a job with the same input as the one
 // before it, e.g. an expert's up after its gate, reuses them). Each output row is computed
 // by the same kernels as matmul() computes it (the interleaved tiles when the weight has a
@@ -20,6 +21,7 @@
 
 #include "base/check.h"
 #include "kernels/kernel_table.h"
+#include "kernels/ops.h"
 #include "kernels/type_table.h"
 
 namespace lumen::kernels {
@@ -28,7 +30,6 @@ namespace {
 constexpr int64_t kRowTile = 16;    // plain tiles: weight rows x
 constexpr int64_t kColTile = 64;    //              activation rows
 constexpr int64_t kUnitRows = 16;   // a unit without an interleaved copy
-constexpr size_t kGrainBytes = 128 * 1024;
 constexpr double kMinMacsPerThread = 256 * 1024;
 constexpr size_t kAlign = 64;
 
@@ -179,8 +180,8 @@ void matmul_jobs(const KernelTable& k, ThreadPool& pool, std::span<const MatmulJ
     }
   };
   const double unit_bytes = weight_bytes / static_cast<double>(n_units);
-  const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(kGrainBytes) / unit_bytes));
-  pool.for_ranges(n_active, n_units, grain, run_units);
+  const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(kDecodeGrainBytes) / unit_bytes));
+  pool.for_ranges(n_active, n_units, grain, kDecodeMaxClaimGrains * grain, run_units);
 }
 
 }  // namespace lumen::kernels

@@ -21,13 +21,14 @@ namespace {
 // which the pool's threads share out.
 //
 //   decode (few activation rows): each thread starts on its own contiguous range of units
-//     (ThreadPool::for_ranges) and claims kGrainBytes of weights at a time (divided by the
-//     number of activation rows, up to kGrainMaxCols, so that a grain is about as much
-//     work at 9 columns as at 1); a thread that finishes early steals from the back of the
-//     other's range. Every weight byte is streamed once from memory by one thread, each
-//     thread's stream is one run of memory (the prefetchers need a while to ramp up on a
-//     new one), and the threads end within one grain of each other, even when one of them
-//     is preempted.
+//     (ThreadPool::for_ranges) and claims 1 to kDecodeMaxClaimGrains grains of
+//     kDecodeGrainBytes of weights at a time (ops.h; a grain divided by the number of
+//     activation rows, up to kGrainMaxCols, so that it is about as much work at 9 columns
+//     as at 1); a thread that finishes early steals grains from the back of the other's
+//     range. Every weight byte is streamed once from memory by one thread, each thread's
+//     stream is one run of memory (the prefetchers need a while to ramp up on a new one),
+//     and the threads end within one claim of each other, even when one of them is
+//     preempted.
 //   prefill (panel path): a chunk is one panel of rows: the thread packs it into its own
 //     scratch and sweeps every activation row of the batch against it.
 //   interleaved weights (a copy made at load, kernel_table.h): decode as above for few
@@ -43,7 +44,6 @@ namespace {
 constexpr int64_t kRowTile = 16;
 constexpr int64_t kColTile = 64;
 constexpr int64_t kRowGroup = 16;
-constexpr size_t kGrainBytes = 128 * 1024;
 // Interleaved weights: from this many activation rows on, chunks of up to
 // kInterleavedChunkGroups groups (above), below it decode-sized ranges: at 8-17 columns
 // the ranges take 10-25% less time than the chunks on qwen2.5-0.5b Q4_0 and llama-3.2-1b
@@ -241,12 +241,12 @@ void matmul_fused(const KernelTable& k, ThreadPool& pool, std::span<const Matmul
     });
     return;
   }
-  // Few activation rows: a contiguous range of units per thread, claimed kGrainBytes at a
+  // Few activation rows: a contiguous range of units per thread, claimed kDecodeGrainBytes at a
   // time, the ends stolen by whichever thread finishes first.
   const size_t unit_bytes = static_cast<size_t>(unit_rows) * w0.row_stride_bytes();
-  const int64_t grain_bytes = static_cast<int64_t>(kGrainBytes) / std::min(n_tokens, kGrainMaxCols);
+  const int64_t grain_bytes = static_cast<int64_t>(kDecodeGrainBytes) / std::min(n_tokens, kGrainMaxCols);
   const int64_t grain = std::max<int64_t>(1, grain_bytes / static_cast<int64_t>(unit_bytes));
-  pool.for_ranges(n_active, n_units, grain, run_units);
+  pool.for_ranges(n_active, n_units, grain, kDecodeMaxClaimGrains * grain, run_units);
 }
 
 void get_rows(const TensorView& w, const int32_t* ids, int64_t n_ids, float* out) {
