@@ -139,32 +139,31 @@ TEST(ThreadPool, ForRangesWithMaxGrainCoversEveryUnitOnceInPiecesOfAtMostMaxGrai
 // clamped to [grain, max_grain]: big at the start of a long range, `grain` at its end.
 TEST(ThreadPool, ForRangesClaimsAQuarterOfTheOwnRangeLeftWithinGrainAndMaxGrain) {
   ThreadPool pool(2);
-  std::vector<std::pair<int64_t, int64_t>> caller_own;  // the caller's pieces of [0, 1000)
+  std::vector<std::pair<int64_t, int64_t>> caller_own;  // the caller's pieces of its range [0, 1000)
+  std::atomic<bool> caller_own_done{false};
   std::atomic<int64_t> done{0};
   pool.for_ranges(2, 2000, 5, 40, [&](int64_t b, int64_t e, int thread_idx) {
-    // A body slow enough that neither thread runs out before the other is near its end.
-    std::this_thread::sleep_for(std::chrono::microseconds(20 * (e - b)));
-    if (thread_idx == 0 && b < 1000) caller_own.emplace_back(b, e);
+    if (thread_idx == 0 && b < 1000) {
+      caller_own.emplace_back(b, e);
+      if (e == 1000) caller_own_done.store(true);
+    } else if (thread_idx == 1 && b >= 1000) {
+      // The worker holds its first piece until the caller has walked its whole range, so
+      // that no steal cuts the caller's range short (bounded, should the caller never get there).
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (!caller_own_done.load() && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    }
     done.fetch_add(e - b);
   });
   EXPECT_EQ(done.load(), 2000);
-  ASSERT_GE(caller_own.size(), 3u);
-  // Front claims in order; each one is clamp(left / 4, 5, 40) of what was left at its start
-  // (the last ones may be cut short by a steal from the back).
-  int64_t n_full = 0, n_small = 0;
-  for (size_t i = 0; i < caller_own.size(); ++i) {
-    const auto [b, e] = caller_own[i];
-    if (i > 0) {
-      ASSERT_EQ(b, caller_own[i - 1].second) << "piece " << i;
-    }
-    const int64_t want = std::clamp<int64_t>((1000 - b) / 4, 5, 40);
-    EXPECT_LE(e - b, want) << "piece " << i << " at " << b;
-    if (e - b == 40) ++n_full;
-    if (e - b <= 5) ++n_small;
+  std::vector<std::pair<int64_t, int64_t>> want;
+  for (int64_t b = 0; b < 1000;) {
+    const int64_t e = std::min<int64_t>(1000, b + std::clamp<int64_t>((1000 - b) / 4, 5, 40));
+    want.emplace_back(b, e);
+    b = e;
   }
-  EXPECT_EQ(caller_own.front(), std::make_pair(int64_t{0}, int64_t{40}));
-  EXPECT_GE(n_full, 15);   // 40 units a claim while more than 160 are left
-  EXPECT_GE(n_small, 1);   // at most 5 at the end
+  EXPECT_EQ(caller_own, want);
+  EXPECT_EQ(want.front(), std::make_pair(int64_t{0}, int64_t{40}));  // 40 while 160 or more are left
+  EXPECT_EQ(want.back(), std::make_pair(int64_t{997}, int64_t{1000}));
 }
 
 // Each thread starts on its own contiguous range and walks it forwards: with no stealing
