@@ -241,8 +241,9 @@ void matmul_fused(const KernelTable& k, ThreadPool& pool, std::span<const Matmul
     });
     return;
   }
-  // Few activation rows: a contiguous range of units per thread, claimed kDecodeGrainBytes at a
-  // time, the ends stolen by whichever thread finishes first.
+  // Few activation rows: a contiguous range of units per thread, claimed 1 to
+  // kDecodeMaxClaimGrains grains at a time, the ends stolen a grain at a time by whichever
+  // thread finishes first.
   const size_t unit_bytes = static_cast<size_t>(unit_rows) * w0.row_stride_bytes();
   const int64_t grain_bytes = static_cast<int64_t>(kDecodeGrainBytes) / std::min(n_tokens, kGrainMaxCols);
   const int64_t grain = std::max<int64_t>(1, grain_bytes / static_cast<int64_t>(unit_bytes));
