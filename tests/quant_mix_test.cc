@@ -92,6 +92,20 @@ constexpr MixModel kModels[] = {
     {"llama-h256", "tiny-llama", 256, 4, 2, 256, 8},
 };
 
+// The F16 model the goldens were made from (as tools/quant_mix_goldens.sh synthesizes it).
+void write_f16(const MixModel& m, const std::string& path) {
+  auto c = synth_preset(m.preset, shared_dir());
+  ASSERT_TRUE(c.ok()) << c.message();
+  c->n_embd = m.hidden;
+  c->n_head = m.heads;
+  c->n_kv_head = m.kv_heads;
+  c->n_ff = m.ffn;
+  c->n_layer = m.layers;
+  c->rules = *make_type_rules("f16", "", "");
+  c->n_threads = 2;
+  ASSERT_TRUE(synth_model(*c, path, nullptr).ok());
+}
+
 // Types lumen plans for the F16 file under `rules`, by tensor name.
 std::map<std::string, DType> planned_types(const gguf::ModelFile& f, const TypeRules& rules) {
   std::vector<TensorDesc> descs;
@@ -114,17 +128,8 @@ TEST_P(QuantMixTest, SameTypesAndBytesAsLlamaQuantize) {
   const MixModel& m = GetParam();
   const Golden golden = read_golden(m.name);
   ASSERT_FALSE(golden.runs.empty());
-  auto c = synth_preset(m.preset, shared_dir());
-  ASSERT_TRUE(c.ok()) << c.message();
-  c->n_embd = m.hidden;
-  c->n_head = m.heads;
-  c->n_kv_head = m.kv_heads;
-  c->n_ff = m.ffn;
-  c->n_layer = m.layers;
-  c->rules = *make_type_rules("f16", "", "");
-  c->n_threads = 2;
   const std::string f16 = temp_path(std::string(m.name) + "-f16.gguf");
-  ASSERT_TRUE(synth_model(*c, f16, nullptr).ok());
+  ASSERT_NO_FATAL_FAILURE(write_f16(m, f16));
   ASSERT_EQ(hex64(file_fnv(f16)), golden.input_hash)
       << "lumen synth no longer writes the F16 input the goldens were made from: regenerate tests/data/quant "
          "with tools/quant_mix_goldens.sh";
@@ -185,6 +190,55 @@ TEST_P(QuantMixTest, SameTypesAndBytesAsLlamaQuantize) {
   }
   std::printf("  %s: %d runs compared byte for byte (%d tensors), %d runs by type only (lumen cannot write a type yet)\n",
               m.name, n_runs_bytes, n_tensors_compared, n_runs_types_only);
+  std::remove(f16.c_str());
+}
+
+// A mix that needs importance data for a tensor says what is missing: the importance matrix
+// when none was given; the entry when the given one lacks it; and when lumen has no quantizer
+// for the type (the 1-3 bit i-quants), that, not the importance matrix the user did pass.
+TEST(QuantMixRefusal, NamesWhatIsMissing) {
+  const MixModel& m = kModels[1];  // llama-h256: every matrix is i-quant compatible
+  const std::string f16 = temp_path("refusal-f16.gguf");
+  ASSERT_NO_FATAL_FAILURE(write_f16(m, f16));
+  auto imatrix = read_imatrix(data_path(std::string(m.name) + ".imatrix"));
+  ASSERT_TRUE(imatrix.ok()) << imatrix.message();
+  const std::string out = temp_path("refused.gguf");
+  auto quantize = [&](const char* mix, const Imatrix* im) {
+    QuantizeOptions opt;
+    opt.rules = *make_type_rules(mix, "", "");
+    opt.rules.has_imatrix = im != nullptr;
+    opt.imatrix = im;
+    opt.n_threads = 2;
+    return quantize_model(f16, out, opt, nullptr);
+  };
+
+  Status st = quantize("iq2_xxs", nullptr);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("needs an importance matrix"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("no quantizer for iq2_xxs"), std::string::npos) << st.message();
+
+  st = quantize("iq2_xxs", &*imatrix);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.message().find("importance"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("which lumen cannot write yet"), std::string::npos) << st.message();
+
+  // q2_K_S: q2_K tensors need importance data, and lumen writes q2_K.
+  st = quantize("q2_k_s", nullptr);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("needs an importance matrix"), std::string::npos) << st.message();
+  EXPECT_EQ(st.message().find("no quantizer"), std::string::npos) << st.message();
+  Imatrix partial = *imatrix;
+  ASSERT_EQ(partial.entries.erase("blk.3.attn_q.weight"), 1u);
+  TypeRules rules = *make_type_rules("q2_k_s", "", "");
+  rules.has_imatrix = true;
+  auto f16_file = gguf::open_model(f16);
+  ASSERT_TRUE(f16_file.ok()) << f16_file.message();
+  ASSERT_EQ(planned_types(*f16_file, rules).at("blk.3.attn_q.weight"), DType::kQ2_K);
+  st = quantize("q2_k_s", &partial);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("has no entry 'blk.3.attn_q.weight'"), std::string::npos) << st.message();
+  EXPECT_TRUE(quantize("q2_k_s", &*imatrix).ok());
+  std::remove(out.c_str());
   std::remove(f16.c_str());
 }
 

@@ -293,11 +293,19 @@ class Quantizer {
       if (w.empty() && quantize_uses_imatrix(p.to)) report_->no_imatrix_entry.push_back(t.name);
       if (quantize_uses_imatrix(p.to)) p.imatrix = std::move(w);
     }
-    if (p.imatrix.empty() && requires_imatrix(opt_.rules, t.name, p.to))
-      return error("tensor '" + t.name + "': " + std::string(dtype_name(p.to)) + " (type " +
-                   std::string(opt_.rules.mix->name) +
-                   ") needs an importance matrix for this tensor; the result would be garbage without one "
-                   "(make one with `lumen imatrix` and pass --imatrix FILE)");
+    if (!p.imatrix.empty() || !requires_imatrix(opt_.rules, t.name, p.to)) return Status();
+    const std::string what = "tensor '" + t.name + "': " + std::string(dtype_name(p.to)) + " (type " +
+                             std::string(opt_.rules.mix ? opt_.rules.mix->name : dtype_name(p.to)) + ")";
+    if (!opt_.imatrix)
+      return error(what +
+                   " needs an importance matrix for this tensor; the result would be garbage without one "
+                   "(make one with `lumen imatrix` and pass --imatrix FILE)" +
+                   (can_quantize_to(p.to) ? "" : "; lumen also has no quantizer for " + std::string(dtype_name(p.to)) + " yet"));
+    // An importance matrix was given: when lumen cannot write the type at all, that is what the
+    // caller reports (below), not the importance data.
+    if (can_quantize_to(p.to))
+      return error(what + " needs importance data for this tensor, and the importance matrix has no entry '" +
+                   t.name + "' (one made on another model?)");
     return Status();
   }
 
