@@ -92,23 +92,29 @@ Iq3Lattice build_lattice(const uint32_t* grid, int n_points, int n_shells, Level
     }
     lat.point_of[tuple_code(lat.levels[p].data())] = static_cast<int16_t>(p);
   }
-  std::vector<std::pair<int, int>> by_distance(n_points);  // (squared level distance, point)
+  // Neighbours in order of distance, equal distances in point order (the order they are
+  // tried decides equal errors): the points of each of the n_shells smallest distances.
+  constexpr int kMaxD2 = 4 * kMaxLevel * kMaxLevel;
+  std::vector<int> d2_of(n_points);
   for (int c = 0; c < kCodes; ++c) {
     lat.nb_begin[c] = static_cast<uint32_t>(lat.nb.size());
     if (lat.point_of[c] >= 0) continue;
+    std::array<bool, kMaxD2 + 1> present{};
     for (int p = 0; p < n_points; ++p) {
       int d2 = 0;
       for (int i = 0; i < 4; ++i) {
         const int diff = lat.levels[p][i] - ((c >> (3 * i)) & 7);
         d2 += diff * diff;
       }
-      by_distance[p] = {d2, p};
+      d2_of[p] = d2;
+      present[d2] = true;
     }
-    std::sort(by_distance.begin(), by_distance.end());
-    int shells = 1;
-    for (int j = 0; j < n_points; ++j) {
-      if (j > 0 && by_distance[j].first > by_distance[j - 1].first && ++shells > n_shells) break;
-      lat.nb.push_back(static_cast<uint16_t>(by_distance[j].second));
+    int shells = 0;
+    for (int d2 = 0; d2 <= kMaxD2 && shells < n_shells; ++d2) {
+      if (!present[d2]) continue;
+      ++shells;
+      for (int p = 0; p < n_points; ++p)
+        if (d2_of[p] == d2) lat.nb.push_back(static_cast<uint16_t>(p));
     }
   }
   lat.nb_begin[kCodes] = static_cast<uint32_t>(lat.nb.size());
