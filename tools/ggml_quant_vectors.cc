@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
   std::fwrite("LQR2", 1, 4, f);
   const ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0,
                              GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
-                             GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS};
+                             GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS,
+                             GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S};
   const uint32_t row_kinds[] = {0, 1, 2, 4};
   constexpr int kN = 768;
   int n_records = 0;

@@ -513,8 +513,10 @@ TEST(QuantizeModel, UnwritableTargetsAreRefusedWithoutOutput) {
     }
     std::remove(out.c_str());
   }
+  // Every target here is writable now (iq3_s and iq3_m were the last refused); the mixes that
+  // still need a missing quantizer also need an importance matrix, and their refusal is
+  // checked in tests/quant_mix_test.cc (QuantMixRefusal).
   std::printf("  %d of 6 targets refused (no quantizer yet)\n", n_refused);
-  EXPECT_GE(n_refused, 1);  // iq3_s, iq3_m: until their quantizers exist
   std::remove(in.c_str());
 }
 

@@ -31,4 +31,8 @@ void quantize_q6_k(const float* x, std::byte* dst, int64_t n, const float* imatr
 void quantize_iq4_nl(const float* x, std::byte* dst, int64_t n, const float* imatrix);
 void quantize_iq4_xs(const float* x, std::byte* dst, int64_t n, const float* imatrix);
 
+// quantize_iq3.cc (super-blocks of 256)
+void quantize_iq3_xxs(const float* x, std::byte* dst, int64_t n, const float* imatrix);
+void quantize_iq3_s(const float* x, std::byte* dst, int64_t n, const float* imatrix);
+
 }  // namespace lumen::convert
