@@ -33,6 +33,8 @@ bool quantize_uses_imatrix(DType dtype) {
     case DType::kQ6_K:
     case DType::kIQ4_NL:
     case DType::kIQ4_XS:
+    case DType::kIQ1_S:
+    case DType::kIQ1_M:
       return true;
     default:
       return false;
@@ -70,6 +72,8 @@ void quantize_row(DType dtype, const float* src, std::byte* dst, int64_t n, cons
     case DType::kQ6_K: quantize_q6_k(src, dst, n, imatrix); return;
     case DType::kIQ4_NL: quantize_iq4_nl(src, dst, n, imatrix); return;
     case DType::kIQ4_XS: quantize_iq4_xs(src, dst, n, imatrix); return;
+    case DType::kIQ1_S: quantize_iq1_s(src, dst, n, imatrix); return;
+    case DType::kIQ1_M: quantize_iq1_m(src, dst, n, imatrix); return;
     default: break;
   }
   LUMEN_CHECK_MSG(false, "quantize_row: unsupported target type");

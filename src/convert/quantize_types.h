@@ -31,4 +31,8 @@ void quantize_q6_k(const float* x, std::byte* dst, int64_t n, const float* imatr
 void quantize_iq4_nl(const float* x, std::byte* dst, int64_t n, const float* imatrix);
 void quantize_iq4_xs(const float* x, std::byte* dst, int64_t n, const float* imatrix);
 
+// quantize_iq1.cc (super-blocks of 256; iq1_s requires an imatrix, iq1_m takes one or not)
+void quantize_iq1_s(const float* x, std::byte* dst, int64_t n, const float* imatrix);
+void quantize_iq1_m(const float* x, std::byte* dst, int64_t n, const float* imatrix);
+
 }  // namespace lumen::convert
