@@ -236,6 +236,42 @@ TEST(QuantizeRef, AllZeroBlocks) {
   }
 }
 
+// iq1_s / iq1_m on rows ggml would abort on or that have no usable search: weights all zero
+// (no split has a positive sum(w q^2)), infinities and NaN (non-finite weights), huge and tiny
+// values, all-zero rows. Nothing crashes; an all-zero row writes zero bytes; finite rows with
+// usable weights dequantize to finite values.
+TEST(QuantizeRef, Iq1HostileRowsDoNotCrash) {
+  constexpr int kN = 512;
+  std::vector<std::vector<float>> rows;
+  for (uint32_t kind : {0u, 1u, 2u, 3u, 4u}) rows.push_back(make_row(kind, kN));
+  rows.emplace_back(kN, 0.0f);
+  rows.emplace_back(kN, 1e-20f);
+  std::vector<float> huge = make_row(0, kN);
+  huge[3] = 3e38f;
+  huge[300] = -3e38f;
+  rows.push_back(huge);
+  std::vector<std::vector<float>> imatrices = {make_imatrix(1, kN), make_imatrix(2, kN), std::vector<float>(kN, 0.0f)};
+  for (DType t : {DType::kIQ1_S, DType::kIQ1_M}) {
+    for (size_t r = 0; r < rows.size(); ++r) {
+      for (size_t m = 0; m <= imatrices.size(); ++m) {
+        if (m == imatrices.size() && t == DType::kIQ1_S) continue;  // iq1_s requires an imatrix
+        const float* w = m < imatrices.size() ? imatrices[m].data() : nullptr;
+        std::vector<std::byte> out(row_bytes(t, kN), std::byte{0x5A});
+        quantize_row(t, rows[r].data(), out.data(), kN, w);
+        std::vector<float> back(kN);
+        kernels::dequantize_row(t, out.data(), back.data(), kN);
+        const bool finite_row = r != 3 && r != 7;
+        if (finite_row && m != 2) {
+          for (int i = 0; i < kN; ++i) ASSERT_TRUE(std::isfinite(back[i])) << dtype_name(t) << " row " << r << " " << i;
+        }
+        if (r == 5) {
+          for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], std::byte{0}) << dtype_name(t) << " byte " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(QuantizeRef, F16AndBf16Specials) {
   const float x[] = {1.0f, -2.0f, 65504.0f, 1e9f, 1.00390625f, NAN};
   std::vector<std::byte> out(2 * std::size(x));
