@@ -40,9 +40,11 @@ int main(int argc, char** argv) {
   int n_records = 0;
   for (ggml_type t : types) {
     for (uint32_t kind : row_kinds) {
-      for (uint32_t im_kind : {0u, 1u, 2u}) {
+      for (uint32_t im_kind : {0u, 1u, 2u, 3u}) {
         if (t == GGML_TYPE_Q8_0 && im_kind != 0) continue;  // q8_0 ignores the imatrix
         if (t == GGML_TYPE_IQ1_S && im_kind == 0) continue;  // iq1_s requires one
+        // Zero-weight columns (ties between grid neighbours): for the types with a grid search.
+        if (im_kind == 3 && t != GGML_TYPE_IQ1_S && t != GGML_TYPE_IQ1_M) continue;
         const std::vector<float> x = lumen::convert::testdata::make_row(kind, kN);
         const std::vector<float> w = lumen::convert::testdata::make_imatrix(im_kind, kN);
         std::vector<uint8_t> out(ggml_row_size(t, kN));

@@ -152,7 +152,7 @@ TEST(QuantizeRef, MatchesGgmlBytesWithAndWithoutImatrix) {
     pos += n_bytes;
     ++n_records;
   }
-  EXPECT_EQ(n_records, 156);
+  EXPECT_EQ(n_records, 164);
   EXPECT_EQ(n_failed, 0);
   for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K,
                   DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kIQ1_M}) {
