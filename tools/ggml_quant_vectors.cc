@@ -19,6 +19,12 @@
 #include "convert/testdata/quant_rows.h"
 #include "ggml.h"
 
+// The i-quants whose quantizers search a grid of codes (the 1-3 bit ones).
+bool grid_search(ggml_type t) {
+  return t == GGML_TYPE_IQ1_S || t == GGML_TYPE_IQ1_M || t == GGML_TYPE_IQ2_XXS || t == GGML_TYPE_IQ2_XS ||
+         t == GGML_TYPE_IQ2_S || t == GGML_TYPE_IQ3_XXS || t == GGML_TYPE_IQ3_S;
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: %s OUT.bin\n", argv[0]);
@@ -35,14 +41,17 @@ int main(int argc, char** argv) {
   const ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0,
                              GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
                              GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS,
-                             GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S};
+                             GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S, GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_M};
   const uint32_t row_kinds[] = {0, 1, 2, 4};
   constexpr int kN = 768;
   int n_records = 0;
   for (ggml_type t : types) {
     for (uint32_t kind : row_kinds) {
-      for (uint32_t im_kind : {0u, 1u, 2u}) {
+      for (uint32_t im_kind : {0u, 1u, 2u, 3u}) {
         if (t == GGML_TYPE_Q8_0 && im_kind != 0) continue;  // q8_0 ignores the imatrix
+        if (t == GGML_TYPE_IQ1_S && im_kind == 0) continue;  // iq1_s requires one
+        // Zero-weight columns (ties between grid neighbours): for the types with a grid search.
+        if (im_kind == 3 && !grid_search(t)) continue;
         const std::vector<float> x = lumen::convert::testdata::make_row(kind, kN);
         const std::vector<float> w = lumen::convert::testdata::make_imatrix(im_kind, kN);
         std::vector<uint8_t> out(ggml_row_size(t, kN));

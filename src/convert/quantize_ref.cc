@@ -35,6 +35,8 @@ bool quantize_uses_imatrix(DType dtype) {
     case DType::kIQ4_XS:
     case DType::kIQ3_XXS:
     case DType::kIQ3_S:
+    case DType::kIQ1_S:
+    case DType::kIQ1_M:
       return true;
     default:
       return false;
@@ -74,6 +76,8 @@ void quantize_row(DType dtype, const float* src, std::byte* dst, int64_t n, cons
     case DType::kIQ4_XS: quantize_iq4_xs(src, dst, n, imatrix); return;
     case DType::kIQ3_XXS: quantize_iq3_xxs(src, dst, n, imatrix); return;
     case DType::kIQ3_S: quantize_iq3_s(src, dst, n, imatrix); return;
+    case DType::kIQ1_S: quantize_iq1_s(src, dst, n, imatrix); return;
+    case DType::kIQ1_M: quantize_iq1_m(src, dst, n, imatrix); return;
     default: break;
   }
   LUMEN_CHECK_MSG(false, "quantize_row: unsupported target type");

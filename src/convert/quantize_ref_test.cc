@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -34,6 +35,46 @@ std::vector<char> read_testdata(const std::string& name) {
   return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
+// The bits of ggml's iq1_s / iq1_m bytes that depend on uninitialised memory (0 elsewhere).
+// A sub-block of values all below the type's threshold gets no delta sign of its own: ggml
+// reads the sign slot of its position (ggml's shifts[]) as the last sub-block there left it,
+// and before the first write in a call that is whatever its stack held. lumen starts a row
+// with positive signs; these bits (the sign bits, and for iq1_m the whole qh byte and the
+// fp16 scale, which the signs feed) are left out of the comparison. Every other bit is exact.
+std::vector<std::byte> undefined_bits(DType dtype, const std::vector<float>& x, size_t n_bytes) {
+  std::vector<std::byte> mask(n_bytes, std::byte{0});
+  if (dtype != DType::kIQ1_S && dtype != DType::kIQ1_M) return mask;
+  const bool is_s = dtype == DType::kIQ1_S;
+  const int sub = is_s ? 32 : 16;
+  const float eps = is_s ? 1e-12f : 1e-7f;
+  const size_t block_bytes = is_s ? sizeof(kernels::BlockIQ1_S) : sizeof(kernels::BlockIQ1_M);
+  const int n_sub = kernels::kQkK / sub;
+  std::vector<bool> sign_written(n_sub, false);
+  for (size_t b = 0; b < x.size() / kernels::kQkK; ++b) {
+    std::vector<bool> below(n_sub);
+    bool any_above = false;
+    for (int ib = 0; ib < n_sub; ++ib) {
+      float m = 0;
+      for (int i = 0; i < sub; ++i) m = std::max(m, std::fabs(x[b * kernels::kQkK + ib * sub + i]));
+      below[ib] = m < eps;
+      any_above = any_above || !below[ib];
+    }
+    for (int ib = 0; ib < n_sub; ++ib) {
+      if (below[ib] && !sign_written[ib] && any_above) {
+        std::byte* blk = mask.data() + b * block_bytes;
+        if (is_s) {
+          blk[34 + 2 * ib + 1] |= std::byte{0x80};  // bit 15 of qh[ib]
+        } else {
+          blk[32 + ib] = std::byte{0xFF};  // qh[ib]
+          for (int k = 0; k < 4; ++k) blk[48 + 2 * k + 1] |= std::byte{0xF0};  // the fp16 nibbles
+        }
+      }
+      sign_written[ib] = sign_written[ib] || !below[ib];
+    }
+  }
+  return mask;
+}
+
 // Quantizes the record's row as lumen does and compares with ggml's bytes; returns false
 // (after reporting where they differ) on a mismatch.
 bool matches_ggml(DType dtype, uint32_t kind, uint32_t im_kind, int n, const char* want_bytes, size_t n_bytes) {
@@ -41,8 +82,14 @@ bool matches_ggml(DType dtype, uint32_t kind, uint32_t im_kind, int n, const cha
   const std::vector<float> w = make_imatrix(im_kind, n);
   std::vector<std::byte> got(n_bytes);
   quantize_row(dtype, x.data(), got.data(), n, w.empty() ? nullptr : w.data());
-  const auto* want = reinterpret_cast<const std::byte*>(want_bytes);
-  if (std::memcmp(got.data(), want, n_bytes) == 0) return true;
+  std::vector<std::byte> want(reinterpret_cast<const std::byte*>(want_bytes),
+                              reinterpret_cast<const std::byte*>(want_bytes) + n_bytes);
+  const std::vector<std::byte> undefined = undefined_bits(dtype, x, n_bytes);
+  for (size_t i = 0; i < n_bytes; ++i) {
+    got[i] &= ~undefined[i];
+    want[i] &= ~undefined[i];
+  }
+  if (got == want) return true;
   size_t first = 0;
   while (got[first] == want[first]) ++first;
   size_t n_diff = 0;
@@ -105,11 +152,17 @@ TEST(QuantizeRef, MatchesGgmlBytesWithAndWithoutImatrix) {
     pos += n_bytes;
     ++n_records;
   }
-  EXPECT_EQ(n_records, 160);
+  EXPECT_EQ(n_records, 196);
   EXPECT_EQ(n_failed, 0);
   for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K,
-                  DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kIQ3_XXS, DType::kIQ3_S}) {
+                  DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kIQ3_XXS, DType::kIQ3_S,
+                  DType::kIQ1_M}) {
     EXPECT_TRUE(covered.count({t, false}) && covered.count({t, true})) << dtype_name(t);
+    EXPECT_TRUE(quantize_uses_imatrix(t)) << dtype_name(t);
+  }
+  // Types ggml quantizes only with an importance matrix.
+  for (DType t : {DType::kIQ1_S}) {
+    EXPECT_TRUE(covered.count({t, true})) << dtype_name(t);
     EXPECT_TRUE(quantize_uses_imatrix(t)) << dtype_name(t);
   }
 }
@@ -180,6 +233,42 @@ TEST(QuantizeRef, AllZeroBlocks) {
       EXPECT_EQ(static_cast<uint8_t>(out[2]), 0x88);  // q = 8 means 0
     } else {
       for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], std::byte{0}) << dtype_name(t) << " byte " << i;
+    }
+  }
+}
+
+// iq1_s / iq1_m on rows ggml would abort on or that have no usable search: weights all zero
+// (no split has a positive sum(w q^2)), infinities and NaN (non-finite weights), huge and tiny
+// values, all-zero rows. Nothing crashes; an all-zero row writes zero bytes; finite rows with
+// usable weights dequantize to finite values.
+TEST(QuantizeRef, Iq1HostileRowsDoNotCrash) {
+  constexpr int kN = 512;
+  std::vector<std::vector<float>> rows;
+  for (uint32_t kind : {0u, 1u, 2u, 3u, 4u}) rows.push_back(make_row(kind, kN));
+  rows.emplace_back(kN, 0.0f);
+  rows.emplace_back(kN, 1e-20f);
+  std::vector<float> huge = make_row(0, kN);
+  huge[3] = 3e38f;
+  huge[300] = -3e38f;
+  rows.push_back(huge);
+  std::vector<std::vector<float>> imatrices = {make_imatrix(1, kN), make_imatrix(2, kN), std::vector<float>(kN, 0.0f)};
+  for (DType t : {DType::kIQ1_S, DType::kIQ1_M}) {
+    for (size_t r = 0; r < rows.size(); ++r) {
+      for (size_t m = 0; m <= imatrices.size(); ++m) {
+        if (m == imatrices.size() && t == DType::kIQ1_S) continue;  // iq1_s requires an imatrix
+        const float* w = m < imatrices.size() ? imatrices[m].data() : nullptr;
+        std::vector<std::byte> out(row_bytes(t, kN), std::byte{0x5A});
+        quantize_row(t, rows[r].data(), out.data(), kN, w);
+        std::vector<float> back(kN);
+        kernels::dequantize_row(t, out.data(), back.data(), kN);
+        const bool finite_row = r != 3 && r != 7;
+        if (finite_row && m != 2) {
+          for (int i = 0; i < kN; ++i) ASSERT_TRUE(std::isfinite(back[i])) << dtype_name(t) << " row " << r << " " << i;
+        }
+        if (r == 5) {
+          for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], std::byte{0}) << dtype_name(t) << " byte " << i;
+        }
+      }
     }
   }
 }

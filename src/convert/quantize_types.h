@@ -35,4 +35,8 @@ void quantize_iq4_xs(const float* x, std::byte* dst, int64_t n, const float* ima
 void quantize_iq3_xxs(const float* x, std::byte* dst, int64_t n, const float* imatrix);
 void quantize_iq3_s(const float* x, std::byte* dst, int64_t n, const float* imatrix);
 
+// quantize_iq1.cc (super-blocks of 256; iq1_s requires an imatrix, iq1_m takes one or not)
+void quantize_iq1_s(const float* x, std::byte* dst, int64_t n, const float* imatrix);
+void quantize_iq1_m(const float* x, std::byte* dst, int64_t n, const float* imatrix);
+
 }  // namespace lumen::convert

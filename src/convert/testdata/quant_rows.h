@@ -72,7 +72,9 @@ inline std::vector<float> make_row(uint32_t kind, int n) {
 
 // Importance weights for a row of n (kind 0: none). Kind 1: smooth positive values spanning
 // about 4 decades, like mean squared activations; kind 2: mostly small with a few columns
-// 1000x larger (outlier channels) and some columns at 1e-8 (rarely active).
+// 1000x larger (outlier channels) and some columns at 1e-8 (rarely active); kind 3: as kind
+// 1 with about half the columns at exactly 0 (never active), never a whole group of 8, so
+// candidates that differ only in those columns tie exactly (the i-quants' tie rules).
 inline std::vector<float> make_imatrix(uint32_t kind, int n) {
   std::vector<float> w;
   if (kind == 0) return w;
@@ -86,6 +88,7 @@ inline std::vector<float> make_imatrix(uint32_t kind, int n) {
       if (i % 61 == 7) v = 10.0f + v;
       if (i % 97 == 13) v = 1e-8f;
     }
+    if (kind == 3 && i % 8 != 0 && g.uniform() > 0) v = 0.0f;
     w[i] = v;
   }
   return w;
