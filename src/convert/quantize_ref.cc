@@ -37,6 +37,9 @@ bool quantize_uses_imatrix(DType dtype) {
     case DType::kIQ3_S:
     case DType::kIQ1_S:
     case DType::kIQ1_M:
+    case DType::kIQ2_XXS:
+    case DType::kIQ2_XS:
+    case DType::kIQ2_S:
       return true;
     default:
       return false;
@@ -78,6 +81,9 @@ void quantize_row(DType dtype, const float* src, std::byte* dst, int64_t n, cons
     case DType::kIQ3_S: quantize_iq3_s(src, dst, n, imatrix); return;
     case DType::kIQ1_S: quantize_iq1_s(src, dst, n, imatrix); return;
     case DType::kIQ1_M: quantize_iq1_m(src, dst, n, imatrix); return;
+    case DType::kIQ2_XXS: quantize_iq2_xxs(src, dst, n, imatrix); return;
+    case DType::kIQ2_XS: quantize_iq2_xs(src, dst, n, imatrix); return;
+    case DType::kIQ2_S: quantize_iq2_s(src, dst, n, imatrix); return;
     default: break;
   }
   LUMEN_CHECK_MSG(false, "quantize_row: unsupported target type");

@@ -39,4 +39,10 @@ void quantize_iq3_s(const float* x, std::byte* dst, int64_t n, const float* imat
 void quantize_iq1_s(const float* x, std::byte* dst, int64_t n, const float* imatrix);
 void quantize_iq1_m(const float* x, std::byte* dst, int64_t n, const float* imatrix);
 
+// quantize_iq2.cc (super-blocks of 256). iq2_xxs and iq2_xs need an importance matrix (as in
+// ggml; checked), iq2_s takes one or not.
+void quantize_iq2_xxs(const float* x, std::byte* dst, int64_t n, const float* imatrix);
+void quantize_iq2_xs(const float* x, std::byte* dst, int64_t n, const float* imatrix);
+void quantize_iq2_s(const float* x, std::byte* dst, int64_t n, const float* imatrix);
+
 }  // namespace lumen::convert
