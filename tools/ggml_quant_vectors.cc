@@ -41,7 +41,8 @@ int main(int argc, char** argv) {
   const ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0,
                              GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
                              GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS,
-                             GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S, GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_M};
+                             GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S, GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_M,
+                             GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S};
   const uint32_t row_kinds[] = {0, 1, 2, 4};
   constexpr int kN = 768;
   int n_records = 0;
@@ -49,7 +50,7 @@ int main(int argc, char** argv) {
     for (uint32_t kind : row_kinds) {
       for (uint32_t im_kind : {0u, 1u, 2u, 3u}) {
         if (t == GGML_TYPE_Q8_0 && im_kind != 0) continue;  // q8_0 ignores the imatrix
-        if (t == GGML_TYPE_IQ1_S && im_kind == 0) continue;  // iq1_s requires one
+        if (ggml_quantize_requires_imatrix(t) && im_kind == 0) continue;  // iq1_s, iq2_xxs, iq2_xs
         // Zero-weight columns (ties between grid neighbours): for the types with a grid search.
         if (im_kind == 3 && !grid_search(t)) continue;
         const std::vector<float> x = lumen::convert::testdata::make_row(kind, kN);

@@ -152,17 +152,17 @@ TEST(QuantizeRef, MatchesGgmlBytesWithAndWithoutImatrix) {
     pos += n_bytes;
     ++n_records;
   }
-  EXPECT_EQ(n_records, 196);
+  EXPECT_EQ(n_records, 236);
   EXPECT_EQ(n_failed, 0);
   for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K,
                   DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kIQ3_XXS, DType::kIQ3_S,
-                  DType::kIQ1_M}) {
+                  DType::kIQ1_M, DType::kIQ2_S}) {
     EXPECT_TRUE(covered.count({t, false}) && covered.count({t, true})) << dtype_name(t);
     EXPECT_TRUE(quantize_uses_imatrix(t)) << dtype_name(t);
   }
   // Types ggml quantizes only with an importance matrix.
-  for (DType t : {DType::kIQ1_S}) {
-    EXPECT_TRUE(covered.count({t, true})) << dtype_name(t);
+  for (DType t : {DType::kIQ1_S, DType::kIQ2_XXS, DType::kIQ2_XS}) {
+    EXPECT_TRUE(covered.count({t, true}) && !covered.count({t, false})) << dtype_name(t);
     EXPECT_TRUE(quantize_uses_imatrix(t)) << dtype_name(t);
   }
 }
