@@ -212,15 +212,13 @@ TEST(QuantMixRefusal, NamesWhatIsMissing) {
     return quantize_model(f16, out, opt, nullptr);
   };
 
+  // iq2_xxs: lumen writes it, and only with importance data.
   Status st = quantize("iq2_xxs", nullptr);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("needs an importance matrix"), std::string::npos) << st.message();
-  EXPECT_NE(st.message().find("no quantizer for iq2_xxs"), std::string::npos) << st.message();
-
+  EXPECT_EQ(st.message().find("no quantizer"), std::string::npos) << st.message();
   st = quantize("iq2_xxs", &*imatrix);
-  ASSERT_FALSE(st.ok());
-  EXPECT_EQ(st.message().find("importance"), std::string::npos) << st.message();
-  EXPECT_NE(st.message().find("which lumen cannot write yet"), std::string::npos) << st.message();
+  EXPECT_TRUE(st.ok()) << st.message();
 
   // q2_K_S: q2_K tensors need importance data, and lumen writes q2_K.
   st = quantize("q2_k_s", nullptr);
