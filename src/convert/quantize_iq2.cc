@@ -31,7 +31,8 @@
 // off (exact_float.h). ggml's searches carry some state in ways that only matter for degenerate
 // sub-blocks (no try with a positive gain: the levels of the previous sub-block stay); that is
 // reproduced. Where ggml would abort (a group still off the grid at the end, only possible when
-// every weight of a sub-block is 0), the group is written as grid entry 0 with scale 0.
+// every weight of a sub-block is 0; no neighbour with a finite distance, only for inf / NaN
+// sums), the group is written as grid entry 0 with scale 0, or the first neighbour is taken.
 #include <algorithm>
 #include <array>
 #include <cfloat>
@@ -77,23 +78,30 @@ struct Iq2Grid {
 
   // The grid entry at the smallest weighted distance sum w (s (2 l + 1) - x)^2 among the
   // neighbours of the off-grid code u (first one on ties); its levels go to L.
+  // Each term w (s q - x)^2 takes one of 3 values per element, so they are computed once
+  // (the same float operations as per candidate) and each candidate's sum adds 8 of them in
+  // element order.
   int best_neighbour(uint16_t u, const float* x, const float* w, float s, int8_t* L) const {
     const uint16_t* list = neighbours.data() + (-map[u] - 1);
+    float term[8][kMaxLevel + 1];
+    for (int i = 0; i < 8; ++i) {
+      for (int l = 0; l <= kMaxLevel; ++l) {
+        const float diff = s * static_cast<float>(2 * l + 1) - x[i];
+        term[i][l] = w[i] * diff * diff;
+      }
+    }
     float best_d2 = FLT_MAX;
     int best = -1;
     for (int j = 1; j <= list[0]; ++j) {
       const int8_t* l = levels[list[j]].data();
       float d2 = 0;
-      for (int i = 0; i < 8; ++i) {
-        const float diff = s * static_cast<float>(2 * l[i] + 1) - x[i];
-        d2 += w[i] * diff * diff;
-      }
+      for (int i = 0; i < 8; ++i) d2 += term[i][l[i]];
       if (d2 < best_d2) {
         best_d2 = d2;
         best = list[j];
       }
     }
-    LUMEN_CHECK(best >= 0);
+    if (best < 0) best = list[1];  // every sum NaN or inf (ggml asserts); any entry will do
     std::memcpy(L, levels[best].data(), 8);
     return best;
   }

@@ -273,6 +273,43 @@ TEST(QuantizeRef, Iq1HostileRowsDoNotCrash) {
   }
 }
 
+// The 2-bit i-quants on rows ggml cannot take (it asserts or divides by zero): an importance
+// matrix that is 0 over whole sub-blocks, values near the float limits. Lumen writes a row
+// without crashing, an all-zero row as all-zero bytes, and finite scales where the input and
+// weights are finite and not huge.
+TEST(QuantizeRef, Iq2HostileRows) {
+  constexpr int kN = 512;
+  std::vector<float> zero_w(kN, 1.0f);
+  for (int i = 0; i < 64; ++i) zero_w[i] = 0.0f;        // two whole sub-blocks of 32
+  for (int i = 300; i < 316; ++i) zero_w[i] = 0.0f;     // one of 16
+  const std::vector<float> ones(kN, 1.0f);
+  std::vector<float> plain(kN), huge(kN, 0.0f), tiny(kN, 1e-20f), zeros(kN, 0.0f);
+  for (int i = 0; i < kN; ++i) plain[i] = std::sin(0.37f * static_cast<float>(i)) * (i % 7 == 0 ? 5.0f : 1.0f);
+  huge[3] = 3e38f;
+  huge[4] = -3e38f;
+  huge[200] = 1e30f;
+  for (DType t : {DType::kIQ2_XXS, DType::kIQ2_XS, DType::kIQ2_S}) {
+    const size_t n_bytes = row_bytes(t, kN);
+    auto run = [&](const std::vector<float>& x, const float* w) {
+      std::vector<std::byte> out(n_bytes, std::byte{0x5A});
+      quantize_row(t, x.data(), out.data(), kN, w);
+      std::vector<float> back(kN);
+      kernels::dequantize_row(t, out.data(), back.data(), kN);
+      return std::make_pair(out, back);
+    };
+    const auto [zero_bytes, zero_back] = run(zeros, ones.data());
+    for (size_t i = 0; i < n_bytes; ++i) ASSERT_EQ(zero_bytes[i], std::byte{0}) << dtype_name(t) << " byte " << i;
+    for (const float* w : std::initializer_list<const float*>{zero_w.data(), ones.data()}) {
+      const auto [bytes, back] = run(plain, w);
+      for (int i = 0; i < kN; ++i) ASSERT_TRUE(std::isfinite(back[i])) << dtype_name(t) << " element " << i;
+      run(huge, w);
+      const auto [tiny_bytes, tiny_back] = run(tiny, w);
+      for (int i = 0; i < kN; ++i) ASSERT_EQ(tiny_back[i], 0.0f) << dtype_name(t) << " element " << i;
+    }
+    if (t == DType::kIQ2_S) run(plain, nullptr);
+  }
+}
+
 TEST(QuantizeRef, F16AndBf16Specials) {
   const float x[] = {1.0f, -2.0f, 65504.0f, 1e9f, 1.00390625f, NAN};
   std::vector<std::byte> out(2 * std::size(x));
