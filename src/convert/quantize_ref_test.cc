@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/fp16.h"
+#include "base/hash.h"
 #include "convert/testdata/quant_rows.h"
 #include "kernels/ops.h"
 #include "kernels/quant_blocks.h"
@@ -270,6 +271,41 @@ TEST(QuantizeRef, Iq1HostileRowsDoNotCrash) {
         }
       }
     }
+  }
+}
+
+// The 2-bit i-quants on rows of exactly tied candidates (testdata::make_tie_row, seeds 0..7,
+// 1024 values each): the FNV-1a hash of the 8 rows' bytes equals that of llama.cpp
+// c392e5094's ggml_quantize_chunk on the same rows (computed once by a throwaway program
+// linked against its libggml-base, like tools/ggml_quant_vectors.cc). Importance kinds:
+// 0 none (iq2_s only; ggml asserts for the others), 1 all ones, 2 4 on every third column
+// else 1. The rows of ggml_quants_v2.bin have almost no exact ties, so a search that kept
+// the last of two equal errors instead of the first would pass there and fails here.
+TEST(QuantizeRef, Iq2TiesBreakAsGgml) {
+  constexpr int kN = 1024;
+  std::vector<float> ones(kN, 1.0f), two(kN);
+  for (int i = 0; i < kN; ++i) two[i] = i % 3 == 0 ? 4.0f : 1.0f;
+  struct Want {
+    DType dtype;
+    int im_kind;
+    uint64_t hash;
+  };
+  const Want wants[] = {
+      {DType::kIQ2_XXS, 1, 0x8b86703a531b957full}, {DType::kIQ2_XXS, 2, 0xb0fe6f38a1eb69d3ull},
+      {DType::kIQ2_XS, 1, 0xecf524cc00897243ull},  {DType::kIQ2_XS, 2, 0xf63b427b0518caa9ull},
+      {DType::kIQ2_S, 0, 0x4157fbd61503f871ull},   {DType::kIQ2_S, 1, 0x9464d3bed949b513ull},
+      {DType::kIQ2_S, 2, 0x6ae9386bbccea00aull},
+  };
+  for (const Want& want : wants) {
+    uint64_t h = kFnv1a64Offset;
+    for (uint32_t seed = 0; seed < 8; ++seed) {
+      const std::vector<float> x = testdata::make_tie_row(seed, kN);
+      std::vector<std::byte> out(row_bytes(want.dtype, kN));
+      quantize_row(want.dtype, x.data(), out.data(), kN,
+                   want.im_kind == 0 ? nullptr : want.im_kind == 1 ? ones.data() : two.data());
+      h = fnv1a64(out.data(), out.size(), h);
+    }
+    EXPECT_EQ(h, want.hash) << dtype_name(want.dtype) << " imatrix kind " << want.im_kind;
   }
 }
 

@@ -70,6 +70,19 @@ inline std::vector<float> make_row(uint32_t kind, int n) {
   return x;
 }
 
+// A row of n values from {+-0.25, +-0.75, +-1.25, +-1.75} (exact in float, no rounding in
+// the arithmetic): with weights that depend only on the value, many candidates of the searches
+// tie exactly, so these rows check the tie rules (which of two equal errors a search keeps).
+inline std::vector<float> make_tie_row(uint32_t seed, int n) {
+  RowGen g(1u << 20 | seed);
+  std::vector<float> x(n);
+  for (int i = 0; i < n; ++i) {
+    const int k = static_cast<int>((g.uniform() + 1.0f) * 4.0f);  // 0..7
+    x[i] = (static_cast<float>(k) - 3.5f) * 0.5f;
+  }
+  return x;
+}
+
 // Importance weights for a row of n (kind 0: none). Kind 1: smooth positive values spanning
 // about 4 decades, like mean squared activations; kind 2: mostly small with a few columns
 // 1000x larger (outlier channels) and some columns at 1e-8 (rarely active); kind 3: as kind
