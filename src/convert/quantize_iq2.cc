@@ -206,13 +206,12 @@ uint8_t split_signs(const float* x, const float* w, bool even_signs, float* xval
   return s & 127;
 }
 
-// Levels round((id x - 1) / 2) clamped to 0..2 for a group of 8; returns their code.
-uint16_t round_levels(float id, const float* xval, int8_t* L) {
+// Levels round((id x - 1) / 2) clamped to 0..2 for a group of 8.
+void round_levels(float id, const float* xval, int8_t* L) {
   for (int i = 0; i < 8; ++i) {
     const int l = nearest_int(0.5f * (id * xval[i] - 1));
     L[i] = static_cast<int8_t>(std::max(0, std::min(kMaxLevel, l)));
   }
-  return level_code(L);
 }
 
 // Puts a group's levels on the grid at scale s (nearest neighbour if off it). Returns
