@@ -476,10 +476,12 @@ TEST(QuantizeModel, QuantizedInput) {
   EXPECT_NE(st.message().find("does-not-exist"), std::string::npos) << st.message();
 }
 
-// A target whose plan needs a type lumen has no quantizer for (the 1-3 bit i-quants today)
-// is refused before anything is written, naming the type; every other plan is written.
-TEST(QuantizeModel, UnwritableTargetsAreRefusedWithoutOutput) {
-  // Rows of 256, so that the i-quant mixes keep their own types (no fallbacks).
+// Mixes that need no importance matrix are written on a model whose rows are multiples of 256
+// (so the i-quant mixes keep their own types, no fallbacks), and each file has the planned type
+// per tensor. (iq3_xxs is not among them: its attn_q is iq2_s here, which needs one. A mix that
+// planned a type lumen cannot write would be refused before anything is written, naming the
+// type; none does since the 1-3 bit quantizers landed.)
+TEST(QuantizeModel, MixesWithoutImatrixAreWrittenWithTheirPlannedTypes) {
   auto c = synth_preset("tiny-llama", shared_dir());
   ASSERT_TRUE(c.ok()) << c.message();
   c->n_embd = c->n_ff = 256;
@@ -487,36 +489,28 @@ TEST(QuantizeModel, UnwritableTargetsAreRefusedWithoutOutput) {
   c->rules = *make_type_rules("f16", "", "");
   const std::string in = temp_path("h256-f16.gguf");
   ASSERT_TRUE(synth_model(*c, in, nullptr).ok());
-  int n_refused = 0;
-  for (const char* type : {"iq4_xs", "iq4_nl", "iq3_s", "iq3_m", "q2_k", "q4_k_m"}) {
-    const std::string out = temp_path(std::string("s260k-") + type + ".gguf");
-    std::remove(out.c_str());
+  auto file = gguf::open_model(in);
+  ASSERT_TRUE(file.ok()) << file.message();
+  for (const char* type : {"iq4_xs", "iq4_nl", "iq3_xs", "iq3_s", "iq3_m", "q2_k", "q3_k_m", "q4_k_m"}) {
+    SCOPED_TRACE(type);
+    const std::string out = temp_path(std::string("h256-") + type + ".gguf");
     QuantizeReport report;
-    Status st = quantize(in, out, type, &report);
+    ASSERT_TRUE(quantize(in, out, type, &report).ok());
     auto rules = make_type_rules(type, "", "");
     ASSERT_TRUE(rules.ok()) << rules.message();
-    auto file = gguf::open_model(in);
-    ASSERT_TRUE(file.ok()) << file.message();
     auto plan = plan_quantized_types(*file, *rules);
     ASSERT_TRUE(plan.ok()) << plan.message();
-    bool writable = true;
-    for (const auto& [name, dtype] : *plan) writable &= can_quantize_to(dtype);
-    if (writable) {
-      EXPECT_TRUE(st.ok()) << type << ": " << st.message();
-    } else {
-      ++n_refused;
-      ASSERT_FALSE(st.ok()) << type;
-      EXPECT_NE(st.message().find(std::string("--type ") + type), std::string::npos) << st.message();
-      EXPECT_NE(st.message().find("cannot write"), std::string::npos) << st.message();
-      struct stat sb;
-      EXPECT_NE(::stat(out.c_str(), &sb), 0) << type << ": a refused target left " << out;
+    auto q = gguf::open_model(out);
+    ASSERT_TRUE(q.ok()) << q.message();
+    std::map<std::string, DType> want(plan->begin(), plan->end());
+    ASSERT_EQ(q->tensors().size(), want.size());
+    for (const gguf::TensorInfo& t : q->tensors()) {
+      ASSERT_TRUE(want.count(t.name)) << t.name;
+      EXPECT_EQ(t.view.dtype, want.at(t.name)) << t.name;
+      EXPECT_TRUE(can_quantize_to(t.view.dtype) || t.view.dtype == DType::kF32) << t.name;
     }
     std::remove(out.c_str());
   }
-  // Every target here is writable now (iq3_s and iq3_m were the last refused); the mixes that
-  // still need a missing quantizer also need an importance matrix, and their refusal is
-  // checked in tests/quant_mix_test.cc (QuantMixRefusal).
-  std::printf("  %d of 6 targets refused (no quantizer yet)\n", n_refused);
   std::remove(in.c_str());
 }
 
