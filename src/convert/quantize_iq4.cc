@@ -34,18 +34,33 @@ using kernels::nearest_int;
 constexpr int kBlock = 32;
 constexpr int kTries = 7;
 
-// Index of the grid value nearest to x (the lower one on ties), by bisection.
+// For each integer f from the grid's first value to its last, the index of the largest grid
+// value <= f (at most 14): the lower end of the bracket [v[i], v[i + 1]) of any x with
+// floor(x) = f, since the grid values are integers.
+struct Iq4Brackets {
+  static constexpr int kLo = kIq4nlValues[0], kHi = kIq4nlValues[15];
+  uint8_t lower[kHi - kLo + 1] = {};
+  constexpr Iq4Brackets() {
+    for (int f = kLo; f <= kHi; ++f) {
+      int i = 0;
+      while (i < 14 && kIq4nlValues[i + 1] <= f) ++i;
+      lower[f - kLo] = static_cast<uint8_t>(i);
+    }
+  }
+};
+constexpr Iq4Brackets kBrackets;
+
+// Index of the grid value nearest to x; on an exact tie in the two float differences the upper
+// one, as ggml's bisection (best_index_int8) decides. The bracket comes from a table on
+// floor(x) instead of the bisection's branches (same bracket for every x, NaN included: the
+// bisection ends at [v[14], v[15]) and picks 15).
 int nearest_level(float x) {
   const int8_t* v = kIq4nlValues;
   if (x <= v[0]) return 0;
   if (x >= v[15]) return 15;
-  int lo = 0, hi = 15;
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (x < v[mid]) hi = mid;
-    else lo = mid;
-  }
-  return x - v[hi - 1] < v[hi] - x ? hi - 1 : hi;
+  if (x != x) return 15;
+  const int lo = kBrackets.lower[static_cast<int>(std::floor(x)) - Iq4Brackets::kLo];
+  return x - v[lo] < v[lo + 1] - x ? lo : lo + 1;
 }
 
 // The search of one block: its scale (0 for an all-zero block, whose levels are left alone),
