@@ -23,6 +23,7 @@
 #include "convert/quantize_ref.h"
 #include "convert/synth.h"
 #include "convert/type_rules.h"
+#include "gguf/gguf_writer.h"
 #include "gguf/model_file.h"
 
 namespace lumen::convert {
@@ -237,6 +238,53 @@ TEST(QuantMixRefusal, NamesWhatIsMissing) {
   EXPECT_NE(st.message().find("has no entry 'blk.3.attn_q.weight'"), std::string::npos) << st.message();
   EXPECT_TRUE(quantize("q2_k_s", &*imatrix).ok());
   std::remove(out.c_str());
+  std::remove(f16.c_str());
+}
+
+// An importance matrix in the GGUF form newer llama-imatrix writes (NAME.in_sum2 /
+// NAME.counts) feeds the quantizers the same weights as the .dat form: the same bytes.
+TEST(QuantMixImatrix, GgufFormGivesTheSameBytesAsTheDatForm) {
+  const MixModel& m = kModels[1];
+  const std::string f16 = temp_path("gguf-im-f16.gguf");
+  ASSERT_NO_FATAL_FAILURE(write_f16(m, f16));
+  auto dat = read_imatrix(data_path(std::string(m.name) + ".imatrix"));
+  ASSERT_TRUE(dat.ok()) << dat.message();
+  gguf::GgufWriter w;
+  w.set("general.type", gguf::MetaValue::of_string("imatrix"));
+  w.set("imatrix.datasets", gguf::MetaValue::of_string_array({dat->dataset}));
+  w.set("imatrix.chunk_count", gguf::MetaValue::of_u32(static_cast<uint32_t>(dat->n_chunks)));
+  w.set("imatrix.chunk_size", gguf::MetaValue::of_u32(128));
+  const std::vector<float> one = {1.0f};
+  for (const auto& [name, e] : dat->entries) {
+    const std::vector<float> v = dat->weights(name);  // sums over a count of 1
+    ASSERT_TRUE(w.add_tensor_copy(name + ".in_sum2", DType::kF32, {static_cast<int64_t>(v.size()), 1},
+                                  std::as_bytes(std::span(v))).ok());
+    ASSERT_TRUE(w.add_tensor_copy(name + ".counts", DType::kF32, {1, 1}, std::as_bytes(std::span(one))).ok());
+  }
+  const std::string gguf_path = temp_path("imatrix.gguf");
+  ASSERT_TRUE(w.write_file(gguf_path).ok());
+  auto from_gguf = read_imatrix(gguf_path);
+  ASSERT_TRUE(from_gguf.ok()) << from_gguf.message();
+  ASSERT_EQ(from_gguf->entries.size(), dat->entries.size());
+  for (const char* mix : {"q4_k_m", "iq2_xxs", "iq3_s"}) {
+    SCOPED_TRACE(mix);
+    std::vector<uint64_t> hashes[2];
+    for (int k = 0; k < 2; ++k) {
+      QuantizeOptions opt;
+      opt.rules = *make_type_rules(mix, "", "");
+      opt.rules.has_imatrix = true;
+      opt.imatrix = k == 0 ? &*dat : &*from_gguf;
+      opt.n_threads = 2;
+      const std::string out = temp_path("gguf-im-q.gguf");
+      ASSERT_TRUE(quantize_model(f16, out, opt, nullptr).ok());
+      auto q = gguf::open_model(out);
+      ASSERT_TRUE(q.ok()) << q.message();
+      for (const gguf::TensorInfo& t : q->tensors()) hashes[k].push_back(fnv1a64(t.view.data, t.view.n_bytes));
+      std::remove(out.c_str());
+    }
+    EXPECT_EQ(hashes[0], hashes[1]);
+  }
+  std::remove(gguf_path.c_str());
   std::remove(f16.c_str());
 }
 

@@ -1,10 +1,15 @@
 #include "convert/imatrix_file.h"
 
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <optional>
+#include <span>
+
+#include "gguf/model_file.h"
 
 namespace lumen::convert {
 namespace {
@@ -44,7 +49,70 @@ std::vector<float> Imatrix::weights(std::string_view name) const {
   return w;
 }
 
+namespace {
+
+// llama-imatrix's GGUF form (newer llama.cpp; the file starts with "GGUF"): per weight matrix
+// NAME an f32 tensor NAME.in_sum2 [n_columns, n_mat] (sum of x^2 over the tokens that met
+// each of the n_mat matrices: 1, or the experts of a 3-D weight) and NAME.counts [1, n_mat]
+// (those token counts), optionally NAME.in_sum (sum of x, not used), with the keys
+// imatrix.datasets, imatrix.chunk_count and imatrix.chunk_size. llama-quantize reads the
+// importance of each column as in_sum2 / count in f32, and 1 for a matrix with count 0 (no
+// calibration token reached that expert); that is what is stored here, with n_calls = 1.
+Result<Imatrix> parse_imatrix_gguf(std::string_view bytes) {
+  auto file = gguf::parse_gguf(std::span(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()), "imatrix");
+  if (!file.ok()) return error("GGUF: " + file.message());
+  for (const char* key : {"imatrix.datasets", "imatrix.chunk_count", "imatrix.chunk_size"})
+    if (file->find(key) == nullptr) return error(std::string("GGUF: no '") + key + "' (not an importance matrix?)");
+  Imatrix m;
+  const std::optional<int64_t> n_chunks = file->get_int("imatrix.chunk_count");
+  if (!n_chunks || *n_chunks < 0 || *n_chunks > INT32_MAX) return error("GGUF: imatrix.chunk_count is not a count");
+  m.n_chunks = static_cast<int32_t>(*n_chunks);
+  if (const std::vector<std::string>* sets = file->get_string_array("imatrix.datasets"); sets && !sets->empty())
+    m.dataset = sets->front();
+  std::map<std::string, std::pair<const gguf::TensorInfo*, const gguf::TensorInfo*>> parts;  // sums, counts
+  for (const gguf::TensorInfo& t : file->tensors()) {
+    std::string_view name = t.name;
+    if (name.ends_with(".in_sum2")) parts[std::string(name.substr(0, name.size() - 8))].first = &t;
+    else if (name.ends_with(".counts")) parts[std::string(name.substr(0, name.size() - 7))].second = &t;
+  }
+  if (parts.empty()) return error("GGUF: no NAME.in_sum2 / NAME.counts tensors");
+  for (const auto& [name, p] : parts) {
+    const auto [sums, counts] = p;
+    if (!sums || !counts) return error("GGUF: '" + name + "' has " + (sums ? "in_sum2 but no counts" : "counts but no in_sum2"));
+    if (sums->view.dtype != DType::kF32 || counts->view.dtype != DType::kF32)
+      return error("GGUF: '" + name + "': in_sum2 and counts must be f32");
+    const int64_t n_mat = sums->view.n_dims > 1 ? sums->view.ne[1] : 1;
+    const int64_t n_col = sums->view.ne[0];
+    if (sums->view.n_dims > 2 || counts->view.n_elements() != n_mat || n_col < 1 || n_mat < 1)
+      return error("GGUF: '" + name + "': in_sum2 " + sums->view.shape_string() + " and counts " +
+                   counts->view.shape_string() + " do not fit ([columns, matrices] and [1, matrices])");
+    const float* sum = reinterpret_cast<const float*>(sums->view.data);
+    const float* count = reinterpret_cast<const float*>(counts->view.data);
+    ImatrixEntry e;
+    e.n_calls = 1;
+    e.values.resize(static_cast<size_t>(n_col * n_mat));
+    for (int64_t j = 0; j < n_mat; ++j) {
+      float c = 0;
+      std::memcpy(&c, count + j, 4);
+      if (!std::isfinite(c) || c < 0) return error("GGUF: '" + name + "': count " + std::to_string(c));
+      for (int64_t i = 0; i < n_col; ++i) {
+        float v = 0;
+        std::memcpy(&v, sum + j * n_col + i, 4);
+        if (!std::isfinite(v) || v < 0)
+          return error("GGUF: '" + name + "': in_sum2 value " + std::to_string(j * n_col + i) + " is " + std::to_string(v) +
+                       " (sums of squares are finite and >= 0)");
+        e.values[static_cast<size_t>(j * n_col + i)] = c > 0 ? v / c : 1.0f;
+      }
+    }
+    m.entries.emplace(name, std::move(e));
+  }
+  return m;
+}
+
+}  // namespace
+
 Result<Imatrix> parse_imatrix(std::string_view bytes) {
+  if (bytes.starts_with("GGUF")) return parse_imatrix_gguf(bytes);
   Reader r(bytes);
   auto at = [&](const std::string& what) { return what + " at byte " + std::to_string(r.pos()); };
   int32_t n_entries = 0;

@@ -1,5 +1,7 @@
-// Importance matrices in llama.cpp's file format (llama-imatrix's imatrix.dat, the format of
-// llama.cpp c392e5094; llama-quantize --imatrix reads it, and so does `lumen quantize`).
+// Importance matrices in llama.cpp's file formats: llama-imatrix's imatrix.dat (the format of
+// llama.cpp c392e5094, which `lumen imatrix` writes; llama-quantize --imatrix reads it), and
+// for reading also the GGUF form newer llama-imatrix writes by default (imatrix.gguf:
+// NAME.in_sum2 / NAME.counts tensors, see parse_imatrix_gguf in the .cc).
 //
 // An importance matrix holds, for every weight matrix the model multiplies activations with,
 // the mean of x^2 of the activations each of its input columns met (over the calibration
@@ -40,8 +42,9 @@ struct Imatrix {
   std::vector<float> weights(std::string_view name) const;
 };
 
-// Errors name the file, the entry and what is wrong (truncated, negative sizes, non-finite
-// or negative values, duplicate names, trailing bytes).
+// Either format (a GGUF file is recognised by its magic). Errors name the file, the entry and
+// what is wrong (truncated, negative sizes, non-finite or negative values, duplicate names,
+// trailing bytes; in a GGUF file also missing keys, unpaired or mis-shaped tensors).
 Result<Imatrix> read_imatrix(const std::string& path);
 Result<Imatrix> parse_imatrix(std::string_view bytes);
 // Writes atomically (to path + ".tmp", then renamed).

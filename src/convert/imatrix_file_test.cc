@@ -7,6 +7,10 @@
 #include <string>
 #include <unistd.h>
 
+#include <vector>
+
+#include "gguf/gguf_writer.h"
+
 namespace lumen::convert {
 namespace {
 
@@ -125,6 +129,131 @@ TEST(ImatrixFileFuzz, HostileFilesGetClearErrors) {
     for (int k = 0; k < 3; ++k) {
       state = state * 1664525u + 1013904223u;
       f[(state >> 8) % f.size()] = static_cast<char>(state >> 24);
+    }
+    auto m = parse_imatrix(f);
+    if (!m.ok()) {
+      EXPECT_FALSE(m.message().empty());
+    }
+  }
+}
+
+
+// The GGUF form newer llama-imatrix writes (imatrix.gguf), built here with its layout:
+// NAME.in_sum2 [columns, matrices], NAME.counts [1, matrices], NAME.in_sum (ignored) and the
+// three imatrix.* keys.
+struct GgufImatrixBuilder {
+  gguf::GgufWriter w;
+  GgufImatrixBuilder() {
+    w.set("general.type", gguf::MetaValue::of_string("imatrix"));
+    w.set("imatrix.datasets", gguf::MetaValue::of_string_array({"calib.txt"}));
+    w.set("imatrix.chunk_count", gguf::MetaValue::of_u32(8));
+    w.set("imatrix.chunk_size", gguf::MetaValue::of_u32(512));
+  }
+  void add(const std::string& name, std::vector<float> v, std::initializer_list<int64_t> ne, DType dtype = DType::kF32) {
+    ASSERT_TRUE(w.add_tensor_copy(name, dtype, ne, std::as_bytes(std::span(v))).ok()) << name;
+  }
+  std::string bytes() const {
+    const std::vector<std::byte> b = w.serialize();
+    return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+  }
+};
+
+TEST(ImatrixGguf, ReadsSumsOverCountsPerMatrix) {
+  GgufImatrixBuilder b;
+  b.add("blk.0.attn_q.weight.in_sum2", {2, 4, 0, 8}, {4, 1});
+  b.add("blk.0.attn_q.weight.counts", {4}, {1, 1});
+  b.add("blk.0.attn_q.weight.in_sum", {1, -1, 0, 2}, {4, 1});
+  // Two experts; the second met no calibration token: importance 1 (as llama-quantize).
+  b.add("blk.0.ffn_down_exps.weight.in_sum2", {3, 6, 9, 5, 5, 5}, {3, 2});
+  b.add("blk.0.ffn_down_exps.weight.counts", {3, 0}, {1, 2});
+  auto m = parse_imatrix(b.bytes());
+  ASSERT_TRUE(m.ok()) << m.message();
+  EXPECT_EQ(m->entries.size(), 2u);
+  EXPECT_EQ(m->n_chunks, 8);
+  EXPECT_EQ(m->dataset, "calib.txt");
+  EXPECT_EQ(m->weights("blk.0.attn_q.weight"), (std::vector<float>{0.5f, 1.0f, 0.0f, 2.0f}));
+  EXPECT_EQ(m->weights("blk.0.ffn_down_exps.weight"), (std::vector<float>{1.0f, 2.0f, 3.0f, 1.0f, 1.0f, 1.0f}));
+  // Division in f32, as llama-quantize: 1/3 is the f32 quotient, not a double's.
+  GgufImatrixBuilder b3;
+  b3.add("w.in_sum2", {1}, {1, 1});
+  b3.add("w.counts", {3}, {1, 1});
+  auto m3 = parse_imatrix(b3.bytes());
+  ASSERT_TRUE(m3.ok()) << m3.message();
+  EXPECT_EQ(m3->weights("w")[0], 1.0f / 3.0f);
+  // Written back in the .dat form, llama-quantize reads the same importance.
+  auto back = parse_imatrix(serialize_imatrix(*m));
+  ASSERT_TRUE(back.ok()) << back.message();
+  EXPECT_EQ(back->weights("blk.0.attn_q.weight"), m->weights("blk.0.attn_q.weight"));
+}
+
+TEST(ImatrixGguf, BadFilesGetClearErrors) {
+  auto expect_gguf_error = [](const GgufImatrixBuilder& b, const std::string& want) {
+    auto m = parse_imatrix(b.bytes());
+    ASSERT_FALSE(m.ok()) << want;
+    EXPECT_NE(m.message().find(want), std::string::npos) << m.message();
+  };
+  {
+    GgufImatrixBuilder b;
+    b.add("w.in_sum2", {1, 2}, {2, 1});
+    expect_gguf_error(b, "'w' has in_sum2 but no counts");
+  }
+  {
+    GgufImatrixBuilder b;
+    b.add("w.counts", {1}, {1, 1});
+    expect_gguf_error(b, "'w' has counts but no in_sum2");
+  }
+  {
+    GgufImatrixBuilder b;
+    b.add("w.in_sum2", {1, 2, 3, 4}, {2, 2});
+    b.add("w.counts", {1}, {1, 1});
+    expect_gguf_error(b, "do not fit");
+  }
+  {
+    GgufImatrixBuilder b;
+    b.add("w.in_sum2", {1, -2}, {2, 1});
+    b.add("w.counts", {1}, {1, 1});
+    expect_gguf_error(b, "in_sum2 value 1 is -2");
+  }
+  {
+    GgufImatrixBuilder b;
+    b.add("w.in_sum2", {1, 2}, {2, 1});
+    b.add("w.counts", {NAN}, {1, 1});
+    expect_gguf_error(b, "'w': count nan");
+  }
+  {
+    GgufImatrixBuilder b;
+    b.add("w.in_sum2", {1, 2}, {2, 1}, DType::kF32);
+    std::vector<uint16_t> c = {0x3c00};
+    ASSERT_TRUE(b.w.add_tensor_copy("w.counts", DType::kF16, {1, 1}, std::as_bytes(std::span(c))).ok());
+    expect_gguf_error(b, "must be f32");
+  }
+  {
+    GgufImatrixBuilder b;
+    b.add("token_embd.weight", {1, 2}, {2, 1});
+    expect_gguf_error(b, "no NAME.in_sum2 / NAME.counts tensors");
+  }
+  {
+    gguf::GgufWriter w;  // a model, not an importance matrix
+    w.set("general.architecture", gguf::MetaValue::of_string("llama"));
+    const std::vector<std::byte> bytes = w.serialize();
+    auto m = parse_imatrix(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+    ASSERT_FALSE(m.ok());
+    EXPECT_NE(m.message().find("no 'imatrix.datasets'"), std::string::npos) << m.message();
+  }
+  // Truncations and random byte flips never crash (ASan) and either parse or fail with a message.
+  GgufImatrixBuilder b;
+  b.add("blk.0.attn_q.weight.in_sum2", {2, 4, 0, 8}, {4, 1});
+  b.add("blk.0.attn_q.weight.counts", {4}, {1, 1});
+  const std::string good = b.bytes();
+  // (The last 32 bytes may be the alignment padding after the last tensor, which a reader
+  // need not see.)
+  for (size_t n = 4; n + 32 < good.size(); n += 7) EXPECT_FALSE(parse_imatrix(good.substr(0, n)).ok()) << n;
+  uint32_t state = 777;
+  for (int iter = 0; iter < 2000; ++iter) {
+    std::string f = good;
+    for (int k = 0; k < 3; ++k) {
+      state = state * 1664525u + 1013904223u;
+      f[4 + (state >> 8) % (f.size() - 4)] = static_cast<char>(state >> 24);
     }
     auto m = parse_imatrix(f);
     if (!m.ok()) {
