@@ -26,6 +26,7 @@
 
 #include "base/shared_dir.h"
 #include "convert/imatrix_file.h"
+#include "gguf/model_file.h"
 #include "run_lumen.h"
 
 namespace lumen::testing {
@@ -128,6 +129,40 @@ TEST(CalibImatrix, MatchesLlamaImatrix) {
     std::remove(f16.c_str());
   }
   std::remove(text.c_str());
+}
+
+// -o NAME.gguf writes the GGUF form newer llama-imatrix writes; it holds the same statistics
+// (sums over token counts) as the .dat form of the same run.
+TEST(CalibImatrix, GgufOutputHoldsTheSameImportance) {
+  const std::string text = war_and_peace_head(60000, "calib-gguf.txt");
+  const ImatrixModel& m = kImatrixModels[1];
+  const std::string f16 = synth_f16(m);
+  const std::string dat = temp_path("im.dat"), gg = temp_path("im.gguf");
+  for (const std::string& out : {dat, gg}) {
+    const CmdResult r = run_lumen({"imatrix", "-m", f16, "-f", text, "-o", out, "-c", "128", "--chunks", "4", "-t", "2"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  auto a = convert::read_imatrix(dat);
+  auto b = convert::read_imatrix(gg);
+  ASSERT_TRUE(a.ok()) << a.message();
+  ASSERT_TRUE(b.ok()) << b.message();
+  auto file = gguf::open_gguf(gg);
+  ASSERT_TRUE(file.ok()) << file.message();
+  EXPECT_EQ(file->get_int("imatrix.chunk_size"), 128);
+  EXPECT_EQ(file->get_int("imatrix.chunk_count"), 4);
+  const gguf::TensorInfo* counts = file->find_tensor("blk.0.attn_q.weight.counts");
+  ASSERT_NE(counts, nullptr);
+  EXPECT_EQ(reinterpret_cast<const float*>(counts->view.data)[0], 4 * 128.0f);  // tokens
+  EXPECT_EQ(b->n_chunks, a->n_chunks);
+  EXPECT_EQ(b->dataset, text);
+  ASSERT_EQ(b->entries.size(), a->entries.size());
+  for (const auto& [name, e] : a->entries) {
+    const std::vector<float> wa = a->weights(name), wb = b->weights(name);
+    ASSERT_EQ(wa.size(), wb.size()) << name;
+    for (size_t j = 0; j < wa.size(); ++j)
+      ASSERT_NEAR(wb[j], wa[j], 1e-6 * std::max(1.0f, std::abs(wa[j]))) << name << " column " << j;
+  }
+  for (const std::string& p : {dat, gg, f16, text}) std::remove(p.c_str());
 }
 
 TEST(CalibImatrix, RejectsBadInput) {

@@ -75,4 +75,15 @@ convert::Imatrix ImatrixCollector::result(int32_t n_chunks, std::string dataset)
   return m;
 }
 
+std::map<std::string, convert::ImatrixSums> ImatrixCollector::sums() const {
+  std::map<std::string, convert::ImatrixSums> out;
+  for (const auto& [name, st] : stats_) {
+    if (st.n_calls == 0) continue;
+    convert::ImatrixSums& e = out[name];
+    e.in_sum2.assign(st.sum_x2.begin(), st.sum_x2.end());
+    e.count = static_cast<float>(st.n_rows);
+  }
+  return out;
+}
+
 }  // namespace lumen::calib

@@ -33,6 +33,8 @@ class ImatrixCollector {
 
   // Matrices that were fed at least once, for imatrix_file.h.
   convert::Imatrix result(int32_t n_chunks, std::string dataset) const;
+  // The same statistics in the GGUF form (sums of x^2 and token counts, convert::ImatrixSums).
+  std::map<std::string, convert::ImatrixSums> sums() const;
   size_t n_matrices() const { return stats_.size(); }
 
  private:

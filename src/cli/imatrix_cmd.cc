@@ -18,7 +18,7 @@ namespace lumen::cli {
 int cmd_imatrix(int argc, char** argv, int first) {
   std::vector<OptionSpec> specs = engine_option_specs();
   specs.push_back({{"-f", "--file"}, "PATH", "calibration text"});
-  specs.push_back({{"-o", "--output"}, "PATH", "importance matrix to write (default imatrix.dat)"});
+  specs.push_back({{"-o", "--output"}, "PATH", "importance matrix to write (default imatrix.dat; a name ending in .gguf gets the GGUF form newer llama.cpp writes)"});
   specs.push_back({{"--chunks"}, "N", "use at most N chunks of the text (default: all)"});
   ArgParser args("imatrix", "lumen imatrix -m MODEL -f TEXT [-o imatrix.dat] [-c 512] [--chunks N]", specs);
   int rc = 0;
@@ -68,7 +68,9 @@ int cmd_imatrix(int argc, char** argv, int first) {
   eng->set_model_tap(nullptr);
   if (!st.ok()) return fail(st.message(), 1);
   const convert::Imatrix m = collector.result(static_cast<int32_t>(n_chunks), *text_path);
-  st = convert::write_imatrix(out_path, m);
+  st = out_path.ends_with(".gguf") ? convert::write_imatrix_gguf(out_path, collector.sums(), *text_path,
+                                                               static_cast<int32_t>(n_chunks), static_cast<int32_t>(n_ctx))
+                                    : convert::write_imatrix(out_path, m);
   if (!st.ok()) return fail(st.message(), 1);
   std::printf("lumen imatrix: %s, %lld chunks of %lld tokens (ppl %.4f) -> %s (%zu entries)\n", text_path->c_str(),
               static_cast<long long>(n_chunks), static_cast<long long>(n_ctx), std::exp(nll / count), out_path.c_str(),

@@ -30,7 +30,7 @@ int cmd_quantize(int argc, char** argv, int first) {
   ArgParser args("quantize", "lumen quantize IN OUT.gguf --type TYPE [--imatrix FILE]",
                  {
                      {{"--type"}, "TYPE", "llama-quantize's types: " + mix_names() + " (q3_k, q4_k, q5_k: the _m mixes)"},
-                     {{"--imatrix"}, "FILE", "importance matrix: llama-imatrix's imatrix.dat or the imatrix.gguf newer llama.cpp writes (`lumen imatrix` writes the .dat form)"},
+                     {{"--imatrix"}, "FILE", "importance matrix: llama-imatrix's imatrix.dat or the imatrix.gguf newer llama.cpp writes (`lumen imatrix` writes either)"},
                      {{"--awq"}, "TEXT", "activation-aware scaling: search per-channel scales on this calibration text"},
                      {{"--awq-ctx"}, "N", "tokens per calibration chunk for --awq (default 512)"},
                      {{"--awq-chunks"}, "N", "calibration chunks for --awq at most (default 16)"},

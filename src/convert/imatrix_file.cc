@@ -1,5 +1,6 @@
 #include "convert/imatrix_file.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <optional>
 #include <span>
 
+#include "gguf/gguf_writer.h"
 #include "gguf/model_file.h"
 
 namespace lumen::convert {
@@ -190,6 +192,27 @@ Status write_imatrix(const std::string& path, const Imatrix& m) {
       return error("writing '" + tmp + "' failed");
     }
   }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return error("cannot rename '" + tmp + "' to '" + path + "'");
+  }
+  return Status();
+}
+
+Status write_imatrix_gguf(const std::string& path, const std::map<std::string, ImatrixSums>& sums,
+                          const std::string& dataset, int32_t n_chunks, int32_t chunk_size) {
+  gguf::GgufWriter w;
+  w.set("general.type", gguf::MetaValue::of_string("imatrix"));
+  w.set("imatrix.datasets", gguf::MetaValue::of_string_array({dataset}));
+  w.set("imatrix.chunk_count", gguf::MetaValue::of_u32(static_cast<uint32_t>(std::max(n_chunks, 0))));
+  w.set("imatrix.chunk_size", gguf::MetaValue::of_u32(static_cast<uint32_t>(std::max(chunk_size, 0))));
+  for (const auto& [name, e] : sums) {  // std::map: sorted names, as llama-imatrix writes them
+    const int64_t n = static_cast<int64_t>(e.in_sum2.size());
+    LUMEN_TRY(w.add_tensor(name + ".in_sum2", DType::kF32, {n, 1}, std::as_bytes(std::span(e.in_sum2))));
+    LUMEN_TRY(w.add_tensor(name + ".counts", DType::kF32, {1, 1}, std::as_bytes(std::span(&e.count, 1))));
+  }
+  const std::string tmp = path + ".tmp";
+  LUMEN_TRY(w.write_file(tmp));
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
     return error("cannot rename '" + tmp + "' to '" + path + "'");

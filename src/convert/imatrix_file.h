@@ -1,7 +1,7 @@
 // Importance matrices in llama.cpp's file formats: llama-imatrix's imatrix.dat (the format of
-// llama.cpp c392e5094, which `lumen imatrix` writes; llama-quantize --imatrix reads it), and
-// for reading also the GGUF form newer llama-imatrix writes by default (imatrix.gguf:
-// NAME.in_sum2 / NAME.counts tensors, see parse_imatrix_gguf in the .cc).
+// llama.cpp c392e5094; llama-quantize --imatrix reads it) and the GGUF form newer llama-imatrix
+// writes by default (imatrix.gguf: NAME.in_sum2 / NAME.counts tensors, see parse_imatrix_gguf
+// in the .cc). `lumen imatrix` writes either.
 //
 // An importance matrix holds, for every weight matrix the model multiplies activations with,
 // the mean of x^2 of the activations each of its input columns met (over the calibration
@@ -49,6 +49,17 @@ Result<Imatrix> read_imatrix(const std::string& path);
 Result<Imatrix> parse_imatrix(std::string_view bytes);
 // Writes atomically (to path + ".tmp", then renamed).
 Status write_imatrix(const std::string& path, const Imatrix& imatrix);
+
+// One matrix's statistics in the GGUF form: per column the sum of x^2 over the tokens, and
+// the token count (one matrix; lumen collects no per-expert statistics).
+struct ImatrixSums {
+  std::vector<float> in_sum2;
+  float count = 0;
+};
+// The GGUF form newer llama-imatrix writes (what parse_imatrix reads back; llama-quantize of
+// newer llama.cpp reads it, c392e5094's does not). chunk_size: tokens per chunk (-c).
+Status write_imatrix_gguf(const std::string& path, const std::map<std::string, ImatrixSums>& sums,
+                          const std::string& dataset, int32_t n_chunks, int32_t chunk_size);
 std::string serialize_imatrix(const Imatrix& imatrix);
 
 }  // namespace lumen::convert
