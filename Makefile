@@ -34,7 +34,8 @@ run: build
 # Every test: the release build's full suite, then the untrusted-input parsers
 # (GGUF, safetensors, llama2.c, tokenizer, HTTP framing and request parsers, imatrix files,
 # GBNF and JSON Schema, ordered JSON, tool calls and reasoning in model output) and the
-# kernels' hostile-block tests (Iq*.*, KernelsHostile.*) again
+# kernels' hostile-block tests (Iq*.*, KernelsHostile.*) and the quantizers (QuantizeRef.*, whose
+# rows come from untrusted weight files) again
 # under AddressSanitizer + UBSan. Timing tests (LinearTime) run in the release suite only:
 # under ASan they measure the sanitizer, not the algorithm.
 test: test-release test-asan
@@ -43,7 +44,7 @@ test-release: build
 	cd build && ctest --output-on-failure -j $(JOBS)
 
 test-asan: build-dev
-	cd build-dev && ctest --output-on-failure -j $(JOBS) -R 'Fuzz|Gguf|Safetensors|Llama2c|Tokenizer|Imatrix|^HttpParser|Gbnf|JsonSchema|^OrderedJson\.|^Tool[A-Za-z]*\.|^ReasoningSplit\.|^Iq[A-Za-z]*\.|^KernelsHostile\.' -E 'LinearTime'
+	cd build-dev && ctest --output-on-failure -j $(JOBS) -R 'Fuzz|Gguf|Safetensors|Llama2c|Tokenizer|Imatrix|^HttpParser|Gbnf|JsonSchema|^OrderedJson\.|^Tool[A-Za-z]*\.|^ReasoningSplit\.|^Iq[A-Za-z]*\.|^KernelsHostile\.|^QuantizeRef\.' -E 'LinearTime'
 
 clean:
 	rm -rf build build-dev build-bench
