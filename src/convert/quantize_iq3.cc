@@ -36,15 +36,13 @@
 // Where ggml aborts (a huge value makes a weight infinite, so every neighbour's error is inf
 // or NaN, or a scale NaN), lumen takes the first neighbour, or scale 0.
 #include <algorithm>
-#include <array>
-#include <cfloat>
 #include <cmath>
 #include <cstring>
-#include <vector>
 
 #include "base/check.h"
 #include "base/fp16.h"
 #include "convert/exact_float.h"
+#include "convert/iq_lattice.h"
 #include "convert/quantize_types.h"
 #include "kernels/iq_grids.h"
 #include "kernels/quant_blocks.h"
@@ -55,75 +53,20 @@ namespace {
 using kernels::BlockIQ3_S;
 using kernels::BlockIQ3_XXS;
 using kernels::kQkK;
-using kernels::nearest_int;
 
 constexpr int kGroup = 32;              // values per 4-bit scale
 constexpr int kGroups = kQkK / kGroup;  // 8 per super-block
 constexpr int kTuples = kGroup / 4;     // lattice points per group
 constexpr int kMaxLevel = 7;            // l in 0..7, q = 2l + 1
-constexpr int kCodes = 1 << 12;         // a tuple's code: element i's level at bits 3i
 constexpr float kXxsGroupMaxEps = 1e-8f;
 
-// A lattice and its search tables, built once from the dequantization grid.
-struct Iq3Lattice {
-  int n_points = 0;
-  std::vector<std::array<uint8_t, 4>> levels;  // [point][element] level l
-  std::array<int16_t, kCodes> point_of{};      // code -> point, or -1 when off the lattice
-  std::array<uint32_t, kCodes + 1> nb_begin{}; // neighbours of code c: nb[nb_begin[c] .. nb_begin[c + 1])
-  std::vector<uint16_t> nb;                    // point indices, nearest shells first
-};
-
-uint16_t tuple_code(const uint8_t* l) {
-  return static_cast<uint16_t>(l[0] | (l[1] << 3) | (l[2] << 6) | (l[3] << 9));
-}
-
-// `grid[p]`: 4 bytes, element j in byte j; `level_of` maps a byte to its level.
-template <typename LevelOf>
-Iq3Lattice build_lattice(const uint32_t* grid, int n_points, int n_shells, LevelOf level_of) {
-  Iq3Lattice lat;
-  lat.n_points = n_points;
-  lat.levels.resize(n_points);
-  lat.point_of.fill(-1);
-  for (int p = 0; p < n_points; ++p) {
-    for (int i = 0; i < 4; ++i) {
-      const int l = level_of(static_cast<uint8_t>(grid[p] >> (8 * i)));
-      LUMEN_CHECK(l >= 0 && l <= kMaxLevel);
-      lat.levels[p][i] = static_cast<uint8_t>(l);
-    }
-    lat.point_of[tuple_code(lat.levels[p].data())] = static_cast<int16_t>(p);
-  }
-  // Neighbours in order of distance, equal distances in point order (the order they are
-  // tried decides equal errors): the points of each of the n_shells smallest distances.
-  constexpr int kMaxD2 = 4 * kMaxLevel * kMaxLevel;
-  std::vector<int> d2_of(n_points);
-  for (int c = 0; c < kCodes; ++c) {
-    lat.nb_begin[c] = static_cast<uint32_t>(lat.nb.size());
-    if (lat.point_of[c] >= 0) continue;
-    std::array<bool, kMaxD2 + 1> present{};
-    for (int p = 0; p < n_points; ++p) {
-      int d2 = 0;
-      for (int i = 0; i < 4; ++i) {
-        const int diff = lat.levels[p][i] - ((c >> (3 * i)) & 7);
-        d2 += diff * diff;
-      }
-      d2_of[p] = d2;
-      present[d2] = true;
-    }
-    int shells = 0;
-    for (int d2 = 0; d2 <= kMaxD2 && shells < n_shells; ++d2) {
-      if (!present[d2]) continue;
-      ++shells;
-      for (int p = 0; p < n_points; ++p)
-        if (d2_of[p] == d2) lat.nb.push_back(static_cast<uint16_t>(p));
-    }
-  }
-  lat.nb_begin[kCodes] = static_cast<uint32_t>(lat.nb.size());
-  return lat;
-}
+// A lattice and its search tables, built once from the dequantization grid; a tuple's code
+// holds element i's level at bits 3i.
+using Iq3Lattice = IqLattice<4, kMaxLevel>;
 
 const Iq3Lattice& xxs_lattice() {
   // kIq3xxsGrid holds the dequantized magnitudes 4, 12, .., 52, 62 for levels 0..7.
-  static const Iq3Lattice lat = build_lattice(kernels::kIq3xxsGrid, 256, 2, [](uint8_t b) {
+  static const Iq3Lattice lat(kernels::kIq3xxsGrid, 256, 2, [](uint8_t b) {
     return b == 62 ? 7 : (b % 8 == 4 ? (b - 4) / 8 : -1);
   });
   return lat;
@@ -131,8 +74,7 @@ const Iq3Lattice& xxs_lattice() {
 
 const Iq3Lattice& s_lattice() {
   // kIq3sGrid holds q = 2l + 1 itself.
-  static const Iq3Lattice lat =
-      build_lattice(kernels::kIq3sGrid, 512, 3, [](uint8_t b) { return b % 2 == 1 ? (b - 1) / 2 : -1; });
+  static const Iq3Lattice lat(kernels::kIq3sGrid, 512, 3, [](uint8_t b) { return b % 2 == 1 ? (b - 1) / 2 : -1; });
   return lat;
 }
 
@@ -150,49 +92,6 @@ struct GroupLevels {
   bool on_lattice[kTuples] = {};
 };
 
-// The neighbour of off-lattice `code` closest to the magnitudes a[0..3] at `scale` under the
-// weights sw; its levels into L.
-int nearest_neighbour(const Iq3Lattice& lat, int code, const float* a, const float* sw, float scale, uint8_t* L) {
-  const uint32_t begin = lat.nb_begin[code], end = lat.nb_begin[code + 1];
-  LUMEN_DCHECK(end > begin);
-  int best = lat.nb[begin];
-  float best_err = FLT_MAX;
-  for (uint32_t j = begin; j < end; ++j) {
-    const int p = lat.nb[j];
-    float err = 0;
-    for (int i = 0; i < 4; ++i) {
-      const float diff = scale * static_cast<float>(2 * lat.levels[p][i] + 1) - a[i];
-      err += sw[i] * diff * diff;
-    }
-    if (err < best_err) {
-      best_err = err;
-      best = p;
-    }
-  }
-  std::memcpy(L, lat.levels[best].data(), 4);
-  return best;
-}
-
-// Levels of the tuple a[0..3] at inverse scale id into L, snapped to the lattice (a neighbour
-// at `scale` when off it). Returns whether the rounded tuple was on the lattice.
-bool snap_tuple(const Iq3Lattice& lat, const float* a, const float* sw, float id, float scale, uint8_t* L) {
-  for (int i = 0; i < 4; ++i)
-    L[i] = static_cast<uint8_t>(std::clamp(nearest_int(0.5f * (id * a[i] - 1)), 0, kMaxLevel));
-  const int code = tuple_code(L);
-  if (lat.point_of[code] >= 0) return true;
-  nearest_neighbour(lat, code, a, sw, scale, L);
-  return false;
-}
-
-void weighted_sums(const float* w, const float* a, const uint8_t* L, float& sum_qa, float& sum_q2) {
-  sum_qa = sum_q2 = 0;
-  for (int i = 0; i < kGroup; ++i) {
-    const float q = static_cast<float>(2 * L[i] + 1);
-    sum_qa += w[i] * a[i] * q;
-    sum_q2 += w[i] * q * q;
-  }
-}
-
 // The search and refinement of one group with max(a) = amax > 0: returns its scale, levels
 // in `kept` (which holds the previous group's when no step has a positive gain).
 float fit_group(const GroupSearch& gs, const float* a, const float* w, const float* sw, float amax,
@@ -204,9 +103,9 @@ float fit_group(const GroupSearch& gs, const float* a, const float* w, const flo
     const float id = (15 + static_cast<float>(k) * 0.2f) / amax;
     const float trial_scale = 1 / id;
     for (int t = 0; t < kTuples; ++t)
-      trial.on_lattice[t] = snap_tuple(gs.lat, a + 4 * t, sw + 4 * t, id, trial_scale, trial.L + 4 * t);
+      trial.on_lattice[t] = snap_to_grid(gs.lat, a + 4 * t, sw + 4 * t, id, trial_scale, trial.L + 4 * t);
     float sum_qa, sum_q2;
-    weighted_sums(w, a, trial.L, sum_qa, sum_q2);
+    weighted_odd_sums(kGroup, w, a, trial.L, &sum_qa, &sum_q2);
     if (sum_q2 > 0 && sum_qa * sum_qa > best_gain * sum_q2) {
       scale = sum_qa / sum_q2;
       best_gain = scale * sum_qa;
@@ -218,10 +117,10 @@ float fit_group(const GroupSearch& gs, const float* a, const float* w, const flo
   const float id = 1 / scale;
   for (int t = 0; t < kTuples; ++t) {
     if (!gs.refit_all && kept.on_lattice[t]) continue;
-    snap_tuple(gs.lat, a + 4 * t, sw + 4 * t, id, scale, kept.L + 4 * t);
+    snap_to_grid(gs.lat, a + 4 * t, sw + 4 * t, id, scale, kept.L + 4 * t);
   }
   float sum_qa, sum_q2;
-  weighted_sums(w, a, kept.L, sum_qa, sum_q2);
+  weighted_odd_sums(kGroup, w, a, kept.L, &sum_qa, &sum_q2);
   if (sum_q2 > 0) scale = sum_qa / sum_q2;
   return scale;
 }
@@ -232,56 +131,16 @@ void group_weights(const float* x, const float* qw, float sigma2, float* w, floa
   for (int i = 0; i < kGroup; ++i) sw[i] = std::sqrt(w[i]);
 }
 
-float superblock_sigma2(const float* x) {
-  float sum_x2 = 0;
-  for (int i = 0; i < kQkK; ++i) sum_x2 += x[i] * x[i];
-  return 2 * sum_x2 / kQkK;
-}
-
 float max_of(const float* a) {
   float m = a[0];
   for (int i = 1; i < kGroup; ++i) m = m > a[i] ? m : a[i];
   return m;
 }
 
-// The 4-bit code of group scale s against super-block scale d (id = 1 / d).
-int group_scale_code(float id, float s) { return std::clamp(nearest_int(0.5f * (id * s - 1)), 0, 15); }
-
 int lattice_point(const Iq3Lattice& lat, const uint8_t* L) {
-  const int p = lat.point_of[tuple_code(L)];
+  const int p = lat.point_of(Iq3Lattice::code(L));
   LUMEN_DCHECK(p >= 0);  // levels always come from lattice points
   return std::max(p, 0);
-}
-
-// iq3_xxs magnitudes and sign bits (bit i of signs[r]: value 8r + i is negative) with the
-// even-parity rule of the header applied.
-void xxs_signs(const float* x, const float* w, float* a, uint8_t* signs) {
-  for (int r = 0; r < kGroup / 8; ++r) {
-    const float* xr = x + 8 * r;
-    float* ar = a + 8 * r;
-    uint8_t s = 0;
-    int n_neg = 0;
-    for (int i = 0; i < 8; ++i) {
-      const bool neg = !(xr[i] >= 0);
-      ar[i] = neg ? -xr[i] : xr[i];
-      s = static_cast<uint8_t>(s | (neg << i));
-      n_neg += neg;
-    }
-    if (n_neg % 2) {
-      int i_min = 0;
-      float min = w[8 * r] * xr[0] * xr[0];
-      for (int i = 1; i < 8; ++i) {
-        const float v = w[8 * r + i] * xr[i] * xr[i];
-        if (v < min) {
-          min = v;
-          i_min = i;
-        }
-      }
-      ar[i_min] = -ar[i_min];
-      s = static_cast<uint8_t>(s ^ (1 << i_min));
-    }
-    signs[r] = s & 127;
-  }
 }
 
 void quantize_superblock_iq3_xxs(const float* x, const float* qw, GroupLevels& levels, BlockIQ3_XXS* out) {
@@ -291,13 +150,14 @@ void quantize_superblock_iq3_xxs(const float* x, const float* qw, GroupLevels& l
   uint32_t signs_scale[kGroups] = {};              // 4 x 7 sign bits, scale code at bits 28..31
   float scales[kGroups];
   float max_scale = 0;
-  const float sigma2 = superblock_sigma2(x);
+  const float sigma2 = super_block_sigma2(x, 2);
   for (int g = 0; g < kGroups; ++g) {
     const float* xg = x + kGroup * g;
     float w[kGroup], sw[kGroup], a[kGroup];
     uint8_t signs[kGroup / 8];
     group_weights(xg, qw ? qw + kGroup * g : nullptr, sigma2, w, sw);
-    xxs_signs(xg, w, a, signs);
+    // The even-parity rule of the header; bit i of signs[r]: value 8r + i is negative.
+    for (int r = 0; r < kGroup / 8; ++r) signs[r] = split_signs(xg + 8 * r, w + 8 * r, true, a + 8 * r);
     const float amax = max_of(a);
     if (amax < kXxsGroupMaxEps) {
       scales[g] = 0;
@@ -323,7 +183,7 @@ void quantize_superblock_iq3_xxs(const float* x, const float* qw, GroupLevels& l
   const float d = max_scale / 31;
   out->d_f16 = f32_to_fp16(d * 1.0125f);
   const float id = 1 / d;
-  for (int g = 0; g < kGroups; ++g) signs_scale[g] |= static_cast<uint32_t>(group_scale_code(id, scales[g])) << 28;
+  for (int g = 0; g < kGroups; ++g) signs_scale[g] |= static_cast<uint32_t>(odd_level(id, scales[g], 15)) << 28;
   std::memcpy(out->qs + kGroups * kTuples, signs_scale, sizeof(signs_scale));
 }
 
@@ -333,17 +193,13 @@ void quantize_superblock_iq3_s(const float* x, const float* qw, GroupLevels& lev
   float scales[kGroups];
   float max_scale = 0;
   int slot = 0;  // where the next group's qs and signs go (see the header)
-  const float sigma2 = superblock_sigma2(x);
+  const float sigma2 = super_block_sigma2(x, 2);
   for (int g = 0; g < kGroups; ++g) {
     const float* xg = x + kGroup * g;
     float w[kGroup], sw[kGroup], a[kGroup];
-    uint8_t signs[kGroup / 8] = {};
+    uint8_t signs[kGroup / 8];
     group_weights(xg, qw ? qw + kGroup * g : nullptr, sigma2, w, sw);
-    for (int i = 0; i < kGroup; ++i) {
-      const bool neg = !(xg[i] >= 0);
-      a[i] = neg ? -xg[i] : xg[i];
-      signs[i / 8] = static_cast<uint8_t>(signs[i / 8] | (neg << (i % 8)));
-    }
+    for (int r = 0; r < kGroup / 8; ++r) signs[r] = split_signs(xg + 8 * r, w + 8 * r, false, a + 8 * r);
     const float amax = max_of(a);
     if (amax == 0) {
       scales[g] = 0;
@@ -371,25 +227,25 @@ void quantize_superblock_iq3_s(const float* x, const float* qw, GroupLevels& lev
   out->d_f16 = f32_to_fp16(d * 1.033f);
   const float id = 1 / d;
   for (int g = 0; g < kGroups; g += 2)
-    out->scales[g / 2] = static_cast<uint8_t>(group_scale_code(id, scales[g]) | (group_scale_code(id, scales[g + 1]) << 4));
+    out->scales[g / 2] = static_cast<uint8_t>(odd_level(id, scales[g], 15) | (odd_level(id, scales[g + 1], 15) << 4));
+}
+
+template <typename Block, typename QuantizeSuperBlock>
+void quantize_row(const float* x, std::byte* dst, int64_t n, const float* imatrix, QuantizeSuperBlock quantize) {
+  LUMEN_DCHECK(n % kQkK == 0);
+  auto* out = reinterpret_cast<Block*>(dst);
+  GroupLevels levels;  // carried from group to group (the iq3_xxs quirk in the header)
+  for (int64_t b = 0; b < n / kQkK; ++b) quantize(x + kQkK * b, imatrix ? imatrix + kQkK * b : nullptr, levels, out + b);
 }
 
 }  // namespace
 
 void quantize_iq3_xxs(const float* x, std::byte* dst, int64_t n, const float* imatrix) {
-  LUMEN_DCHECK(n % kQkK == 0);
-  auto* out = reinterpret_cast<BlockIQ3_XXS*>(dst);
-  GroupLevels levels;
-  for (int64_t b = 0; b < n / kQkK; ++b)
-    quantize_superblock_iq3_xxs(x + kQkK * b, imatrix ? imatrix + kQkK * b : nullptr, levels, out + b);
+  quantize_row<BlockIQ3_XXS>(x, dst, n, imatrix, quantize_superblock_iq3_xxs);
 }
 
 void quantize_iq3_s(const float* x, std::byte* dst, int64_t n, const float* imatrix) {
-  LUMEN_DCHECK(n % kQkK == 0);
-  auto* out = reinterpret_cast<BlockIQ3_S*>(dst);
-  GroupLevels levels;
-  for (int64_t b = 0; b < n / kQkK; ++b)
-    quantize_superblock_iq3_s(x + kQkK * b, imatrix ? imatrix + kQkK * b : nullptr, levels, out + b);
+  quantize_row<BlockIQ3_S>(x, dst, n, imatrix, quantize_superblock_iq3_s);
 }
 
 }  // namespace lumen::convert
