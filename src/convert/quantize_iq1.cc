@@ -35,11 +35,11 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
-#include <vector>
 
 #include "base/check.h"
 #include "base/fp16.h"
 #include "convert/exact_float.h"
+#include "convert/iq_lattice.h"
 #include "convert/quantize_types.h"
 #include "kernels/iq_grids.h"
 #include "kernels/quant_blocks.h"
@@ -49,65 +49,17 @@ namespace {
 
 using kernels::BlockIQ1_M;
 using kernels::BlockIQ1_S;
-using kernels::kIq1sGrid;
 using kernels::kQkK;
-using kernels::nearest_int;
 
-constexpr int kGridSize = 2048;
 constexpr float kDelta = 0.125f;
-constexpr int kCodeLimit = 0xAAAA + 1;  // codes: 2 bits per value, every value's level <= 2
 
-// The level (0, 1, 2 for -1, 0, 1) of value j of grid point g.
-inline int grid_level(int g, int j) { return static_cast<int8_t>(kIq1sGrid[g] >> (8 * j)) + 1; }
+// The grid with levels 0, 1, 2 for -1, 0, 1 (a code: level j at bits 2j), each off-grid
+// code's neighbours at its 3 smallest distances.
+using Iq1Grid = IqLattice<8, 2>;
 
-// Grid lookup by the code sum_j level_j << 2j of a group's levels.
-struct Iq1GridSearch {
-  std::vector<int32_t> grid_of;        // [kCodeLimit] grid index, -1 off the grid
-  std::vector<uint32_t> nb_begin;      // [kCodeLimit + 1] neighbour list of an off-grid code
-  std::vector<uint16_t> nb;            // the lists, concatenated
-};
-
-Iq1GridSearch build_grid_search() {
-  Iq1GridSearch s;
-  s.grid_of.assign(kCodeLimit, -1);
-  s.nb_begin.assign(kCodeLimit + 1, 0);
-  for (int g = 0; g < kGridSize; ++g) {
-    int code = 0;
-    for (int j = 0; j < 8; ++j) code |= grid_level(g, j) << (2 * j);
-    s.grid_of[code] = g;
-  }
-  constexpr int kMaxDist = 8 * 4 + 1;
-  std::vector<uint8_t> dist(kGridSize);
-  for (int code = 0; code < kCodeLimit; ++code) {
-    s.nb_begin[code] = static_cast<uint32_t>(s.nb.size());
-    bool valid = true;
-    for (int j = 0; j < 8; ++j) valid = valid && ((code >> (2 * j)) & 3) != 3;
-    if (!valid || s.grid_of[code] >= 0) continue;
-    int n_at[kMaxDist] = {};
-    for (int g = 0; g < kGridSize; ++g) {
-      int d2 = 0;
-      for (int j = 0; j < 8; ++j) {
-        const int diff = grid_level(g, j) - ((code >> (2 * j)) & 3);
-        d2 += diff * diff;
-      }
-      dist[g] = static_cast<uint8_t>(d2);
-      ++n_at[d2];
-    }
-    int n_kept = 0;
-    for (int d2 = 0; d2 < kMaxDist && n_kept < 3; ++d2) {
-      if (!n_at[d2]) continue;
-      ++n_kept;
-      for (int g = 0; g < kGridSize; ++g)
-        if (dist[g] == d2) s.nb.push_back(static_cast<uint16_t>(g));
-    }
-  }
-  s.nb_begin[kCodeLimit] = static_cast<uint32_t>(s.nb.size());
-  return s;
-}
-
-const Iq1GridSearch& grid_search() {
-  static const Iq1GridSearch s = build_grid_search();
-  return s;
+const Iq1Grid& grid() {
+  static const Iq1Grid g(kernels::kIq1sGrid, 2048, 3, [](uint8_t b) { return static_cast<int8_t>(b) + 1; });
+  return g;
 }
 
 // The level values for a delta sign: xx[level] = level - 1 + sign * delta.
@@ -117,37 +69,14 @@ struct Levels {
 constexpr Levels kPlus = {{-1 + kDelta, kDelta, 1 + kDelta}};
 constexpr Levels kMinus = {{-1 - kDelta, -kDelta, 1 - kDelta}};
 
-// The neighbour of an off-grid code with the least sum w (scale q - x)^2, first on ties (the
-// first neighbour if every error is NaN, where ggml aborts). Sets L to its levels.
-int best_neighbour(const Iq1GridSearch& s, int code, const float* x, const float* w, float scale, const Levels& xx,
-                   int8_t* L) {
-  float best = FLT_MAX;
-  int best_g = s.nb[s.nb_begin[code]];
-  for (uint32_t k = s.nb_begin[code]; k < s.nb_begin[code + 1]; ++k) {
-    const int g = s.nb[k];
-    float d2 = 0;
-    for (int j = 0; j < 8; ++j) {
-      const float diff = scale * xx.v[grid_level(g, j)] - x[j];
-      d2 += w[j] * diff * diff;
-    }
-    if (d2 < best) {
-      best = d2;
-      best_g = g;
-    }
-  }
-  for (int j = 0; j < 8; ++j) L[j] = static_cast<int8_t>(grid_level(best_g, j));
-  return best_g;
-}
-
-// The grid index of group L (8 levels), moving it to its best neighbour if it is off the
-// grid; `moved` is set then.
-int group_index(const float* x, const float* w, float scale, const Levels& xx, int8_t* L, bool* moved) {
-  const Iq1GridSearch& s = grid_search();
-  int code = 0;
-  for (int j = 0; j < 8; ++j) code |= L[j] << (2 * j);
-  if (s.grid_of[code] >= 0) return s.grid_of[code];
+// The grid index of group L (8 levels), moving it to the neighbour with the least
+// sum w (scale q - x)^2 (first on ties) if it is off the grid; `moved` is set then.
+int group_index(const float* x, const float* w, float scale, const Levels& xx, uint8_t* L, bool* moved) {
+  const Iq1Grid& g = grid();
+  const int code = Iq1Grid::code(L);
+  if (g.point_of(code) >= 0) return g.point_of(code);
   *moved = true;
-  return best_neighbour(s, code, x, w, scale, xx, L);
+  return g.best_neighbour(code, x, w, scale, xx.v, L);
 }
 
 // order[0..n) = 0..n-1 sorted by x ascending, equal values in index order.
@@ -163,24 +92,52 @@ void sort_indices(const float* x, int n, int* order) {
 }
 
 // Levels from the cut points: sorted positions [0, i1) -> 0, [i1, i2) -> 1, [i2, n) -> 2.
-void levels_from_cuts(const int* order, int n, int i1, int i2, int8_t* L) {
-  for (int j = 0; j < n; ++j) L[order[j]] = static_cast<int8_t>(j < i1 ? 0 : j < i2 ? 1 : 2);
+void levels_from_cuts(const int* order, int n, int i1, int i2, uint8_t* L) {
+  for (int j = 0; j < n; ++j) L[order[j]] = static_cast<uint8_t>(j < i1 ? 0 : j < i2 ? 1 : 2);
 }
 
 void super_block_weights(const float* x, const float* qw, int n, float sigma2, float* w) {
   for (int i = 0; i < n; ++i) w[i] = qw ? qw[i] * std::sqrt(sigma2 + x[i] * x[i]) : x[i] * x[i];
 }
 
-float super_block_sigma2(const float* x) {
-  float sum_x2 = 0;
-  for (int i = 0; i < kQkK; ++i) sum_x2 += x[i] * x[i];
-  return 2 * sum_x2 / kQkK;
-}
-
 float max_abs(const float* x, int n) {
   float m = std::fabs(x[0]);
   for (int i = 1; i < n; ++i) m = std::max(m, std::fabs(x[i]));
   return m;
+}
+
+// The end of both searches: the levels of the winning cuts (i1, i2) of the n sorted values,
+// flipped with a negative scale (l -> 2 - l, every delta sign negated), each group of 8 put on
+// the grid (index[k]), and the scale refit by least squares if a group moved. negative[k]:
+// the delta sign of group k. Returns the scale.
+float place_on_grid(const float* xb, const float* w, int n, const int* order, int i1, int i2, float scale,
+                    bool* negative, uint16_t* index) {
+  uint8_t L[32];
+  levels_from_cuts(order, n, i1, i2, L);
+  if (scale < 0) {
+    for (int j = 0; j < n; ++j) L[j] = static_cast<uint8_t>(2 - L[j]);
+    scale = -scale;
+    for (int k = 0; k < n / 8; ++k) negative[k] = !negative[k];
+  }
+  bool moved = false;
+  for (int k = 0; k < n / 8; ++k)
+    index[k] = static_cast<uint16_t>(
+        group_index(xb + 8 * k, w + 8 * k, scale, negative[k] ? kMinus : kPlus, L + 8 * k, &moved));
+  if (moved) {
+    float sum_qx = 0, sum_q2 = 0;
+    for (int k = 0; k < n / 8; ++k) {
+      const Levels& xx = negative[k] ? kMinus : kPlus;
+      const uint8_t* l = grid().levels(index[k]);
+      for (int j = 0; j < 8; ++j) {
+        const float wj = w[8 * k + j];
+        const float q = xx.v[l[j]];
+        sum_qx += wj * q * xb[8 * k + j];
+        sum_q2 += wj * q * q;
+      }
+    }
+    if (sum_qx > 0 && sum_q2 > 0) scale = sum_qx / sum_q2;
+  }
+  return scale;
 }
 
 // ---- iq1_s ----
@@ -227,38 +184,17 @@ bool fit_sub_block_s(const float* xb, const float* w, SubBlockS* out) {
     }
   }
   if (best_i1 < 0) return false;
-  int8_t L[kSubS];
-  levels_from_cuts(order, kSubS, best_i1, best_i2, L);
-  if (scale < 0) {
-    for (int8_t& l : L) l = static_cast<int8_t>(2 - l);
-    scale = -scale;
-    shift = -shift;
-  }
-  const Levels& xx = shift == 1 ? kPlus : kMinus;
-  bool moved = false;
-  for (int k = 0; k < kSubS / 8; ++k)
-    out->index[k] = static_cast<uint16_t>(group_index(xb + 8 * k, w + 8 * k, scale, xx, L + 8 * k, &moved));
-  if (moved) {
-    float sum_qx = 0, sum_q2 = 0;
-    for (int k = 0; k < kSubS / 8; ++k) {
-      for (int j = 0; j < 8; ++j) {
-        const float wj = w[8 * k + j];
-        const float q = xx.v[grid_level(out->index[k], j)];
-        sum_qx += wj * q * xb[8 * k + j];
-        sum_q2 += wj * q * q;
-      }
-    }
-    if (sum_qx > 0 && sum_q2 > 0) scale = sum_qx / sum_q2;
-  }
-  out->scale = scale;
-  out->shift = shift;
+  bool negative[kSubS / 8];
+  std::fill(negative, negative + kSubS / 8, shift == -1);
+  out->scale = place_on_grid(xb, w, kSubS, order, best_i1, best_i2, scale, negative, out->index);
+  out->shift = negative[0] ? -1 : 1;
   return true;
 }
 
 // `shifts`: the delta sign last chosen at each sub-block position in this row.
 void quantize_block_iq1_s(const float* x, const float* qw, int* shifts, BlockIQ1_S* out) {
   std::memset(out, 0, sizeof(*out));
-  const float sigma2 = super_block_sigma2(x);
+  const float sigma2 = super_block_sigma2(x, 2);
   float scales[kQkK / kSubS];
   float max_scale = 0;
   for (int ib = 0; ib < kQkK / kSubS; ++ib) {
@@ -284,7 +220,7 @@ void quantize_block_iq1_s(const float* x, const float* qw, int* shifts, BlockIQ1
   out->d_f16 = f32_to_fp16(d * 1.125f);
   const float id = 1 / d;
   for (int ib = 0; ib < kQkK / kSubS; ++ib) {
-    int l = std::clamp(nearest_int(0.5f * (id * scales[ib] - 1)), 0, 7);
+    int l = odd_level(id, scales[ib], 7);
     if (shifts[ib] == -1) l |= 8;
     out->qh[ib] = static_cast<uint16_t>(out->qh[ib] | (l << 12));
   }
@@ -367,39 +303,16 @@ bool fit_sub_block_m(const float* xb, const float* w, SubBlockM* out) {
     }
   }
   if (best_i1 < 0) return false;
-  int8_t L[kSubM];
-  levels_from_cuts(order, kSubM, best_i1, best_i2, L);
-  if (scale < 0) {
-    for (int8_t& l : L) l = static_cast<int8_t>(2 - l);
-    scale = -scale;
-    signs = 3 - signs;
-  }
-  bool moved = false;
-  for (int k = 0; k < 2; ++k)
-    out->index[k] = static_cast<uint16_t>(
-        group_index(xb + 8 * k, w + 8 * k, scale, group_levels(signs, k), L + 8 * k, &moved));
-  if (moved) {
-    float sum_qx = 0, sum_q2 = 0;
-    for (int k = 0; k < 2; ++k) {
-      const Levels& xx = group_levels(signs, k);
-      for (int j = 0; j < 8; ++j) {
-        const float wj = w[8 * k + j];
-        const float q = xx.v[grid_level(out->index[k], j)];
-        sum_qx += wj * q * xb[8 * k + j];
-        sum_q2 += wj * q * q;
-      }
-    }
-    if (sum_qx > 0 && sum_q2 > 0) scale = sum_qx / sum_q2;
-  }
-  out->scale = scale;
-  out->signs = signs;
+  bool negative[2] = {signs >= 2, (signs & 1) != 0};  // as group_levels
+  out->scale = place_on_grid(xb, w, kSubM, order, best_i1, best_i2, scale, negative, out->index);
+  out->signs = 2 * negative[0] + negative[1];
   return true;
 }
 
 // `signs`: the delta signs last chosen at each sub-block position in this row.
 void quantize_block_iq1_m(const float* x, const float* qw, int* signs, BlockIQ1_M* out) {
   std::memset(out, 0, sizeof(*out));
-  const float sigma2 = super_block_sigma2(x);
+  const float sigma2 = super_block_sigma2(x, 2);
   float scales[kQkK / kSubM];
   float w_all[kQkK];
   super_block_weights(x, qw, kQkK, sigma2, w_all);
@@ -424,16 +337,16 @@ void quantize_block_iq1_m(const float* x, const float* qw, int* signs, BlockIQ1_
   const float id = 1 / d;
   float sum_qx = 0, sum_q2 = 0;
   for (int ib = 0; ib < kQkK / kSubM; ++ib) {
-    const int l = std::clamp(nearest_int(0.5f * (id * scales[ib] - 1)), 0, 7);
+    const int l = odd_level(id, scales[ib], 7);
     sc[ib / 4] = static_cast<uint16_t>(sc[ib / 4] | (l << (3 * (ib % 4))));
     out->qh[ib] = static_cast<uint8_t>(out->qh[ib] | ((signs[ib] & 2) << 2) | ((signs[ib] & 1) << 7));
     const float* xb = x + kSubM * ib;
     const float* w = w_all + kSubM * ib;
     for (int k = 0; k < 2; ++k) {
       const Levels& xx = group_levels(signs[ib], k);
-      const int g = out->qs[2 * ib + k] | (((out->qh[ib] >> (4 * k)) & 7) << 8);
+      const uint8_t* gl = grid().levels(out->qs[2 * ib + k] | (((out->qh[ib] >> (4 * k)) & 7) << 8));
       for (int j = 0; j < 8; ++j) {
-        const float q = xx.v[grid_level(g, j)] * static_cast<float>(2 * l + 1);
+        const float q = xx.v[gl[j]] * static_cast<float>(2 * l + 1);
         sum_qx += w[8 * k + j] * q * xb[8 * k + j];
         sum_q2 += w[8 * k + j] * q * q;
       }
