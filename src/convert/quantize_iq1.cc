@@ -106,6 +106,13 @@ float max_abs(const float* x, int n) {
   return m;
 }
 
+// A fitted sub-block (iq1_s: 4 groups of 8, iq1_m: 2).
+struct SubBlockFit {
+  float scale = 0;
+  bool negative[4] = {};  // delta sign of each group of 8 (iq1_s: all alike)
+  uint16_t index[4] = {};  // grid index of each group
+};
+
 // The end of both searches: the levels of the winning cuts (i1, i2) of the n sorted values,
 // flipped with a negative scale (l -> 2 - l, every delta sign negated), each group of 8 put on
 // the grid (index[k]), and the scale refit by least squares if a group moved. negative[k]:
@@ -145,15 +152,9 @@ float place_on_grid(const float* xb, const float* w, int n, const int* order, in
 constexpr int kSubS = 32;
 constexpr float kEpsS = 1e-12f;
 
-struct SubBlockS {
-  float scale = 0;
-  int shift = 1;  // delta sign
-  uint16_t index[kSubS / 8] = {};
-};
-
 // The search of one 32-value sub-block with max |x| >= kEpsS. False if no split has a
 // positive sum(w q^2) (only with zero or non-finite weights; ggml aborts there).
-bool fit_sub_block_s(const float* xb, const float* w, SubBlockS* out) {
+bool fit_sub_block_s(const float* xb, const float* w, SubBlockFit* out) {
   int order[kSubS];
   sort_indices(xb, kSubS, order);
   float sum_x[kSubS + 1], sum_w[kSubS + 1];
@@ -184,46 +185,9 @@ bool fit_sub_block_s(const float* xb, const float* w, SubBlockS* out) {
     }
   }
   if (best_i1 < 0) return false;
-  bool negative[kSubS / 8];
-  std::fill(negative, negative + kSubS / 8, shift == -1);
-  out->scale = place_on_grid(xb, w, kSubS, order, best_i1, best_i2, scale, negative, out->index);
-  out->shift = negative[0] ? -1 : 1;
+  std::fill(out->negative, out->negative + kSubS / 8, shift == -1);
+  out->scale = place_on_grid(xb, w, kSubS, order, best_i1, best_i2, scale, out->negative, out->index);
   return true;
-}
-
-// `shifts`: the delta sign last chosen at each sub-block position in this row.
-void quantize_block_iq1_s(const float* x, const float* qw, int* shifts, BlockIQ1_S* out) {
-  std::memset(out, 0, sizeof(*out));
-  const float sigma2 = super_block_sigma2(x, 2);
-  float scales[kQkK / kSubS];
-  float max_scale = 0;
-  for (int ib = 0; ib < kQkK / kSubS; ++ib) {
-    const float* xb = x + kSubS * ib;
-    scales[ib] = 0;
-    if (max_abs(xb, kSubS) < kEpsS) continue;
-    float w[kSubS];
-    super_block_weights(xb, qw + kSubS * ib, kSubS, sigma2, w);
-    SubBlockS sb;
-    if (!fit_sub_block_s(xb, w, &sb)) continue;
-    uint16_t h = 0;
-    for (int k = 0; k < kSubS / 8; ++k) {
-      out->qs[(kSubS / 8) * ib + k] = static_cast<uint8_t>(sb.index[k] & 255);
-      h = static_cast<uint16_t>(h | ((sb.index[k] >> 8) << (3 * k)));
-    }
-    out->qh[ib] = h;
-    scales[ib] = sb.scale;
-    shifts[ib] = sb.shift;
-    max_scale = std::max(max_scale, sb.scale);
-  }
-  if (max_scale == 0) return;
-  const float d = max_scale / 15;
-  out->d_f16 = f32_to_fp16(d * 1.125f);
-  const float id = 1 / d;
-  for (int ib = 0; ib < kQkK / kSubS; ++ib) {
-    int l = odd_level(id, scales[ib], 7);
-    if (shifts[ib] == -1) l |= 8;
-    out->qh[ib] = static_cast<uint16_t>(out->qh[ib] | (l << 12));
-  }
 }
 
 // ---- iq1_m ----
@@ -238,19 +202,13 @@ inline const Levels& group_levels(int signs, int k) {
   return negative ? kMinus : kPlus;
 }
 
-struct SubBlockM {
-  float scale = 0;
-  int signs = 0;
-  uint16_t index[2] = {};
-};
-
 // The search of one 16-value sub-block with max |x| >= kEpsM; false as fit_sub_block_s.
 //
 // The sums of a candidate (cuts i1 <= i2, signs) run over the sorted positions in order; the
 // part before i1 and the part from i1 to i2 are running sums shared between candidates, the
 // part from i2 on is summed per candidate, so every sum is the same float sequence as
 // summing the candidate element by element.
-bool fit_sub_block_m(const float* xb, const float* w, SubBlockM* out) {
+bool fit_sub_block_m(const float* xb, const float* w, SubBlockFit* out) {
   int order[kSubM];
   sort_indices(xb, kSubM, order);
   // term_x[r][s][j] = w q x and term_q[r][s][j] = w q q of sorted position j at level r
@@ -303,52 +261,96 @@ bool fit_sub_block_m(const float* xb, const float* w, SubBlockM* out) {
     }
   }
   if (best_i1 < 0) return false;
-  bool negative[2] = {signs >= 2, (signs & 1) != 0};  // as group_levels
-  out->scale = place_on_grid(xb, w, kSubM, order, best_i1, best_i2, scale, negative, out->index);
-  out->signs = 2 * negative[0] + negative[1];
+  out->negative[0] = signs >= 2;  // as group_levels
+  out->negative[1] = (signs & 1) != 0;
+  out->scale = place_on_grid(xb, w, kSubM, order, best_i1, best_i2, scale, out->negative, out->index);
   return true;
 }
 
-// `signs`: the delta signs last chosen at each sub-block position in this row.
-void quantize_block_iq1_m(const float* x, const float* qw, int* signs, BlockIQ1_M* out) {
-  std::memset(out, 0, sizeof(*out));
-  const float sigma2 = super_block_sigma2(x, 2);
-  float scales[kQkK / kSubM];
-  float w_all[kQkK];
-  super_block_weights(x, qw, kQkK, sigma2, w_all);
-  float max_scale = 0;
-  for (int ib = 0; ib < kQkK / kSubM; ++ib) {
-    const float* xb = x + kSubM * ib;
-    scales[ib] = 0;
-    if (max_abs(xb, kSubM) < kEpsM) continue;
-    SubBlockM sb;
-    if (!fit_sub_block_m(xb, w_all + kSubM * ib, &sb)) continue;
-    out->qs[2 * ib + 0] = static_cast<uint8_t>(sb.index[0] & 255);
-    out->qs[2 * ib + 1] = static_cast<uint8_t>(sb.index[1] & 255);
-    out->qh[ib] = static_cast<uint8_t>((sb.index[0] >> 8) | ((sb.index[1] >> 8) << 4));
-    scales[ib] = sb.scale;
-    signs[ib] = sb.signs;
-    max_scale = std::max(max_scale, sb.scale);
+// A super-block's sub-blocks, fitted.
+struct SuperBlockFit {
+  float w[kQkK];                 // the weights of the header
+  float scales[kQkK / 16];       // [n_sub_blocks]
+  uint16_t index[kQkK / 8];      // grid index per group of 8
+  float max_scale;
+};
+
+// The search of every sub-block of kSub values with max |x| >= eps. A sub-block that is
+// skipped or whose search fails gets scale 0 and grid index 0, and keeps the delta signs in
+// `negative` ([kQkK / 8], one per group of 8, carried along the row).
+template <int kSub>
+void fit_super_block(const float* x, const float* qw, float eps, bool (*fit)(const float*, const float*, SubBlockFit*),
+                     bool* negative, SuperBlockFit* f) {
+  constexpr int kGroupsPerSub = kSub / 8;
+  super_block_weights(x, qw, kQkK, super_block_sigma2(x, 2), f->w);
+  f->max_scale = 0;
+  std::fill(f->index, f->index + kQkK / 8, 0);
+  for (int ib = 0; ib < kQkK / kSub; ++ib) {
+    const float* xb = x + kSub * ib;
+    f->scales[ib] = 0;
+    if (max_abs(xb, kSub) < eps) continue;
+    SubBlockFit sb;
+    if (!fit(xb, f->w + kSub * ib, &sb)) continue;
+    std::copy(sb.index, sb.index + kGroupsPerSub, f->index + kGroupsPerSub * ib);
+    std::copy(sb.negative, sb.negative + kGroupsPerSub, negative + kGroupsPerSub * ib);
+    f->scales[ib] = sb.scale;
+    f->max_scale = std::max(f->max_scale, sb.scale);
   }
-  if (max_scale == 0) return;
+}
+
+// `negative`: the delta sign last chosen for each group position in this row.
+void quantize_block_iq1_s(const float* x, const float* qw, bool* negative, BlockIQ1_S* out) {
+  std::memset(out, 0, sizeof(*out));
+  SuperBlockFit f;
+  fit_super_block<kSubS>(x, qw, kEpsS, fit_sub_block_s, negative, &f);
+  for (int ib = 0; ib < kQkK / kSubS; ++ib) {
+    uint16_t h = 0;
+    for (int k = 0; k < kSubS / 8; ++k) {
+      const uint16_t index = f.index[(kSubS / 8) * ib + k];
+      out->qs[(kSubS / 8) * ib + k] = static_cast<uint8_t>(index & 255);
+      h = static_cast<uint16_t>(h | ((index >> 8) << (3 * k)));
+    }
+    out->qh[ib] = h;
+  }
+  if (f.max_scale == 0) return;
+  const float d = f.max_scale / 15;
+  out->d_f16 = f32_to_fp16(d * 1.125f);
+  const float id = 1 / d;
+  for (int ib = 0; ib < kQkK / kSubS; ++ib) {
+    int l = odd_level(id, f.scales[ib], 7);
+    if (negative[(kSubS / 8) * ib]) l |= 8;
+    out->qh[ib] = static_cast<uint16_t>(out->qh[ib] | (l << 12));
+  }
+}
+
+// `negative`: the delta sign last chosen for each group position in this row.
+void quantize_block_iq1_m(const float* x, const float* qw, bool* negative, BlockIQ1_M* out) {
+  std::memset(out, 0, sizeof(*out));
+  SuperBlockFit f;
+  fit_super_block<kSubM>(x, qw, kEpsM, fit_sub_block_m, negative, &f);
+  for (int ib = 0; ib < kQkK / kSubM; ++ib) {
+    out->qs[2 * ib + 0] = static_cast<uint8_t>(f.index[2 * ib] & 255);
+    out->qs[2 * ib + 1] = static_cast<uint8_t>(f.index[2 * ib + 1] & 255);
+    out->qh[ib] = static_cast<uint8_t>((f.index[2 * ib] >> 8) | ((f.index[2 * ib + 1] >> 8) << 4));
+  }
+  if (f.max_scale == 0) return;
   // Refit d over the super-block with every sub-block's 3-bit scale and grid points.
   uint16_t sc[4] = {};
-  float d = max_scale / 15;
+  float d = f.max_scale / 15;
   const float id = 1 / d;
   float sum_qx = 0, sum_q2 = 0;
   for (int ib = 0; ib < kQkK / kSubM; ++ib) {
-    const int l = odd_level(id, scales[ib], 7);
+    const int l = odd_level(id, f.scales[ib], 7);
     sc[ib / 4] = static_cast<uint16_t>(sc[ib / 4] | (l << (3 * (ib % 4))));
-    out->qh[ib] = static_cast<uint8_t>(out->qh[ib] | ((signs[ib] & 2) << 2) | ((signs[ib] & 1) << 7));
-    const float* xb = x + kSubM * ib;
-    const float* w = w_all + kSubM * ib;
+    out->qh[ib] = static_cast<uint8_t>(out->qh[ib] | (negative[2 * ib] << 3) | (negative[2 * ib + 1] << 7));
     for (int k = 0; k < 2; ++k) {
-      const Levels& xx = group_levels(signs[ib], k);
-      const uint8_t* gl = grid().levels(out->qs[2 * ib + k] | (((out->qh[ib] >> (4 * k)) & 7) << 8));
+      const int i8 = 2 * ib + k;
+      const Levels& xx = negative[i8] ? kMinus : kPlus;
+      const uint8_t* gl = grid().levels(f.index[i8]);
       for (int j = 0; j < 8; ++j) {
         const float q = xx.v[gl[j]] * static_cast<float>(2 * l + 1);
-        sum_qx += w[8 * k + j] * q * xb[8 * k + j];
-        sum_q2 += w[8 * k + j] * q * q;
+        sum_qx += f.w[8 * i8 + j] * q * x[8 * i8 + j];
+        sum_q2 += f.w[8 * i8 + j] * q * q;
       }
     }
   }
@@ -367,17 +369,16 @@ void quantize_iq1_s(const float* x, std::byte* dst, int64_t n, const float* imat
   LUMEN_DCHECK(n % kQkK == 0);
   LUMEN_CHECK_MSG(imatrix, "iq1_s needs an importance matrix (the planner refuses the mix without one)");
   auto* out = reinterpret_cast<BlockIQ1_S*>(dst);
-  int shifts[kQkK / kSubS];
-  std::fill(std::begin(shifts), std::end(shifts), 1);
-  for (int64_t b = 0; b < n / kQkK; ++b) quantize_block_iq1_s(x + kQkK * b, imatrix + kQkK * b, shifts, out + b);
+  bool negative[kQkK / 8] = {};
+  for (int64_t b = 0; b < n / kQkK; ++b) quantize_block_iq1_s(x + kQkK * b, imatrix + kQkK * b, negative, out + b);
 }
 
 void quantize_iq1_m(const float* x, std::byte* dst, int64_t n, const float* imatrix) {
   LUMEN_DCHECK(n % kQkK == 0);
   auto* out = reinterpret_cast<BlockIQ1_M*>(dst);
-  int signs[kQkK / kSubM] = {};
+  bool negative[kQkK / 8] = {};
   for (int64_t b = 0; b < n / kQkK; ++b)
-    quantize_block_iq1_m(x + kQkK * b, imatrix ? imatrix + kQkK * b : nullptr, signs, out + b);
+    quantize_block_iq1_m(x + kQkK * b, imatrix ? imatrix + kQkK * b : nullptr, negative, out + b);
 }
 
 }  // namespace lumen::convert
