@@ -196,6 +196,14 @@ inline uint8_t split_signs(const float* x, const float* w, bool even_signs, floa
   return s & 127;
 }
 
+// A negative least-squares scale (not reached with non-negative weights) becomes positive by
+// flipping every stored sign bit, as ggml does (with even_signs the 7 stored bits of a byte).
+inline float flip_if_negative(float scale, bool even_signs, uint8_t* signs, int n_signs) {
+  if (!(scale < 0)) return scale;
+  for (int k = 0; k < n_signs; ++k) signs[k] = static_cast<uint8_t>(even_signs ? ~signs[k] & 127 : ~signs[k]);
+  return -scale;
+}
+
 // factor * mean(x^2) over a 256-value super-block, summed in order.
 inline float super_block_sigma2(const float* x, float factor) {
   float sum_x2 = 0;

@@ -168,10 +168,7 @@ SubBlockFit<kGroups> fit_sub_block(const Iq2Grid& g, const float* xb, const floa
     weighted_odd_sums(kN, w, xval, L, &sum_qx, &sum_q2);
     if (sum_q2 > 0) scale = sum_qx / sum_q2;
   }
-  if (scale < 0) {
-    scale = -scale;
-    for (uint8_t& s : r.signs) s = static_cast<uint8_t>(opt.even_signs ? ~s & 127 : ~s);
-  }
+  scale = flip_if_negative(scale, opt.even_signs, r.signs, kGroups);
   for (int grp = 0; grp < kGroups; ++grp) {
     r.grid_idx[grp] = grid_index_of(g, L + 8 * grp);
     if (r.grid_idx[grp] < 0) {  // ggml aborts here; see the header
@@ -271,33 +268,31 @@ void quantize_block_iq2_s(const Iq2Grid& g, const float* x, const float* qw, uin
   pack_scales_16(max_scale, fits, out->scales);
 }
 
+// Quantizes a row super-block by super-block (qw null without an imatrix).
+template <typename Block>
+void quantize_row(const Iq2Grid& g, const float* x, std::byte* dst, int64_t n, const float* imatrix,
+                  void (*quantize_block)(const Iq2Grid&, const float*, const float*, uint8_t*, Block*)) {
+  LUMEN_DCHECK(n % kQkK == 0);
+  uint8_t L[32] = {};  // levels carried from sub-block to sub-block (see fit_sub_block)
+  auto* out = reinterpret_cast<Block*>(dst);
+  for (int64_t b = 0; b < n / kQkK; ++b)
+    quantize_block(g, x + kQkK * b, imatrix ? imatrix + kQkK * b : nullptr, L, out + b);
+}
+
 }  // namespace
 
 void quantize_iq2_xxs(const float* x, std::byte* dst, int64_t n, const float* imatrix) {
-  LUMEN_DCHECK(n % kQkK == 0);
   LUMEN_CHECK_MSG(imatrix != nullptr, "iq2_xxs needs an importance matrix");
-  const Iq2Grid& g = grid_256();
-  uint8_t L[32] = {};
-  auto* out = reinterpret_cast<BlockIQ2_XXS*>(dst);
-  for (int64_t b = 0; b < n / kQkK; ++b) quantize_block_iq2_xxs(g, x + kQkK * b, imatrix + kQkK * b, L, out + b);
+  quantize_row(grid_256(), x, dst, n, imatrix, quantize_block_iq2_xxs);
 }
 
 void quantize_iq2_xs(const float* x, std::byte* dst, int64_t n, const float* imatrix) {
-  LUMEN_DCHECK(n % kQkK == 0);
   LUMEN_CHECK_MSG(imatrix != nullptr, "iq2_xs needs an importance matrix");
-  const Iq2Grid& g = grid_512();
-  uint8_t L[16] = {};
-  auto* out = reinterpret_cast<BlockIQ2_XS*>(dst);
-  for (int64_t b = 0; b < n / kQkK; ++b) quantize_block_iq2_xs(g, x + kQkK * b, imatrix + kQkK * b, L, out + b);
+  quantize_row(grid_512(), x, dst, n, imatrix, quantize_block_iq2_xs);
 }
 
 void quantize_iq2_s(const float* x, std::byte* dst, int64_t n, const float* imatrix) {
-  LUMEN_DCHECK(n % kQkK == 0);
-  const Iq2Grid& g = grid_1024();
-  uint8_t L[16] = {};
-  auto* out = reinterpret_cast<BlockIQ2_S*>(dst);
-  for (int64_t b = 0; b < n / kQkK; ++b)
-    quantize_block_iq2_s(g, x + kQkK * b, imatrix ? imatrix + kQkK * b : nullptr, L, out + b);
+  quantize_row(grid_1024(), x, dst, n, imatrix, quantize_block_iq2_s);
 }
 
 }  // namespace lumen::convert

@@ -125,13 +125,14 @@ float fit_group(const GroupSearch& gs, const float* a, const float* w, const flo
   return scale;
 }
 
-// Per-value weights w and the tuple-matching weights sqrt(w) of the group at x.
-void group_weights(const float* x, const float* qw, float sigma2, float* w, float* sw) {
+// The group at x split for the search: weights w, tuple-matching weights sw = sqrt(w),
+// magnitudes a and sign bytes (bit i of signs[r]: value 8r + i is negative; with even_signs
+// the even-parity rule of the header). Returns max(a).
+float split_group(const float* x, const float* qw, float sigma2, bool even_signs, float* w, float* sw, float* a,
+                  uint8_t* signs) {
   for (int i = 0; i < kGroup; ++i) w[i] = qw ? qw[i] * std::sqrt(sigma2 + x[i] * x[i]) : x[i] * x[i];
   for (int i = 0; i < kGroup; ++i) sw[i] = std::sqrt(w[i]);
-}
-
-float max_of(const float* a) {
+  for (int r = 0; r < kGroup / 8; ++r) signs[r] = split_signs(x + 8 * r, w + 8 * r, even_signs, a + 8 * r);
   float m = a[0];
   for (int i = 1; i < kGroup; ++i) m = m > a[i] ? m : a[i];
   return m;
@@ -152,23 +153,15 @@ void quantize_superblock_iq3_xxs(const float* x, const float* qw, GroupLevels& l
   float max_scale = 0;
   const float sigma2 = super_block_sigma2(x, 2);
   for (int g = 0; g < kGroups; ++g) {
-    const float* xg = x + kGroup * g;
     float w[kGroup], sw[kGroup], a[kGroup];
     uint8_t signs[kGroup / 8];
-    group_weights(xg, qw ? qw + kGroup * g : nullptr, sigma2, w, sw);
-    // The even-parity rule of the header; bit i of signs[r]: value 8r + i is negative.
-    for (int r = 0; r < kGroup / 8; ++r) signs[r] = split_signs(xg + 8 * r, w + 8 * r, true, a + 8 * r);
-    const float amax = max_of(a);
+    const float amax = split_group(x + kGroup * g, qw ? qw + kGroup * g : nullptr, sigma2, true, w, sw, a, signs);
     if (amax < kXxsGroupMaxEps) {
       scales[g] = 0;
       std::memset(levels.L, 0, sizeof(levels.L));
       continue;
     }
-    float scale = fit_group(gs, a, w, sw, amax, levels);
-    if (scale < 0) {  // not reached with non-negative weights; ggml flips the signs
-      scale = -scale;
-      for (uint8_t& s : signs) s = static_cast<uint8_t>(~s & 127);
-    }
+    float scale = flip_if_negative(fit_group(gs, a, w, sw, amax, levels), true, signs, kGroup / 8);
     if (!(scale >= 0)) scale = 0;  // NaN: ggml aborts
     for (int t = 0; t < kTuples; ++t)
       indices[kTuples * g + t] = static_cast<uint8_t>(lattice_point(gs.lat, levels.L + 4 * t));
@@ -195,22 +188,15 @@ void quantize_superblock_iq3_s(const float* x, const float* qw, GroupLevels& lev
   int slot = 0;  // where the next group's qs and signs go (see the header)
   const float sigma2 = super_block_sigma2(x, 2);
   for (int g = 0; g < kGroups; ++g) {
-    const float* xg = x + kGroup * g;
     float w[kGroup], sw[kGroup], a[kGroup];
     uint8_t signs[kGroup / 8];
-    group_weights(xg, qw ? qw + kGroup * g : nullptr, sigma2, w, sw);
-    for (int r = 0; r < kGroup / 8; ++r) signs[r] = split_signs(xg + 8 * r, w + 8 * r, false, a + 8 * r);
-    const float amax = max_of(a);
+    const float amax = split_group(x + kGroup * g, qw ? qw + kGroup * g : nullptr, sigma2, false, w, sw, a, signs);
     if (amax == 0) {
       scales[g] = 0;
       continue;
     }
     std::fill(levels.on_lattice, levels.on_lattice + kTuples, false);
-    float scale = fit_group(gs, a, w, sw, amax, levels);
-    if (scale < 0) {  // not reached with non-negative weights; ggml flips the signs
-      scale = -scale;
-      for (uint8_t& s : signs) s = static_cast<uint8_t>(~s);
-    }
+    float scale = flip_if_negative(fit_group(gs, a, w, sw, amax, levels), false, signs, kGroup / 8);
     if (!(scale >= 0)) scale = 0;  // NaN: ggml aborts
     for (int t = 0; t < kTuples; ++t) {
       const int p = lattice_point(gs.lat, levels.L + 4 * t);
