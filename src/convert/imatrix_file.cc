@@ -39,6 +39,15 @@ class Reader {
 
 void put_i32(std::string* out, int32_t v) { out->append(reinterpret_cast<const char*>(&v), 4); }
 
+// The last step of an atomic write: the finished temporary file takes the path's place.
+Status move_into_place(const std::string& tmp, const std::string& path) {
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return error("cannot rename '" + tmp + "' to '" + path + "'");
+  }
+  return Status();
+}
+
 }  // namespace
 
 std::vector<float> Imatrix::weights(std::string_view name) const {
@@ -192,11 +201,7 @@ Status write_imatrix(const std::string& path, const Imatrix& m) {
       return error("writing '" + tmp + "' failed");
     }
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return error("cannot rename '" + tmp + "' to '" + path + "'");
-  }
-  return Status();
+  return move_into_place(tmp, path);
 }
 
 Status write_imatrix_gguf(const std::string& path, const std::map<std::string, ImatrixSums>& sums,
@@ -213,11 +218,7 @@ Status write_imatrix_gguf(const std::string& path, const std::map<std::string, I
   }
   const std::string tmp = path + ".tmp";
   LUMEN_TRY(w.write_file(tmp));
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return error("cannot rename '" + tmp + "' to '" + path + "'");
-  }
-  return Status();
+  return move_into_place(tmp, path);
 }
 
 }  // namespace lumen::convert

@@ -25,6 +25,23 @@ Imatrix sample() {
 
 void put_i32(std::string* s, int32_t v) { s->append(reinterpret_cast<const char*>(&v), 4); }
 
+// 2000 copies of `good` with 3 random bytes changed at or after `from` never crash (ASan) and
+// either parse or fail with a message.
+void expect_byte_flips_parse_or_fail(const std::string& good, size_t from, uint32_t seed) {
+  uint32_t state = seed;
+  for (int iter = 0; iter < 2000; ++iter) {
+    std::string f = good;
+    for (int k = 0; k < 3; ++k) {
+      state = state * 1664525u + 1013904223u;
+      f[from + (state >> 8) % (f.size() - from)] = static_cast<char>(state >> 24);
+    }
+    auto m = parse_imatrix(f);
+    if (!m.ok()) {
+      EXPECT_FALSE(m.message().empty());
+    }
+  }
+}
+
 TEST(ImatrixFile, RoundTripsAndDividesByCalls) {
   const Imatrix m = sample();
   const std::string bytes = serialize_imatrix(m);
@@ -122,19 +139,7 @@ TEST(ImatrixFileFuzz, HostileFilesGetClearErrors) {
   expect_error(s, "unexpected trailing bytes");
   s = good.substr(0, good.size() - 9);  // dataset name cut
   expect_error(s, "dataset name length 9 does not fit");
-  // Random byte flips never crash (ASan) and either parse or fail with a message.
-  uint32_t state = 12345;
-  for (int iter = 0; iter < 2000; ++iter) {
-    std::string f = good;
-    for (int k = 0; k < 3; ++k) {
-      state = state * 1664525u + 1013904223u;
-      f[(state >> 8) % f.size()] = static_cast<char>(state >> 24);
-    }
-    auto m = parse_imatrix(f);
-    if (!m.ok()) {
-      EXPECT_FALSE(m.message().empty());
-    }
-  }
+  expect_byte_flips_parse_or_fail(good, 0, 12345);
 }
 
 
@@ -248,18 +253,7 @@ TEST(ImatrixGguf, BadFilesGetClearErrors) {
   // (The last 32 bytes may be the alignment padding after the last tensor, which a reader
   // need not see.)
   for (size_t n = 4; n + 32 < good.size(); n += 7) EXPECT_FALSE(parse_imatrix(good.substr(0, n)).ok()) << n;
-  uint32_t state = 777;
-  for (int iter = 0; iter < 2000; ++iter) {
-    std::string f = good;
-    for (int k = 0; k < 3; ++k) {
-      state = state * 1664525u + 1013904223u;
-      f[4 + (state >> 8) % (f.size() - 4)] = static_cast<char>(state >> 24);
-    }
-    auto m = parse_imatrix(f);
-    if (!m.ok()) {
-      EXPECT_FALSE(m.message().empty());
-    }
-  }
+  expect_byte_flips_parse_or_fail(good, 4, 777);  // past the magic, so it stays a GGUF file
 }
 
 }  // namespace
