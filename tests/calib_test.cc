@@ -1,7 +1,8 @@
 // `lumen imatrix` and `lumen perplexity --kl-divergence[-base]` against llama.cpp's tools
 // (c392e5094), through the binary:
-//   imatrix: on the synthetic F16 models of tests/quant_mix_test.cc and the same text,
-//            lumen's file holds the entries, calls and values of llama-imatrix's
+//   imatrix: on the synthetic F16 models of tests/quant_mix_test.cc and two small
+//            mixtures of experts (Mixtral, Qwen2-MoE), and the same text, lumen's file
+//            holds the entries, calls and values of llama-imatrix's, the experts' too
 //            (tests/data/quant/*.imatrix, tools/quant_mix_goldens.sh)
 //   KLD:     the log-probability file lumen writes for stories260K is llama-perplexity's
 //            (tests/data/kld, tools/kld_goldens.sh) up to the models' logit differences,
@@ -17,6 +18,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -83,10 +85,12 @@ std::string synth_f16(const ImatrixModel& m) {
   return out;
 }
 
-TEST(CalibImatrix, MatchesLlamaImatrix) {
-  const std::string text = war_and_peace_head(200000, "calib.txt");
-  for (const ImatrixModel& m : kImatrixModels) {
-    SCOPED_TRACE(m.name);
+// lumen imatrix of model m on text (-c 128, 8 chunks, as tools/quant_mix_goldens.sh runs
+// llama-imatrix) against the committed llama-imatrix file: the same entries, calls, and
+// values within 1e-2; and lumen quantize --type quant_type takes lumen's file.
+void expect_matches_llama_imatrix(const ImatrixModel& m, const std::string& text, const char* quant_type) {
+  SCOPED_TRACE(m.name);
+  {
     const std::string f16 = synth_f16(m);
     const std::string ours = temp_path(std::string(m.name) + ".imatrix");
     const CmdResult r = run_lumen({"imatrix", "-m", f16, "-f", text, "-o", ours, "-c", "128", "--chunks", "8", "-t", "2"});
@@ -116,19 +120,88 @@ TEST(CalibImatrix, MatchesLlamaImatrix) {
     }
     // Measured: 2.7e-3 (llama-h256, blk.7.ffn_down), from the models' own rounding (ggml
     // multiplies f16 weights with f16-rounded activations; f32 sums against double here).
+    // The experts' entries are as close (1.2e-3, mixtral-h256 blk.1.ffn_down_exps) when
+    // both route every token to the same experts. A token whose K-th and next expert are
+    // a near tie can go either way (tiny-mixtral at --hidden 128: one token in layer 1, 0.2
+    // on two experts' entries), so the MoE models here have no such token.
     EXPECT_LT(worst, 1e-2) << worst_name;
     std::printf("  %s: %zu entries as llama-imatrix's, values within %.1e (worst %s)\n", m.name,
                 mine->entries.size(), worst, worst_name.c_str());
 
     // Our file is a valid --imatrix for lumen quantize (llama-quantize reads the same bytes).
     const std::string q = temp_path("q.gguf");
-    const CmdResult rq = run_lumen({"quantize", f16, q, "--type", "q4_k_m", "--imatrix", ours});
+    const CmdResult rq = run_lumen({"quantize", f16, q, "--type", quant_type, "--imatrix", ours});
     EXPECT_EQ(rq.exit_code, 0) << rq.err;
     std::remove(q.c_str());
     std::remove(ours.c_str());
     std::remove(f16.c_str());
   }
+}
+
+TEST(CalibImatrix, MatchesLlamaImatrix) {
+  const std::string text = war_and_peace_head(200000, "calib.txt");
+  for (const ImatrixModel& m : kImatrixModels) expect_matches_llama_imatrix(m, text, "q4_k_m");
   std::remove(text.c_str());
+}
+
+// Mixture-of-experts models (as tools/quant_mix_goldens.sh makes them): the 3-D expert
+// weights per expert over the tokens routed to it, the router and the shared expert. iq2_xxs
+// needs an importance matrix entry for every matrix it quantizes, the experts' included.
+const ImatrixModel kImatrixMoeModels[] = {
+    {"mixtral-h256", {"--preset", "tiny-mixtral", "--hidden", "256", "--ffn", "256", "--layers", "2"}},
+    {"qwen2moe-h128", {"--preset", "tiny-qwen2moe", "--hidden", "128", "--layers", "2"}},
+};
+
+TEST(CalibImatrix, MatchesLlamaImatrixOnMixturesOfExperts) {
+  const std::string text = war_and_peace_head(200000, "calib-moe.txt");
+  for (const ImatrixModel& m : kImatrixMoeModels) expect_matches_llama_imatrix(m, text, "iq2_xxs");
+  std::remove(text.c_str());
+}
+
+// The GGUF form keeps a row count per expert ([1, n_expert]); an expert weight some expert
+// of which no token reached is left out of the .dat form (as c392e5094's llama-imatrix does:
+// that form has no count per expert) and kept in the GGUF form with that expert's count 0.
+TEST(CalibImatrix, ExpertCountsInTheGgufForm) {
+  const std::string text = war_and_peace_head(20000, "calib-experts.txt");
+  const ImatrixModel m{"moe64", {"--preset", "tiny-mixtral", "--hidden", "64", "--ffn", "32", "--layers", "2",
+                                 "--experts", "64"}};
+  const std::string f16 = synth_f16(m);
+  const std::string dat = temp_path("experts.dat"), gg = temp_path("experts.gguf");
+  for (const char* n_chunks : {"8", "1"}) {  // 512 and 64 (token, expert) pairs
+    SCOPED_TRACE(std::string("chunks ") + n_chunks);
+    for (const std::string& out : {dat, gg}) {
+      const CmdResult r = run_lumen({"imatrix", "-m", f16, "-f", text, "-o", out, "-c", "32", "--chunks", n_chunks, "-t", "2"});
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+    }
+    auto a = convert::read_imatrix(dat);
+    auto b = convert::read_imatrix(gg);
+    ASSERT_TRUE(a.ok()) << a.message();
+    ASSERT_TRUE(b.ok()) << b.message();
+    auto file = gguf::open_gguf(gg);
+    ASSERT_TRUE(file.ok()) << file.message();
+    const gguf::TensorInfo* counts = file->find_tensor("blk.1.ffn_down_exps.weight.counts");
+    const gguf::TensorInfo* sums = file->find_tensor("blk.1.ffn_down_exps.weight.in_sum2");
+    ASSERT_NE(counts, nullptr);
+    ASSERT_NE(sums, nullptr);
+    EXPECT_EQ(counts->view.shape_string(), "[1, 64]");
+    EXPECT_EQ(sums->view.shape_string(), "[32, 64]");  // [n_ff, n_expert]
+    const float* c = reinterpret_cast<const float*>(counts->view.data);
+    const float n_rows = std::accumulate(c, c + 64, 0.0f);
+    EXPECT_EQ(n_rows, std::stof(n_chunks) * 32 * 2) << "tokens x experts per token";
+    const bool all_used = std::find(c, c + 64, 0.0f) == c + 64;
+    if (std::string(n_chunks) == "1") {
+      EXPECT_FALSE(all_used);  // 64 pairs reach 64 experts only if all differ
+    }
+    EXPECT_EQ(b->entries.size(), 16u);  // 4 attention, router, 3 expert weights; 2 layers
+    EXPECT_EQ(a->entries.size(), all_used ? 16u : 10u);
+    for (const auto& [name, e] : a->entries) {
+      const std::vector<float> wa = a->weights(name), wb = b->weights(name);
+      ASSERT_EQ(wa.size(), wb.size()) << name;
+      for (size_t j = 0; j < wa.size(); ++j)
+        ASSERT_NEAR(wb[j], wa[j], 1e-6 * std::max(1.0f, std::abs(wa[j]))) << name << " column " << j;
+    }
+  }
+  for (const std::string& p : {dat, gg, f16, text}) std::remove(p.c_str());
 }
 
 // -o NAME.gguf writes the GGUF form newer llama-imatrix writes; it holds the same statistics

@@ -83,7 +83,7 @@ std::vector<float> reference_embedding(const std::string& text, Pooling pooling)
   if (!e) return {};
   const model::HParams& hp = e->hparams();
   std::vector<float> last_layer;  // [T][n_embd]
-  e->set_model_tap([&](std::string_view name, int32_t il, std::span<const float> v) {
+  e->set_model_tap([&](std::string_view name, int32_t il, int32_t /*expert_idx*/, std::span<const float> v) {
     if (name == "layer_out" && il == hp.n_layer - 1) last_layer.assign(v.begin(), v.end());
   });
   const Request r = embed_request(*e, text, pooling);

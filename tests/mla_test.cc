@@ -232,7 +232,7 @@ TEST(Mla, AbsorbedAndExpandedAttentionEqualTheExpandedFormOverALongContext) {
     const KvStorageView views[1] = {storage->view()};
 
     std::map<int32_t, std::vector<float>> xn, got;  // per layer, [T][...] in position order
-    m->set_tap([&](std::string_view what, int32_t il, std::span<const float> v) {
+    m->set_tap([&](std::string_view what, int32_t il, int32_t /*expert_idx*/, std::span<const float> v) {
       if (what == "attn_norm") xn[il].insert(xn[il].end(), v.begin(), v.end());
       if (what == "attn_out") got[il].insert(got[il].end(), v.begin(), v.end());
     });

@@ -11,8 +11,13 @@
 #                   importance matrix in llama.cpp's own file format
 #   <name>.txt      "# input <fnv of the F16 file>" then one line per (mix, imatrix, tensor):
 #                   "<mix> <0|1> <tensor> <type> <fnv1a64 of its bytes>"
+# and, for small mixture-of-experts models, only the importance matrix (tests/calib_test.cc:
+# lumen imatrix's expert, router and shared-expert entries against llama-imatrix's):
+#   <name>.imatrix  as above
 # The F16 inputs are not committed: `lumen synth` makes them again (the input hash in the
 # first line says whether it still makes the same bytes).
+#
+#   tools/quant_mix_goldens.sh moe     remakes only the mixture-of-experts importance matrices
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LLAMA_BIN=${LLAMA_BIN:-/work/peer/llama.cpp/build/bin}
@@ -31,7 +36,23 @@ models=(
 mixes="q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q2_k_s q3_k_s q3_k_m q3_k_l q4_k_s q4_k_m q5_k_s q5_k_m q6_k
        iq2_xxs iq2_xs iq2_s iq2_m iq1_s iq1_m iq3_xxs iq3_xs iq3_s iq3_m iq4_nl iq4_xs"
 
+# name | synth arguments (keep in step with tests/calib_test.cc): importance matrix only
+moe_models=(
+  "mixtral-h256|--preset tiny-mixtral --hidden 256 --ffn 256 --layers 2"
+  "qwen2moe-h128|--preset tiny-qwen2moe --hidden 128 --layers 2"
+)
+
 head -c 200000 "$LUMEN_SHARED/corpus/war-and-peace.txt" > "$tmp/calib.txt"
+
+for m in "${moe_models[@]}"; do
+  name=${m%%|*}; args=${m#*|}
+  # shellcheck disable=SC2086
+  "$LUMEN" synth $args --type f16 -o "$tmp/$name-f16.gguf" -t 2 > /dev/null
+  "$LLAMA_BIN/llama-imatrix" -m "$tmp/$name-f16.gguf" -f "$tmp/calib.txt" -o "$out/$name.imatrix" -c 128 --chunks 8 \
+      -t 2 > "$tmp/imatrix.log" 2>&1
+  echo "$name: $(wc -c < "$out/$name.imatrix") bytes of importance matrix"
+done
+[ "${1:-}" = moe ] && exit 0
 fnv() { python3 -c "import sys
 h=0xcbf29ce484222325
 for b in open(sys.argv[1],'rb').read(): h=((h^b)*0x100000001b3)&0xffffffffffffffff

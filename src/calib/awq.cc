@@ -215,7 +215,9 @@ Result<AwqResult> awq_from_text(const std::string& model_path, const std::string
                  std::to_string(options.n_ctx));
   const model::HParams& hp = (*eng)->hparams();
   AwqCollector acts(hp.n_embd, hp.n_layer, (options.max_rows + n_chunks - 1) / n_chunks, options.max_rows);
-  (*eng)->set_model_tap([&](std::string_view name, int32_t il, std::span<const float> v) { acts.on_tap(name, il, v); });
+  (*eng)->set_model_tap([&](std::string_view name, int32_t il, int32_t /*expert_idx*/, std::span<const float> v) {
+    acts.on_tap(name, il, v);
+  });
   LUMEN_TRY(run_chunks(**eng, tokens, options.n_ctx, n_chunks, ChunkObserver{}));
   (*eng)->set_model_tap(nullptr);
   if (report) *report = AwqRunReport{static_cast<int64_t>(tokens.size()), n_chunks};

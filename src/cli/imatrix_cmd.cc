@@ -50,7 +50,9 @@ int cmd_imatrix(int argc, char** argv, int first) {
 
   calib::ImatrixCollector collector(eng->model().file());
   if (collector.n_matrices() == 0) return fail("the model has no layer matrices to collect for", 1);
-  eng->set_model_tap([&](std::string_view name, int32_t il, std::span<const float> v) { collector.on_tap(name, il, v); });
+  eng->set_model_tap([&](std::string_view name, int32_t il, int32_t expert_idx, std::span<const float> v) {
+    collector.on_tap(name, il, expert_idx, v);
+  });
   std::fprintf(stderr, "imatrix: %zu tokens, %lld chunks of %lld, %zu matrices\n", tokens.size(),
                static_cast<long long>(n_chunks), static_cast<long long>(n_ctx), collector.n_matrices());
   ProgressBar progress(stderr);
@@ -68,9 +70,15 @@ int cmd_imatrix(int argc, char** argv, int first) {
   eng->set_model_tap(nullptr);
   if (!st.ok()) return fail(st.message(), 1);
   const convert::Imatrix m = collector.result(static_cast<int32_t>(n_chunks), *text_path);
-  st = out_path.ends_with(".gguf") ? convert::write_imatrix_gguf(out_path, collector.sums(), *text_path,
-                                                               static_cast<int32_t>(n_chunks), static_cast<int32_t>(n_ctx))
-                                    : convert::write_imatrix(out_path, m);
+  const bool gguf = out_path.ends_with(".gguf");
+  // As llama-imatrix: an expert weight some expert of which met no calibration token is
+  // left out of the .dat form (kept in the GGUF form, with that expert's count 0).
+  for (const std::string& name : collector.partial())
+    std::fprintf(stderr, "imatrix: warning: some experts of %s got no token%s\n", name.c_str(),
+                 gguf ? "" : " - left out of the file (more text, or -o NAME.gguf, keeps it)");
+  st = gguf ? convert::write_imatrix_gguf(out_path, collector.sums(), *text_path, static_cast<int32_t>(n_chunks),
+                                          static_cast<int32_t>(n_ctx))
+            : convert::write_imatrix(out_path, m);
   if (!st.ok()) return fail(st.message(), 1);
   std::printf("lumen imatrix: %s, %lld chunks of %lld tokens (ppl %.4f) -> %s (%zu entries)\n", text_path->c_str(),
               static_cast<long long>(n_chunks), static_cast<long long>(n_ctx), std::exp(nll / count), out_path.c_str(),

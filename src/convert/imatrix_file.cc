@@ -212,9 +212,13 @@ Status write_imatrix_gguf(const std::string& path, const std::map<std::string, I
   w.set("imatrix.chunk_count", gguf::MetaValue::of_u32(static_cast<uint32_t>(std::max(n_chunks, 0))));
   w.set("imatrix.chunk_size", gguf::MetaValue::of_u32(static_cast<uint32_t>(std::max(chunk_size, 0))));
   for (const auto& [name, e] : sums) {  // std::map: sorted names, as llama-imatrix writes them
-    const int64_t n = static_cast<int64_t>(e.in_sum2.size());
-    LUMEN_TRY(w.add_tensor(name + ".in_sum2", DType::kF32, {n, 1}, std::as_bytes(std::span(e.in_sum2))));
-    LUMEN_TRY(w.add_tensor(name + ".counts", DType::kF32, {1, 1}, std::as_bytes(std::span(&e.count, 1))));
+    const int64_t n_mat = static_cast<int64_t>(e.counts.size());
+    if (n_mat < 1 || e.in_sum2.empty() || e.in_sum2.size() % e.counts.size() != 0)
+      return error("imatrix '" + name + "': " + std::to_string(e.in_sum2.size()) + " sums do not split into " +
+                   std::to_string(n_mat) + " matrices");
+    const int64_t n_col = static_cast<int64_t>(e.in_sum2.size()) / n_mat;
+    LUMEN_TRY(w.add_tensor(name + ".in_sum2", DType::kF32, {n_col, n_mat}, std::as_bytes(std::span(e.in_sum2))));
+    LUMEN_TRY(w.add_tensor(name + ".counts", DType::kF32, {1, n_mat}, std::as_bytes(std::span(e.counts))));
   }
   const std::string tmp = path + ".tmp";
   LUMEN_TRY(w.write_file(tmp));

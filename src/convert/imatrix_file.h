@@ -50,11 +50,12 @@ Result<Imatrix> parse_imatrix(std::string_view bytes);
 // Writes atomically (to path + ".tmp", then renamed).
 Status write_imatrix(const std::string& path, const Imatrix& imatrix);
 
-// One matrix's statistics in the GGUF form: per column the sum of x^2 over the tokens, and
-// the token count (one matrix; lumen collects no per-expert statistics).
+// One weight's statistics in the GGUF form, for each of its n_mat matrices (1, or the
+// experts of a 3-D weight): per column the sum of x^2 over the rows that met it, and the
+// count of those rows (0: an expert no row was routed to).
 struct ImatrixSums {
-  std::vector<float> in_sum2;
-  float count = 0;
+  std::vector<float> in_sum2;  // [n_mat][n_columns]
+  std::vector<float> counts;   // [n_mat]
 };
 // The GGUF form newer llama-imatrix writes (what parse_imatrix reads back; llama-quantize of
 // newer llama.cpp reads it, c392e5094's does not). chunk_size: tokens per chunk (-c).

@@ -3,13 +3,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 #include <unistd.h>
 
 #include <vector>
 
 #include "gguf/gguf_writer.h"
+#include "gguf/model_file.h"
 
 namespace lumen::convert {
 namespace {
@@ -189,6 +192,31 @@ TEST(ImatrixGguf, ReadsSumsOverCountsPerMatrix) {
   auto back = parse_imatrix(serialize_imatrix(*m));
   ASSERT_TRUE(back.ok()) << back.message();
   EXPECT_EQ(back->weights("blk.0.attn_q.weight"), m->weights("blk.0.attn_q.weight"));
+}
+
+// write_imatrix_gguf: a count per matrix ([1, n_mat]), sums [n_columns, n_mat]; read back
+// as the same importance (an expert of count 0: 1). Sums that do not split into the
+// matrices are refused.
+TEST(ImatrixGguf, WritesACountPerExpert) {
+  const std::string path = ::testing::TempDir() + "lumen_imatrix_gguf_" + std::to_string(::getpid()) + ".gguf";
+  std::map<std::string, ImatrixSums> sums;
+  sums["blk.0.attn_q.weight"] = {{2, 4, 0, 8}, {4}};
+  sums["blk.0.ffn_down_exps.weight"] = {{3, 6, 9, 5, 5, 5}, {3, 0}};
+  ASSERT_TRUE(write_imatrix_gguf(path, sums, "calib.txt", 8, 512).ok());
+  auto m = read_imatrix(path);
+  ASSERT_TRUE(m.ok()) << m.message();
+  EXPECT_EQ(m->n_chunks, 8);
+  EXPECT_EQ(m->weights("blk.0.attn_q.weight"), (std::vector<float>{0.5f, 1.0f, 0.0f, 2.0f}));
+  EXPECT_EQ(m->weights("blk.0.ffn_down_exps.weight"), (std::vector<float>{1.0f, 2.0f, 3.0f, 1.0f, 1.0f, 1.0f}));
+  auto file = gguf::open_gguf(path);
+  ASSERT_TRUE(file.ok()) << file.message();
+  EXPECT_EQ(file->find_tensor("blk.0.ffn_down_exps.weight.in_sum2")->view.shape_string(), "[3, 2]");
+  EXPECT_EQ(file->find_tensor("blk.0.ffn_down_exps.weight.counts")->view.shape_string(), "[1, 2]");
+  sums["bad"] = {{1, 2, 3}, {1, 1}};
+  const Status st = write_imatrix_gguf(path, sums, "calib.txt", 8, 512);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("'bad': 3 sums do not split into 2 matrices"), std::string::npos) << st.message();
+  std::remove(path.c_str());
 }
 
 TEST(ImatrixGguf, BadFilesGetClearErrors) {

@@ -139,7 +139,11 @@ struct Pass {
 
   // Named debug tap (STYLE 16): n floats at p, when a tap is set.
   void tap(std::string_view name, int32_t layer_idx, const float* p, int64_t n) const {
-    if (tap_fn) tap_fn(name, layer_idx, std::span<const float>(p, n));
+    if (tap_fn) tap_fn(name, layer_idx, -1, std::span<const float>(p, n));
+  }
+  // The same for the rows one expert of a mixture-of-experts layer ran on (model.h).
+  void tap_expert(std::string_view name, int32_t layer_idx, int32_t expert_idx, const float* p, int64_t n) const {
+    if (tap_fn) tap_fn(name, layer_idx, expert_idx, std::span<const float>(p, n));
   }
 };
 

@@ -83,11 +83,18 @@ struct ModelLimits {
 };
 
 // Named debug taps: called with intermediate activations when set (tests, debugging,
-// calibration). Every matrix multiplication's input is tapped ([n_tokens][n_in], the layer's
+// calibration). Every matrix multiplication's input is tapped ([n_rows][n_in], the layer's
 // index), which is what lumen imatrix collects from:
 //   attn_norm  -> attn_q, attn_k, attn_v     attn_out -> attn_output
 //   ffn_norm   -> ffn_gate, ffn_up           ffn_act  -> ffn_down
-using TapFn = std::function<void(std::string_view name, int32_t layer_idx,
+// and in a mixture-of-experts layer (moe_block.cc):
+//   ffn_norm   -> ffn_gate_inp (router), ffn_gate_shexp, ffn_up_shexp, ffn_gate_inp_shexp
+//   ffn_act_shexp -> ffn_down_shexp
+//   ffn_moe_in  (one tap per expert with rows) -> that expert of ffn_gate_exps, ffn_up_exps
+//   ffn_moe_act (one tap per expert with rows) -> that expert of ffn_down_exps
+//   ffn_moe_logits: once per layer and pass, whether or not an expert got rows
+// expert_idx is the expert of a per-expert tap, -1 for every other tap.
+using TapFn = std::function<void(std::string_view name, int32_t layer_idx, int32_t expert_idx,
                                  std::span<const float> values)>;
 
 class Model {

@@ -33,6 +33,10 @@
 // Both sum the experts' outputs into a token's row in the same order (by expert), so a
 // token gets the same bits whichever path its step took. Nothing allocates: every buffer
 // is in the Workspace, sized at load for max_batch_tokens.
+//
+// Taps (model.h), only when a tap is set: each expert with rows taps the rows it ran on
+// (ffn_moe_in: its gathered xn rows; ffn_moe_act: silu(gate) * up, its down projection's
+// input), after the expert has run, from the buffers that still hold them.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -104,6 +108,13 @@ void swiglu(const kernels::KernelTable& k, ThreadPool& pool, const TensorView& w
   matmul_group(k, pool, {{&w_gate, gate}, {&w_up, up}}, x, n, scratch);
   kernels::silu_mul(k, gate, up, n * f);
   kernels::matmul(k, pool, w_down, gate, n, y, scratch);
+}
+
+// The taps of one expert that ran on n rows: its input x [n][n_embd] and its down
+// projection's input act [n][n_ff_exp].
+void tap_expert_rows(const Pass& p, int32_t il, int32_t e, const float* x, const float* act, int64_t n) {
+  p.tap_expert("ffn_moe_in", il, e, x, n * p.hp.n_embd);
+  p.tap_expert("ffn_moe_act", il, e, act, n * p.hp.n_ff_exp);
 }
 
 // The experts of a small step (decode, a few sequences: at most kMoeBatchedPairs pairs)
@@ -180,6 +191,11 @@ void moe_mlp(Pass& p, int32_t il, const float* xn, float* out) {
   const bool batched = T * K <= kMoeBatchedPairs;
   if (batched) {
     experts_batched(p, l, s.shared_expert, xn);
+    for (int32_t e = 0; e < n_expert && p.tap_fn; ++e) {
+      const int32_t r0 = begin[e], n = begin[e + 1] - r0;
+      if (n > 0)
+        tap_expert_rows(p, il, e, ws.moe_x.data() + int64_t{r0} * E, ws.moe_gate.data() + int64_t{r0} * hp.n_ff_exp, n);
+    }
     for (int64_t i = 0; i < T * K; ++i) {
       const int32_t pair = ws.expert_rows[i];
       add_scaled(out + (pair / K) * E, ws.moe_y.data() + i * E, ws.expert_w[pair], E);
@@ -192,6 +208,7 @@ void moe_mlp(Pass& p, int32_t il, const float* xn, float* out) {
       std::memcpy(ws.xe.data() + int64_t{i} * E, xn + (ws.expert_rows[r0 + i] / K) * E, E * sizeof(float));
     swiglu(p.k, p.pool, l.w_gate_exp[e], l.w_up_exp[e], l.w_down_exp[e], ws.xe.data(), n, ws.ye.data(),
            ws.gate.data(), ws.up.data(), ws.scratch.data());
+    tap_expert_rows(p, il, e, ws.xe.data(), ws.gate.data(), n);  // swiglu left silu(gate) * up in ws.gate
     for (int32_t i = 0; i < n; ++i) {
       const int32_t pair = ws.expert_rows[r0 + i];
       add_scaled(out + (pair / K) * E, ws.ye.data() + int64_t{i} * E, ws.expert_w[pair], E);
@@ -203,6 +220,7 @@ void moe_mlp(Pass& p, int32_t il, const float* xn, float* out) {
     if (!batched)
       swiglu(p.k, p.pool, l.w_gate_shexp, l.w_up_shexp, l.w_down_shexp, xn, T, ws.ye.data(), ws.gate.data(),
              ws.up.data(), ws.scratch.data());
+    p.tap("ffn_act_shexp", il, ws.gate.data(), T * hp.n_ff_shexp);  // the input of ffn_down_shexp
     if (l.gate_inp_shexp == nullptr) kernels::add_in_place(p.k, out, ws.ye.data(), T * E);
     for (int64_t t = 0; t < T && l.gate_inp_shexp != nullptr; ++t) {
       float g = 0.0f;
