@@ -18,6 +18,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -138,6 +139,40 @@ void expect_matches_llama_imatrix(const ImatrixModel& m, const std::string& text
   }
 }
 
+// `lumen imatrix` run twice on the same text, writing the .dat form to `dat` and the GGUF
+// form to `gg`; both read back, and the GGUF file opened.
+struct BothForms {
+  std::optional<convert::Imatrix> dat, gguf;
+  std::optional<gguf::ModelFile> file;
+};
+void imatrix_both_forms(const std::string& f16, const std::string& text, const char* ctx, const char* chunks,
+                        const std::string& dat, const std::string& gg, BothForms* out) {
+  for (const std::string& path : {dat, gg}) {
+    const CmdResult r = run_lumen({"imatrix", "-m", f16, "-f", text, "-o", path, "-c", ctx, "--chunks", chunks, "-t", "2"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  auto a = convert::read_imatrix(dat);
+  auto b = convert::read_imatrix(gg);
+  ASSERT_TRUE(a.ok()) << a.message();
+  ASSERT_TRUE(b.ok()) << b.message();
+  auto file = gguf::open_gguf(gg);
+  ASSERT_TRUE(file.ok()) << file.message();
+  out->dat = std::move(*a);
+  out->gguf = std::move(*b);
+  out->file = std::move(*file);
+}
+
+// Every entry of `a` has the importance of the same entry of `b` within 1e-6 relative (the
+// .dat and the GGUF form of one run: f32 sums over counts against means times calls).
+void expect_same_importance(const convert::Imatrix& a, const convert::Imatrix& b) {
+  for (const auto& [name, e] : a.entries) {
+    const std::vector<float> wa = a.weights(name), wb = b.weights(name);
+    ASSERT_EQ(wa.size(), wb.size()) << name;
+    for (size_t j = 0; j < wa.size(); ++j)
+      ASSERT_NEAR(wb[j], wa[j], 1e-6 * std::max(1.0f, std::abs(wa[j]))) << name << " column " << j;
+  }
+}
+
 TEST(CalibImatrix, MatchesLlamaImatrix) {
   const std::string text = war_and_peace_head(200000, "calib.txt");
   for (const ImatrixModel& m : kImatrixModels) expect_matches_llama_imatrix(m, text, "q4_k_m");
@@ -169,16 +204,11 @@ TEST(CalibImatrix, ExpertCountsInTheGgufForm) {
   const std::string dat = temp_path("experts.dat"), gg = temp_path("experts.gguf");
   for (const char* n_chunks : {"8", "1"}) {  // 512 and 64 (token, expert) pairs
     SCOPED_TRACE(std::string("chunks ") + n_chunks);
-    for (const std::string& out : {dat, gg}) {
-      const CmdResult r = run_lumen({"imatrix", "-m", f16, "-f", text, "-o", out, "-c", "32", "--chunks", n_chunks, "-t", "2"});
-      ASSERT_EQ(r.exit_code, 0) << r.err;
-    }
-    auto a = convert::read_imatrix(dat);
-    auto b = convert::read_imatrix(gg);
-    ASSERT_TRUE(a.ok()) << a.message();
-    ASSERT_TRUE(b.ok()) << b.message();
-    auto file = gguf::open_gguf(gg);
-    ASSERT_TRUE(file.ok()) << file.message();
+    BothForms both;
+    ASSERT_NO_FATAL_FAILURE(imatrix_both_forms(f16, text, "32", n_chunks, dat, gg, &both));
+    const std::optional<convert::Imatrix>& a = both.dat;
+    const std::optional<convert::Imatrix>& b = both.gguf;
+    const std::optional<gguf::ModelFile>& file = both.file;
     const gguf::TensorInfo* counts = file->find_tensor("blk.1.ffn_down_exps.weight.counts");
     const gguf::TensorInfo* sums = file->find_tensor("blk.1.ffn_down_exps.weight.in_sum2");
     ASSERT_NE(counts, nullptr);
@@ -194,12 +224,7 @@ TEST(CalibImatrix, ExpertCountsInTheGgufForm) {
     }
     EXPECT_EQ(b->entries.size(), 16u);  // 4 attention, router, 3 expert weights; 2 layers
     EXPECT_EQ(a->entries.size(), all_used ? 16u : 10u);
-    for (const auto& [name, e] : a->entries) {
-      const std::vector<float> wa = a->weights(name), wb = b->weights(name);
-      ASSERT_EQ(wa.size(), wb.size()) << name;
-      for (size_t j = 0; j < wa.size(); ++j)
-        ASSERT_NEAR(wb[j], wa[j], 1e-6 * std::max(1.0f, std::abs(wa[j]))) << name << " column " << j;
-    }
+    expect_same_importance(*a, *b);
   }
   for (const std::string& p : {dat, gg, f16, text}) std::remove(p.c_str());
 }
@@ -211,16 +236,11 @@ TEST(CalibImatrix, GgufOutputHoldsTheSameImportance) {
   const ImatrixModel& m = kImatrixModels[1];
   const std::string f16 = synth_f16(m);
   const std::string dat = temp_path("im.dat"), gg = temp_path("im.gguf");
-  for (const std::string& out : {dat, gg}) {
-    const CmdResult r = run_lumen({"imatrix", "-m", f16, "-f", text, "-o", out, "-c", "128", "--chunks", "4", "-t", "2"});
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-  }
-  auto a = convert::read_imatrix(dat);
-  auto b = convert::read_imatrix(gg);
-  ASSERT_TRUE(a.ok()) << a.message();
-  ASSERT_TRUE(b.ok()) << b.message();
-  auto file = gguf::open_gguf(gg);
-  ASSERT_TRUE(file.ok()) << file.message();
+  BothForms both;
+  ASSERT_NO_FATAL_FAILURE(imatrix_both_forms(f16, text, "128", "4", dat, gg, &both));
+  const std::optional<convert::Imatrix>& a = both.dat;
+  const std::optional<convert::Imatrix>& b = both.gguf;
+  const std::optional<gguf::ModelFile>& file = both.file;
   EXPECT_EQ(file->get_int("imatrix.chunk_size"), 128);
   EXPECT_EQ(file->get_int("imatrix.chunk_count"), 4);
   const gguf::TensorInfo* counts = file->find_tensor("blk.0.attn_q.weight.counts");
@@ -229,12 +249,7 @@ TEST(CalibImatrix, GgufOutputHoldsTheSameImportance) {
   EXPECT_EQ(b->n_chunks, a->n_chunks);
   EXPECT_EQ(b->dataset, text);
   ASSERT_EQ(b->entries.size(), a->entries.size());
-  for (const auto& [name, e] : a->entries) {
-    const std::vector<float> wa = a->weights(name), wb = b->weights(name);
-    ASSERT_EQ(wa.size(), wb.size()) << name;
-    for (size_t j = 0; j < wa.size(); ++j)
-      ASSERT_NEAR(wb[j], wa[j], 1e-6 * std::max(1.0f, std::abs(wa[j]))) << name << " column " << j;
-  }
+  expect_same_importance(*a, *b);
   for (const std::string& p : {dat, gg, f16, text}) std::remove(p.c_str());
 }
 
