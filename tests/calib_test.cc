@@ -185,6 +185,9 @@ TEST(CalibImatrix, MatchesLlamaImatrix) {
 const ImatrixModel kImatrixMoeModels[] = {
     {"mixtral-h256", {"--preset", "tiny-mixtral", "--hidden", "256", "--ffn", "256", "--layers", "2"}},
     {"qwen2moe-h128", {"--preset", "tiny-qwen2moe", "--hidden", "128", "--layers", "2"}},
+    // multi-head latent attention: attn_q_a / attn_q_b / attn_kv_a_mqa / attn_kv_b, a dense
+    // leading layer, shared experts
+    {"deepseek2-mla", {"--preset", "tiny-deepseek2"}},
 };
 
 TEST(CalibImatrix, MatchesLlamaImatrixOnMixturesOfExperts) {

@@ -40,6 +40,7 @@ mixes="q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q2_k_s q3_k_s q3_k_m q3_k_l q4_k_s q4_k_m q
 moe_models=(
   "mixtral-h256|--preset tiny-mixtral --hidden 256 --ffn 256 --layers 2"
   "qwen2moe-h128|--preset tiny-qwen2moe --hidden 128 --layers 2"
+  "deepseek2-mla|--preset tiny-deepseek2"
 )
 
 head -c 200000 "$LUMEN_SHARED/corpus/war-and-peace.txt" > "$tmp/calib.txt"

@@ -23,7 +23,9 @@ struct TapFeeds {
   std::string_view suffixes[6];  // the matrices (blk.N.<suffix>.weight) it feeds
 };
 constexpr TapFeeds kFeeds[] = {
-    {"attn_norm", Feed::kDense, {"attn_q", "attn_k", "attn_v", "attn_qkv"}},
+    {"attn_norm", Feed::kDense, {"attn_q", "attn_k", "attn_v", "attn_qkv", "attn_q_a", "attn_kv_a_mqa"}},
+    {"attn_q_a_norm", Feed::kDense, {"attn_q_b"}},    // MLA: the normed q bottleneck
+    {"attn_kv_a_norm", Feed::kDense, {"attn_kv_b"}},  // MLA: the normed latent (without the rope key)
     {"attn_out", Feed::kDense, {"attn_output"}},
     {"ffn_norm", Feed::kDense,
      {"ffn_gate", "ffn_up", "ffn_gate_inp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_gate_inp_shexp"}},

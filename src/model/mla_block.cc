@@ -57,6 +57,7 @@
 #include <algorithm>
 #include <cstring>
 #include <span>
+#include <vector>
 
 #include "base/check.h"
 #include "model/blocks.h"
@@ -156,6 +157,7 @@ void mla_attention_block(Pass& p, int32_t il, const float* xn, float* out) {
   if (l.wq_a.data != nullptr) {
     matmul_group(p.k, p.pool, {{&l.wq_a, ws.mla_ql.data()}, {&l.wkv_a, ws.mla_kv.data()}}, xn, T, scratch);
     norm(p, NormKind::kRms, ws.mla_ql.data(), l.q_a_norm, nullptr, T, ws.mla_ql.data(), hp.n_lora_q);
+    p.tap("attn_q_a_norm", il, ws.mla_ql.data(), T * hp.n_lora_q);  // the input of wq_b
     kernels::matmul(p.k, p.pool, l.wq_b, ws.mla_ql.data(), T, ws.q.data(), scratch);
   } else {
     matmul_group(p.k, p.pool, {{&l.wq, ws.q.data()}, {&l.wkv_a, ws.mla_kv.data()}}, xn, T, scratch);
@@ -163,6 +165,11 @@ void mla_attention_block(Pass& p, int32_t il, const float* xn, float* out) {
   for (int64_t t = 0; t < T; ++t) {  // the latent's norm, in place (the rope key follows it)
     float* c = ws.mla_kv.data() + t * row;
     norm(p, NormKind::kRms, c, l.kv_a_norm, nullptr, 1, c, L);
+  }
+  if (p.tap_fn) {  // the normed latents [T][L], the input wkv_b multiplies (calibration only)
+    std::vector<float> c(static_cast<size_t>(T * L));
+    for (int64_t t = 0; t < T; ++t) std::memcpy(c.data() + t * L, ws.mla_kv.data() + t * row, L * sizeof(float));
+    p.tap("attn_kv_a_norm", il, c.data(), T * L);
   }
 
   // RoPE on every head's q_pe (dims [nope, qk) of rows of qk) and on the key (dims [L, L + R)
