@@ -147,6 +147,23 @@ float place_on_grid(const float* xb, const float* w, int n, const int* order, in
   return scale;
 }
 
+// The best candidate of a cut search so far: the one with the largest gain
+// sum(w q x)^2 / sum(w q^2) (compared without dividing, as ggml), its least-squares scale,
+// its cuts and its sign choice.
+struct BestCut {
+  float best = -FLT_MIN, scale = 0;
+  int i1 = -1, i2 = -1, signs = 0;
+  void offer(float sum_qx, float sum_q2, int c1, int c2, int s) {
+    if (sum_q2 > 0 && sum_qx * sum_qx > best * sum_q2) {
+      scale = sum_qx / sum_q2;
+      best = scale * sum_qx;
+      i1 = c1;
+      i2 = c2;
+      signs = s;
+    }
+  }
+};
+
 // ---- iq1_s ----
 
 constexpr int kSubS = 32;
@@ -164,8 +181,7 @@ bool fit_sub_block_s(const float* xb, const float* w, SubBlockFit* out) {
     sum_x[j + 1] = sum_x[j] + w[i] * xb[i];
     sum_w[j + 1] = sum_w[j] + w[i];
   }
-  float best = -FLT_MIN, scale = 0;
-  int best_i1 = -1, best_i2 = -1, shift = 0;
+  BestCut cut;
   for (int i1 = 0; i1 <= kSubS; ++i1) {
     for (int i2 = i1; i2 <= kSubS; ++i2) {
       const float x0 = sum_x[i1] - sum_x[0], x1 = sum_x[i2] - sum_x[i1], x2 = sum_x[kSubS] - sum_x[i2];
@@ -174,19 +190,13 @@ bool fit_sub_block_s(const float* xb, const float* w, SubBlockFit* out) {
         const float* q = sign == 1 ? kPlus.v : kMinus.v;
         const float sum_qx = x0 * q[0] + x1 * q[1] + x2 * q[2];
         const float sum_q2 = w0 * q[0] * q[0] + w1 * q[1] * q[1] + w2 * q[2] * q[2];
-        if (sum_q2 > 0 && sum_qx * sum_qx > best * sum_q2) {
-          scale = sum_qx / sum_q2;
-          best = scale * sum_qx;
-          best_i1 = i1;
-          best_i2 = i2;
-          shift = sign;
-        }
+        cut.offer(sum_qx, sum_q2, i1, i2, sign);
       }
     }
   }
-  if (best_i1 < 0) return false;
-  std::fill(out->negative, out->negative + kSubS / 8, shift == -1);
-  out->scale = place_on_grid(xb, w, kSubS, order, best_i1, best_i2, scale, out->negative, out->index);
+  if (cut.i1 < 0) return false;
+  std::fill(out->negative, out->negative + kSubS / 8, cut.signs == -1);
+  out->scale = place_on_grid(xb, w, kSubS, order, cut.i1, cut.i2, cut.scale, out->negative, out->index);
   return true;
 }
 
@@ -224,8 +234,7 @@ bool fit_sub_block_m(const float* xb, const float* w, SubBlockFit* out) {
       }
     }
   }
-  float best = -FLT_MIN, scale = 0;
-  int best_i1 = -1, best_i2 = -1, signs = -1;
+  BestCut cut;
   float head_x[4] = {}, head_q[4] = {};  // sum over [0, i1) at level 0
   for (int i1 = 0; i1 <= kSubM; ++i1) {
     float mid_x[4], mid_q[4];  // head + sum over [i1, i2) at level 1
@@ -238,13 +247,7 @@ bool fit_sub_block_m(const float* xb, const float* w, SubBlockFit* out) {
           sum_qx += term_x[2][s][j];
           sum_q2 += term_q[2][s][j];
         }
-        if (sum_q2 > 0 && sum_qx * sum_qx > best * sum_q2) {
-          scale = sum_qx / sum_q2;
-          best = scale * sum_qx;
-          best_i1 = i1;
-          best_i2 = i2;
-          signs = s;
-        }
+        cut.offer(sum_qx, sum_q2, i1, i2, s);
       }
       if (i2 < kSubM) {
         for (int s = 0; s < 4; ++s) {
@@ -260,10 +263,10 @@ bool fit_sub_block_m(const float* xb, const float* w, SubBlockFit* out) {
       }
     }
   }
-  if (best_i1 < 0) return false;
-  out->negative[0] = signs >= 2;  // as group_levels
-  out->negative[1] = (signs & 1) != 0;
-  out->scale = place_on_grid(xb, w, kSubM, order, best_i1, best_i2, scale, out->negative, out->index);
+  if (cut.i1 < 0) return false;
+  out->negative[0] = cut.signs >= 2;  // as group_levels
+  out->negative[1] = (cut.signs & 1) != 0;
+  out->scale = place_on_grid(xb, w, kSubM, order, cut.i1, cut.i2, cut.scale, out->negative, out->index);
   return true;
 }
 
