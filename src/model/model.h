@@ -93,6 +93,9 @@ struct ModelLimits {
 //   ffn_moe_in  (one tap per expert with rows) -> that expert of ffn_gate_exps, ffn_up_exps
 //   ffn_moe_act (one tap per expert with rows) -> that expert of ffn_down_exps
 //   ffn_moe_logits: once per layer and pass, whether or not an expert got rows
+// and in a multi-head latent attention layer (mla_block.cc):
+//   attn_norm  -> attn_q_a, attn_kv_a_mqa (or attn_q)
+//   attn_q_a_norm -> attn_q_b                attn_kv_a_norm -> attn_kv_b (the normed latents)
 // expert_idx is the expert of a per-expert tap, -1 for every other tap.
 using TapFn = std::function<void(std::string_view name, int32_t layer_idx, int32_t expert_idx,
                                  std::span<const float> values)>;
