@@ -3,6 +3,7 @@
 #include <cpuid.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace lumen {
 namespace {
@@ -29,6 +30,11 @@ CpuFeatures detect() {
   f.fma = fma_hw && os_avx;
   f.f16c = f16c_hw && os_avx;
   unsigned max_leaf = __get_cpuid_max(0, nullptr);
+  {
+    unsigned vendor[3];
+    __cpuid(0, a, vendor[0], vendor[2], vendor[1]);  // EBX, EDX, ECX spell the vendor
+    f.intel = std::memcmp(vendor, "GenuineIntel", 12) == 0;
+  }
   if (max_leaf >= 7) {
     __cpuid_count(7, 0, a, b, c, d);
     f.avx2 = (b & (1u << 5)) && os_avx;
@@ -74,6 +80,7 @@ std::string CpuFeatures::describe() const {
   add(avx512bf16, "avx512bf16");
   add(avx512vbmi, "avx512vbmi");
   add(avx_vnni, "avxvnni");
+  add(intel, "intel");
   return s.empty() ? "baseline x86-64" : s;
 }
 

@@ -21,6 +21,7 @@ struct CpuFeatures {
   bool avx512bf16 = false;
   bool avx512vbmi = false;
   bool avx_vnni = false;
+  bool intel = false;  // CPUID vendor "GenuineIntel" (the decode tiles' prefetch choice)
 
   bool has_avx2_fma() const { return avx2 && fma && f16c; }
   bool has_avx512_vnni() const {

@@ -24,7 +24,7 @@ KernelTable make_avx512_table(IsaLevel level) {
   KernelTable t = make_reference_kernel_table();
   override_kernels_avx2(t);  // entries without an AVX-512 version keep the AVX2 one
   override_kernels_avx512(t, cpu_features().avx512bf16);
-  fill_matmul_kernels(t, level);
+  fill_matmul_kernels(t, level, cpu_features().intel);
   return t;
 }
 
@@ -81,7 +81,7 @@ const MatmulKernels* find_matmul_kernels(const KernelTable& table, DType w_dtype
 // Each row's kernels at `level`: the scalar reference, then each ISA level's fill in turn
 // (a level overrides what it implements and keeps the rest). The activation quantizer is
 // the activation type's own row's, at the same level.
-void fill_matmul_kernels(KernelTable& t, IsaLevel level) {
+void fill_matmul_kernels(KernelTable& t, IsaLevel level, bool decode_prefetch) {
   const bool avx2 = level >= IsaLevel::kAvx2, avx512 = level >= IsaLevel::kAvx512;
   const bool vbmi = level >= IsaLevel::kAvx512Vbmi;
   std::array<QuantizeRowFn, kDTypeIdLimit> quantize_act{};
@@ -104,6 +104,10 @@ void fill_matmul_kernels(KernelTable& t, IsaLevel level) {
     if (avx512 && row.matmul.avx512) row.matmul.avx512(mk);
     if (avx512 && row.matmul.avx512_interleaved) row.matmul.avx512_interleaved(mk);
     if (vbmi && row.matmul.avx512vbmi_interleaved) row.matmul.avx512vbmi_interleaved(mk);
+    // Decode's one-column tiles prefetch their weights in software on Intel, whose L2
+    // streamer stops at every 4 KiB boundary, and leave the stream to the hardware on AMD,
+    // where the software prefetches held decode back (matmul_interleaved_avx512.cc).
+    if (decode_prefetch && mk.interleaved.gemm_prefetch != nullptr) mk.interleaved.gemm = mk.interleaved.gemm_prefetch;
     t.mm[dtype_index(row.dtype)] = mk;
   }
 }

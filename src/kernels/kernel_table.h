@@ -93,6 +93,11 @@ struct InterleavedKernels {
   PrepareSideFn prepare_side = nullptr;  // null when side_bytes is 0
   PackPanelFn pack = nullptr;
   PanelGemmFn gemm = nullptr;
+  // The same products, with the one-column (decode) tiles prefetching their weights in
+  // software too; null where the layout has no such variant. The table builder makes it
+  // `gemm` on CPUs whose hardware prefetchers leave a decode stream short (Intel: the L2
+  // streamer stops at every 4 KiB boundary; see fill_matmul_kernels).
+  PanelGemmFn gemm_prefetch = nullptr;
 };
 
 struct MatmulKernels {
@@ -242,8 +247,9 @@ std::span<const KernelTable* const> available_kernel_tables();
 enum class IsaLevel : uint8_t { kScalar, kAvx2, kAvx512, kAvx512Vbmi };
 
 // The matmul entries (mm) of a table at `level`, from the type table's rows
-// (kernel_table.cc).
-void fill_matmul_kernels(KernelTable& table, IsaLevel level);
+// (kernel_table.cc). decode_prefetch: the interleaved layouts' one-column tiles prefetch
+// their weights in software (InterleavedKernels::gemm_prefetch becomes gemm).
+void fill_matmul_kernels(KernelTable& table, IsaLevel level, bool decode_prefetch = false);
 // The AVX-512 table filled at IsaLevel::kAvx512 even where the CPU has VBMI (null where the
 // CPU has no AVX-512 table or no VBMI): what a CPU without VBMI runs, for the parity tests.
 const KernelTable* avx512_table_without_vbmi();

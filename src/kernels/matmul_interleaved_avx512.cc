@@ -686,12 +686,15 @@ struct Tiles {
 };
 
 // Which tiles prefetch (Zen 4, weights on 2 MiB pages, 2 threads, alternating runs):
-//   1 column (decode of one sequence): none. The hardware prefetchers run unhindered on 2 MiB
-//     pages, and the software prefetches into L1 held decode back when the machine's read
-//     bandwidth was high: llama-3.2-1b Q4_K_M tg64 at 67-73 GB/s 47.2 / 48.9 / 47.2 with
+//   1 column (decode of one sequence): none on AMD (gemm), all on Intel (gemm_prefetch;
+//     the choice is fill_matmul_kernels'). On Zen 4 the hardware prefetchers run unhindered
+//     on 2 MiB pages, and the software prefetches into L1 held decode back when the machine's
+//     read bandwidth was high: llama-3.2-1b Q4_K_M tg64 at 67-73 GB/s 47.2 / 48.9 / 47.2 with
 //     them, 58.0 / 58.3 / 60.8 tok/s without; OLMoE-1B-7B and qwen2.5-0.5b Q4_0 also ahead
-//     without. (On 4 KiB pages the prefetchers stop at every page and the software prefetch
-//     was 0-12% ahead in the kernel bench: the interleaved copies are on 2 MiB pages.)
+//     without. On a Cascade Lake Xeon (2 cores, ~22 GB/s) Intel's L2 streamer stops at every
+//     4 KiB boundary whatever the page size, and the stream fell short without them: 2
+//     threads, 8192 x 16384 out of cache, q4_K 12.5 -> 17.7 GB/s, q6_K 14.6 -> 17.9, q4_0
+//     17.3 -> 18.5 (docs/perf.md, "Cascade Lake host").
 //   2 .. kStreamCols columns (batched decode, a speculative verify: ops.cc gives them ranges
 //     of groups; each group is read from memory once, by its first column tile): prefetch.
 //     The tiles are slower per byte and the stream stalls without: llama-3.2-1b Q4_K_M's
@@ -701,18 +704,27 @@ struct Tiles {
 constexpr int64_t kStreamCols = 16;
 
 // n_rows rows = consecutive groups from `groups`, each against every activation row.
-template <int kBlock, size_t kGroupBlock, int kCols, TileKind kKind>
+// kPf1: the one-column tiles prefetch too (InterleavedKernels::gemm_prefetch).
+template <int kBlock, size_t kGroupBlock, int kCols, TileKind kKind, bool kPf1 = false>
 void gemm_groups(int64_t n, const std::byte* groups, int64_t n_rows, const std::byte* x, size_t xs,
                  const std::byte* side, size_t ss, int64_t n_cols, float* y, int64_t ys) {
   const int64_t nb = n / kBlock;
   const size_t stride = static_cast<size_t>(nb) * kGroupBlock;
   for (int64_t r0 = 0; r0 < n_rows; r0 += kRows) {
     const std::byte* g = groups + (r0 / kRows) * stride;
-    if (n_cols >= 2 && n_cols <= kStreamCols)
+    if (n_cols >= (kPf1 ? 1 : 2) && n_cols <= kStreamCols)
       TileSet<kCols, Tiles<kKind, true>::template Width>::run(nb, g, n_rows - r0, x, xs, side, ss, n_cols, y + r0, ys);
     else
       TileSet<kCols, Tiles<kKind, false>::template Width>::run(nb, g, n_rows - r0, x, xs, side, ss, n_cols, y + r0, ys);
   }
+}
+
+// Both forms of a layout's products: one-column tiles streaming with and without software
+// prefetch (the table builder picks one per CPU).
+template <int kBlock, size_t kGroupBlock, int kCols, TileKind kKind>
+void set_gemms(InterleavedKernels& ik) {
+  ik.gemm = &gemm_groups<kBlock, kGroupBlock, kCols, kKind, false>;
+  ik.gemm_prefetch = &gemm_groups<kBlock, kGroupBlock, kCols, kKind, true>;
 }
 
 }  // namespace
@@ -721,43 +733,52 @@ void gemm_groups(int64_t n, const std::byte* groups, int64_t n_rows, const std::
 
 void mm_q8_0_avx512_interleaved(MatmulKernels& mk) {
   mk.interleaved = {"q8_0x16", kRows, &group_bytes<kQ8_0GroupBlock, kQk>, &q8_side_bytes, &prepare_side_q8<7>,
-                    &pack_q8_0, &gemm_groups<kQk, kQ8_0GroupBlock, 8, TileKind::kQ8_0>};
+                    &pack_q8_0};
+  set_gemms<kQk, kQ8_0GroupBlock, 8, TileKind::kQ8_0>(mk.interleaved);
 }
 void mm_q4_0_avx512_interleaved(MatmulKernels& mk) {
   mk.interleaved = {"q4_0x16", kRows, &group_bytes<kQ4_0GroupBlock, kQk>, &q8_side_bytes, &prepare_side_q8<3>,
-                    &pack_q4<BlockQ4_0>, &gemm_groups<kQk, kQ4_0GroupBlock, 8, TileKind::kQ4_0>};
+                    &pack_q4<BlockQ4_0>};
+  set_gemms<kQk, kQ4_0GroupBlock, 8, TileKind::kQ4_0>(mk.interleaved);
 }
 void mm_q5_0_avx512_interleaved(MatmulKernels& mk) {
   mk.interleaved = {"q5_0x16", kRows, &group_bytes<kQ5_0GroupBlock, kQk>, &q8_side_bytes, &prepare_side_q8<4>,
-                    &pack_q5<BlockQ5_0>, &gemm_groups<kQk, kQ5_0GroupBlock, 8, TileKind::kQ5_0>};
+                    &pack_q5<BlockQ5_0>};
+  set_gemms<kQk, kQ5_0GroupBlock, 8, TileKind::kQ5_0>(mk.interleaved);
 }
 void mm_q4_1_avx512_interleaved(MatmulKernels& mk) {
   mk.interleaved = {"q4_1x16", kRows, &group_bytes<kQ4_1GroupBlock, kQk>, &q8_side_bytes, &prepare_side_q8_1,
-                    &pack_q4<BlockQ4_1>, &gemm_groups<kQk, kQ4_1GroupBlock, 8, TileKind::kQ4_1>};
+                    &pack_q4<BlockQ4_1>};
+  set_gemms<kQk, kQ4_1GroupBlock, 8, TileKind::kQ4_1>(mk.interleaved);
 }
 void mm_q5_1_avx512_interleaved(MatmulKernels& mk) {
   mk.interleaved = {"q5_1x16", kRows, &group_bytes<kQ5_1GroupBlock, kQk>, &q8_side_bytes, &prepare_side_q8_1,
-                    &pack_q5<BlockQ5_1>, &gemm_groups<kQk, kQ5_1GroupBlock, 8, TileKind::kQ5_1>};
+                    &pack_q5<BlockQ5_1>};
+  set_gemms<kQk, kQ5_1GroupBlock, 8, TileKind::kQ5_1>(mk.interleaved);
 }
 void mm_q4_k_avx512_interleaved(MatmulKernels& mk) {
   mk.interleaved = {"q4_Kx16", kRows, &group_bytes<kQ4_KGroupBlock, kQkK>, &q4_k_side_bytes, &prepare_side_q4_k,
-                    &pack_q4_k<BlockQ4_K>, &gemm_groups<kQkK, kQ4_KGroupBlock, 4, TileKind::kQ4_K>};
+                    &pack_q4_k<BlockQ4_K>};
+  set_gemms<kQkK, kQ4_KGroupBlock, 4, TileKind::kQ4_K>(mk.interleaved);
 }
 void mm_q5_k_avx512_interleaved(MatmulKernels& mk) {
   mk.interleaved = {"q5_Kx16s", kRows, &group_bytes<kQ5_KGroupBlock, kQkK>, &q4_k_side_bytes, &prepare_side_q4_k,
-                    &pack_q4_k<BlockQ5_K>, &gemm_groups<kQkK, kQ5_KGroupBlock, 4, TileKind::kQ5_K>};
+                    &pack_q4_k<BlockQ5_K>};
+  set_gemms<kQkK, kQ5_KGroupBlock, 4, TileKind::kQ5_K>(mk.interleaved);
 }
 void mm_q6_k_avx512_interleaved(MatmulKernels& mk) {
   mk.interleaved = {"q6_Kx16p", kRows, &group_bytes<kQ6_KGroupBlock, kQkK>, &q6_k_side_bytes, &prepare_side_q6_k,
-                    &pack_q6_k, &gemm_groups<kQkK, kQ6_KGroupBlock, 4, TileKind::kQ6_K>};
+                    &pack_q6_k};
+  set_gemms<kQkK, kQ6_KGroupBlock, 4, TileKind::kQ6_K>(mk.interleaved);
 }
 void mm_iq4_xs_avx512_interleaved(MatmulKernels& mk) {
   mk.interleaved = {"iq4_xsx16", kRows, &group_bytes<kIQ4_XSGroupBlock, kQkK>, &iq4_xs_side_bytes,
-                    &prepare_side_iq4_xs, &pack_iq4_xs, &gemm_groups<kQkK, kIQ4_XSGroupBlock, 4, TileKind::kIQ4_XS>};
+                    &prepare_side_iq4_xs, &pack_iq4_xs};
+  set_gemms<kQkK, kIQ4_XSGroupBlock, 4, TileKind::kIQ4_XS>(mk.interleaved);
 }
 void mm_iq4_xs_avx512vbmi_interleaved(MatmulKernels& mk) {  // the same layout, vpermb tiles
   mm_iq4_xs_avx512_interleaved(mk);
-  mk.interleaved.gemm = &gemm_groups<kQkK, kIQ4_XSGroupBlock, 4, TileKind::kIQ4_XSVbmi>;
+  set_gemms<kQkK, kIQ4_XSGroupBlock, 4, TileKind::kIQ4_XSVbmi>(mk.interleaved);
 }
 
 }  // namespace lumen::kernels
