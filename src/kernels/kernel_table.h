@@ -92,11 +92,14 @@ struct InterleavedKernels {
   BytesForFn side_bytes = nullptr;       // side data per activation row (may be 0)
   PrepareSideFn prepare_side = nullptr;  // null when side_bytes is 0
   PackPanelFn pack = nullptr;
-  PanelGemmFn gemm = nullptr;
-  // The same products, with the one-column (decode) tiles prefetching their weights in
-  // software too; null where the layout has no such variant. The table builder makes it
-  // `gemm` on CPUs whose hardware prefetchers leave a decode stream short (Intel: the L2
-  // streamer stops at every 4 KiB boundary; see fill_matmul_kernels).
+  PanelGemmFn gemm = nullptr;             // the form this CPU runs: one of the two below
+  // Both forms of the products: the one-column (decode) tiles leave their weights' stream
+  // to the hardware prefetchers (gemm_stream) or prefetch them in software too
+  // (gemm_prefetch); null where the layout has no such choice. The table builder makes
+  // gemm_prefetch `gemm` on CPUs whose hardware prefetchers leave a decode stream short
+  // (Intel: the L2 streamer stops at every 4 KiB boundary; see fill_matmul_kernels), and
+  // the parity tests run both on every CPU.
+  PanelGemmFn gemm_stream = nullptr;
   PanelGemmFn gemm_prefetch = nullptr;
 };
 

@@ -388,8 +388,8 @@ TEST(KernelsParity, InterleavedGemm) {
               log.check(y[cols * n_rows] == -1.0f, where + " interleaved wrote past y", 1, 0);
             }
             // Decode: every activation (column) alone through the 1-column tiles, with and
-            // without their software prefetch (the table keeps the one this CPU runs in gemm).
-            for (PanelGemmFn gemm : {ik.gemm, ik.gemm_prefetch})
+            // without their software prefetch (gemm, the one this CPU runs, is one of the two).
+            for (PanelGemmFn gemm : {ik.gemm_stream != nullptr ? ik.gemm_stream : ik.gemm, ik.gemm_prefetch})
             for (int64_t c = 0; gemm != nullptr && c < n_cols; ++c) {
               std::vector<float> y(n_rows + 1, -1.0f);
               gemm(n, groups.data(), n_rows, xq.data() + c * xs, xs, side.data() + c * ss, ss, 1, y.data(), n_rows);

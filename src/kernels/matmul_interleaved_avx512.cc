@@ -723,7 +723,7 @@ void gemm_groups(int64_t n, const std::byte* groups, int64_t n_rows, const std::
 // prefetch (the table builder picks one per CPU).
 template <int kBlock, size_t kGroupBlock, int kCols, TileKind kKind>
 void set_gemms(InterleavedKernels& ik) {
-  ik.gemm = &gemm_groups<kBlock, kGroupBlock, kCols, kKind, false>;
+  ik.gemm = ik.gemm_stream = &gemm_groups<kBlock, kGroupBlock, kCols, kKind, false>;
   ik.gemm_prefetch = &gemm_groups<kBlock, kGroupBlock, kCols, kKind, true>;
 }
 
