@@ -4,6 +4,7 @@
 #   bench/vs_llamacpp.sh [--lumen build/lumen] [--llama-bench BIN | --peer-dir ~/.cache/lumen-peer]
 #                        [--models-dir /tmp/lumen-vs-llamacpp] [-t 2] [-r 2] [--rounds 2]
 #                        [-d 4096 | --no-depth] [--fa] [--only PRESET:TYPE[,PRESET:TYPE...]]
+#                        [-p 512] [-n 128]
 #                        [--keep-cache]
 #
 # The fair peer is a native llama.cpp build (-DGGML_NATIVE=ON) on this machine: pass its
@@ -33,6 +34,9 @@
 # The machine should be otherwise idle: the script prints `uptime` before and after. On a
 # busy machine both engines lose time to preemption, llama.cpp's barrier-synchronised
 # threads more than lumen's (each llama.cpp op waits for its slowest thread).
+#
+# -p / -n set the prompt and generated lengths of both engines' tests (-p 0: decode only,
+# e.g. for a table of every weight type).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -44,6 +48,8 @@ threads=2
 reps=2
 rounds=2
 depth=4096
+n_prompt=512
+n_gen=128
 fa=""
 only=""
 keep_cache=0
@@ -51,6 +57,10 @@ peer_version="3.22.1"
 llama_bench=""
 
 while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --lumen|--peer-dir|--llama-bench|--models-dir|-t|-r|--rounds|-d|-p|-n|--only)
+      [[ $# -ge 2 ]] || { echo "vs_llamacpp.sh: $1 needs a value" >&2; exit 2; } ;;
+  esac
   case "$1" in
     --lumen) lumen=$2; shift 2 ;;
     --peer-dir) peer_dir=$2; shift 2 ;;
@@ -61,14 +71,19 @@ while [[ $# -gt 0 ]]; do
     --rounds) rounds=$2; shift 2 ;;
     -d) depth=$2; shift 2 ;;
     --no-depth) depth=0; shift ;;
+    -p) n_prompt=$2; shift 2 ;;
+    -n) n_gen=$2; shift 2 ;;
     --fa) fa="--fa"; shift ;;
     --only) only=$2; shift 2 ;;
     --keep-cache) keep_cache=1; shift ;;
-    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
     *) echo "vs_llamacpp.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 
+for v in "$threads" "$reps" "$rounds" "$depth" "$n_prompt" "$n_gen"; do
+  [[ "$v" =~ ^[0-9]+$ ]] || { echo "vs_llamacpp.sh: '$v' is not a count (-t, -r, --rounds, -d, -p, -n take whole numbers)" >&2; exit 2; }
+done
 [[ -x "$lumen" ]] || { echo "vs_llamacpp.sh: no lumen binary at $lumen (build it, or pass --lumen)" >&2; exit 1; }
 if [[ -n "$llama_bench" ]]; then
   [[ -x "$llama_bench" ]] || { echo "vs_llamacpp.sh: --llama-bench $llama_bench is not an executable" >&2; exit 1; }
@@ -117,7 +132,7 @@ echo "machine: $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f
 depth_args=()
 [[ $depth -gt 0 ]] && depth_args=(-d "$depth")
 run_lumen() {
-  "$lumen" bench -m "$1" -t "$threads" -p 512 -n 128 "${depth_args[@]}" -r "$reps" --membw --json 2>/dev/null |
+  "$lumen" bench -m "$1" -t "$threads" -p "$n_prompt" -n "$n_gen" "${depth_args[@]}" -r "$reps" --membw --json 2>/dev/null |
     python3 -c 'import json,sys; [print(json.dumps(dict(r, engine="lumen", file=sys.argv[1], round=int(sys.argv[2])))) for r in json.load(sys.stdin)]' "$1" "$2"
 }
 # One --membw reading with 2 MiB pages (as lumen reads around its own runs), GB/s.
@@ -134,7 +149,7 @@ run_llama() {
     # seconds; a ratio of two runs compares the regimes they landed in as much as the engines).
     before=$(membw_reading)
     local lines
-    lines=$("$llama_bench" -m "$1" -t "$threads" -p 512 -n 128 "${depth_args[@]}" -r "$reps" "${fa_args[@]}" -o jsonl 2>/dev/null)
+    lines=$("$llama_bench" -m "$1" -t "$threads" -p "$n_prompt" -n "$n_gen" "${depth_args[@]}" -r "$reps" "${fa_args[@]}" -o jsonl 2>/dev/null)
     after=$(membw_reading)
     python3 -c '
 import json, statistics, sys
@@ -151,7 +166,7 @@ for line in sys.stdin:
     print(json.dumps(out))' "$1" "$2" "$before" "$after" <<<"$lines"
     return
   fi
-  node "$here/llamacpp_bench.mjs" --peer-dir "$peer_dir" -m "$1" -t "$threads" -p 512 -n 128 "${depth_args[@]}" -r "$reps" $fa 2>/dev/null |
+  node "$here/llamacpp_bench.mjs" --peer-dir "$peer_dir" -m "$1" -t "$threads" -p "$n_prompt" -n "$n_gen" "${depth_args[@]}" -r "$reps" $fa 2>/dev/null |
     python3 -c 'import json,sys; [print(json.dumps(dict(r, file=sys.argv[1], round=int(sys.argv[2])))) for r in json.load(sys.stdin)]' "$1" "$2"
 }
 for f in "${files[@]}"; do
