@@ -65,17 +65,22 @@ namespace {
 // q5_1 "q5_1x16", 384 bytes per 32 elements (the GGUF blocks' size): q5_0x16 and the mins
 //   [k = 0..3][r] u32   qs, [r] u32 fifth bits, as q5_0x16                          320
 //   [r] f16 d, [r] f16 m                                                            64
-// q4_K "q4_Kx16", 2368 bytes per 256 elements:
+// q4_K "q4_Kx16m", 2368 bytes per 256 elements:
 //   [c = 0..3][k = 0..7][r] u32  qs[32c + 4k ..] of row r: low nibbles elements
 //                       64c + 4k .. (sub-block 2c), high nibbles 64c + 32 + 4k ..   2048
 //   [s = 0..7][r] u8    sc[s]                                                      128
-//   [s = 0..7][r] u8    m[s]                                                       128
+//   [j = 0..3][r] u8 x 2  m[2j], m[2j + 1]                                         128
 //   [r] f16 d, [r] f16 dmin                                                         64
-// q5_K "q5_Kx16s", 2880 bytes per 256 elements: q4_Kx16's quants in four sections, each
+//   The mins in pairs: widened to 16 bits, lane r of one vector holds row r's pair, and
+//   one vpdpwssd against the activations' pair of sub-block sums adds both products (the
+//   "q4_Kx16" layout of sessions 6-27 kept [s][r] u8 m[s]: a widening and a vpmulld, 2
+//   uops, per sub-block and column).
+// q5_K "q5_Kx16m", 2880 bytes per 256 elements: q4_Kx16m's quants in four sections, each
 //   led by the fifth bits of its 32 lines as masks
 //   [c = 0..3] { [k = 0..7] u64 lo, u64 hi                                           128
-//                [k = 0..7][r] u32  qs[32c + 4k ..] of row r, as q4_Kx16 }           512
-//   [s = 0..7][r] u8 sc[s], [s][r] u8 m[s], [r] f16 d, [r] f16 dmin, as q4_Kx16          320
+//                [k = 0..7][r] u32  qs[32c + 4k ..] of row r, as q4_Kx16m }          512
+//   [s = 0..7][r] u8 sc[s], [j][r] u8 x 2 m[2j], m[2j + 1], [r] f16 d, [r] f16 dmin,
+//   as q4_Kx16m                                                                     320
 //   Bit 4r + b of lo (hi): the fifth bit of the low (high) nibble's element in byte 4r + b
 //   of quant line (c, k), i.e. element 64c + 4k + b (64c + 32 + 4k + b) of row r. Each
 //   mask goes straight into a mask register (kmovq) and adds 16 to its line's bytes under
@@ -194,7 +199,7 @@ void pack_q5(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std
       });
 }
 
-// q4_Kx16 (Block = BlockQ4_K) or q5_Kx16s (BlockQ5_K: four sections of fifth-bit masks and quants).
+// q4_Kx16m (Block = BlockQ4_K) or q5_Kx16m (BlockQ5_K: four sections of fifth-bit masks and quants).
 template <typename Block>
 void pack_q4_k(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, std::byte* dst) {
   constexpr bool kQ5 = std::is_same_v<Block, BlockQ5_K>;
@@ -223,7 +228,7 @@ void pack_q4_k(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows, s
           unpack_q4_k_scales(b.scales, sc, mn);
           for (int s = 0; s < 8; ++s) {
             gb[kQh + 2048 + 16 * s + r] = static_cast<std::byte>(sc[s]);
-            gb[kQh + 2176 + 16 * s + r] = static_cast<std::byte>(mn[s]);
+            gb[kQh + 2176 + 32 * (s / 2) + 2 * r + s % 2] = static_cast<std::byte>(mn[s]);
           }
           std::memcpy(gb + kQh + 2304 + 2 * r, &b.d_f16, 2);
           std::memcpy(gb + kQh + 2336 + 2 * r, &b.dmin_f16, 2);
@@ -269,14 +274,16 @@ void pack_iq4_xs(int64_t n, const std::byte* w, size_t w_stride, int64_t n_rows,
 
 // ---- side data of q8_K activation rows -----------------------------------------------------
 
-// q4_K, per block (32 bytes): [s = 0..7] int32 sum of the 32 quants of sub-block s.
-size_t q4_k_side_bytes(int64_t n) { return static_cast<size_t>(n / kQkK) * 32; }
+// q4_K / q5_K, per block (16 bytes): [j = 0..3] int16 pair (low half: sub-block 2j, high
+// half: 2j + 1), each the sum of the sub-block's 32 quants (|sum| <= 32 * 128: exact in 16
+// bits), the operand vpdpwssd pairs with the layouts' min pairs.
+size_t q4_k_side_bytes(int64_t n) { return static_cast<size_t>(n / kQkK) * 16; }
 void prepare_side_q4_k(const std::byte* xq, int64_t n, std::byte* side) {
   const auto* bx = reinterpret_cast<const BlockQ8_K*>(xq);
   for (int64_t ib = 0; ib < n / kQkK; ++ib) {
     for (int s = 0; s < 8; ++s) {
-      const int32_t v = int32_t{bx[ib].bsums[2 * s]} + bx[ib].bsums[2 * s + 1];
-      std::memcpy(side + ib * 32 + 4 * s, &v, 4);
+      const int16_t v = static_cast<int16_t>(bx[ib].bsums[2 * s] + bx[ib].bsums[2 * s + 1]);
+      std::memcpy(side + ib * 16 + 2 * s, &v, 2);
     }
   }
 }
@@ -512,13 +519,13 @@ void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
         sumi[c] = _mm512_add_epi32(sumi[c], _mm512_add_epi32(_mm512_mullo_epi32(tl[c], scl), _mm512_mullo_epi32(th[c], sch)));
       }
     });
-    #pragma GCC unroll 8
-    for (int s = 0; s < 8; ++s) {
-      if (s < 5) prefetch_ahead<kPf>(gb + kQh + 2048 + 64 * s);  // scales, mins, d, dmin: 320 bytes
-      const __m512i mv = _mm512_cvtepu8_epi32(load128(gb + kQh + 2176 + 16 * s));
+    #pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      prefetch_ahead<kPf>(gb + kQh + 2048 + 64 * j);  // scales, mins, d, dmin: 320 bytes
+      if (j == 3) prefetch_ahead<kPf>(gb + kQh + 2048 + 256);
+      const __m512i mv = _mm512_cvtepu8_epi16(load256(gb + kQh + 2176 + 32 * j));
       #pragma GCC unroll 4
-      for (int c = 0; c < C; ++c)
-        summ[c] = _mm512_add_epi32(summ[c], _mm512_mullo_epi32(mv, bcast_i32(side + c * ss + ib * 32 + 4 * s)));
+      for (int c = 0; c < C; ++c) summ[c] = _mm512_dpwssd_epi32(summ[c], mv, bcast_i32(side + c * ss + ib * 16 + 4 * j));
     }
     add_k_block<C>(acc, xb, xs, 1.0f, _mm512_cvtph_ps(load256(gb + kQh + 2304)), sumi);
     add_k_block<C>(acc_m, xb, xs, -1.0f, _mm512_cvtph_ps(load256(gb + kQh + 2336)), summ);
@@ -757,12 +764,12 @@ void mm_q5_1_avx512_interleaved(MatmulKernels& mk) {
   set_gemms<kQk, kQ5_1GroupBlock, 8, TileKind::kQ5_1>(mk.interleaved);
 }
 void mm_q4_k_avx512_interleaved(MatmulKernels& mk) {
-  mk.interleaved = {"q4_Kx16", kRows, &group_bytes<kQ4_KGroupBlock, kQkK>, &q4_k_side_bytes, &prepare_side_q4_k,
+  mk.interleaved = {"q4_Kx16m", kRows, &group_bytes<kQ4_KGroupBlock, kQkK>, &q4_k_side_bytes, &prepare_side_q4_k,
                     &pack_q4_k<BlockQ4_K>};
   set_gemms<kQkK, kQ4_KGroupBlock, 4, TileKind::kQ4_K>(mk.interleaved);
 }
 void mm_q5_k_avx512_interleaved(MatmulKernels& mk) {
-  mk.interleaved = {"q5_Kx16s", kRows, &group_bytes<kQ5_KGroupBlock, kQkK>, &q4_k_side_bytes, &prepare_side_q4_k,
+  mk.interleaved = {"q5_Kx16m", kRows, &group_bytes<kQ5_KGroupBlock, kQkK>, &q4_k_side_bytes, &prepare_side_q4_k,
                     &pack_q4_k<BlockQ5_K>};
   set_gemms<kQkK, kQ5_KGroupBlock, 4, TileKind::kQ5_K>(mk.interleaved);
 }
