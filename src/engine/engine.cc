@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <thread>
 
 #include "base/check.h"
@@ -161,9 +162,14 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::string& model_path, co
     e->config_.load_progress = nullptr;  // only for create(); the caller's object may go
     if (r.n_bytes > 0) {
       std::string where = r.cache_path.empty() ? "in memory" : (r.cache_built ? "cache written: " : "cache: ") + r.cache_path;
-      if (!r.cache_path.empty())
-        where += ", " + std::to_string(static_cast<int>(100 * r.cache_huge_fraction + 0.5)) + "% on 2 MiB pages" +
+      if (!r.cache_path.empty()) {
+        char probe[96] = "";
+        if (r.cache_read_gbps > 0)
+          std::snprintf(probe, sizeof(probe), ", read at %.1f GB/s against %.1f in memory", r.cache_read_gbps,
+                        r.memory_read_gbps);
+        where += ", " + std::to_string(static_cast<int>(100 * r.cache_huge_fraction + 0.5)) + "% on 2 MiB pages" + probe +
                  (r.cache_copied_to_memory ? ": read into memory" : "");
+      }
       LUMEN_LOG_INFO("engine: %.1f MiB of weights interleaved for the %s kernels in %.0f ms (%s)", r.n_bytes / 1048576.0,
                      std::string(kernels::kernel_table_name(*e->kernels_)).c_str(), now_ms() - t_il, where.c_str());
     }

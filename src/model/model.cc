@@ -14,10 +14,13 @@
 #include <fstream>
 #include <string>
 #include <utility>
+#include <vector>
 #include <initializer_list>
 #include <span>
 
 #include "base/check.h"
+#include "base/huge_buffer.h"
+#include "base/read_probe.h"
 #include "model/interleaved_cache.h"
 #include "model/blocks.h"
 #include "model/model.h"
@@ -61,6 +64,39 @@ double advise_weight_pages(const gguf::ModelFile& file, bool refresh) {
   return populate_range_on_huge_pages(file.path(), static_cast<const std::byte*>(p), n, 0.5);
 }
 
+// How fast the pool reads the mapped copies against the same bytes in anonymous memory
+// (base/read_probe.h): kProbeChunks chunks of 2 MiB spread over the copies, copied into an
+// anonymous buffer, then read alternately, the best of three reads each: 64 MiB a side,
+// so that each read evicts the other's bytes from a last-level cache of up to about 48 MiB
+// (a larger one serves both reads alike, and nothing is copied). About 30 ms. Copies under
+// four times the sample are not probed (both rates 0): a small model's reads weigh little,
+// and the sample would be much of it.
+struct MappingProbe {
+  double mapped_gbps = 0;
+  double memory_gbps = 0;
+};
+MappingProbe probe_mapping(const std::byte* data, size_t n_bytes, ThreadPool& pool) {
+  constexpr size_t kChunk = size_t{2} << 20;
+  constexpr size_t kProbeChunks = 32;
+  MappingProbe r;
+  const size_t n_whole = n_bytes / kChunk;
+  if (n_whole < 4 * kProbeChunks) return r;
+  Result<HugeBuffer> sample = HugeBuffer::allocate(kProbeChunks * kChunk, "read probe");
+  if (!sample.ok()) return r;
+  std::vector<const std::byte*> mapped(kProbeChunks), memory(kProbeChunks);
+  for (size_t i = 0; i < kProbeChunks; ++i) {
+    mapped[i] = data + (i * n_whole / kProbeChunks) * kChunk;
+    std::byte* dst = sample.value().data() + i * kChunk;
+    std::memcpy(dst, mapped[i], kChunk);
+    memory[i] = dst;
+  }
+  for (int round = 0; round < 3; ++round) {
+    r.mapped_gbps = std::max(r.mapped_gbps, read_chunks_gbps(pool, mapped, kChunk));
+    r.memory_gbps = std::max(r.memory_gbps, read_chunks_gbps(pool, memory, kChunk));
+  }
+  return r;
+}
+
 }  // namespace
 
 Model::InterleaveReport Model::interleave_weights(const kernels::KernelTable& k, ThreadPool& pool,
@@ -80,8 +116,20 @@ Model::InterleaveReport Model::interleave_weights(const kernels::KernelTable& k,
       interleaved_file_ = std::move(c).value().file;
       // Where the file stayed on 4 KiB pages (a kernel without huge pages for files, or
       // small folios another process keeps mapped), a copy in anonymous memory is on 2 MiB
-      // pages: decode streams it faster, for one memcpy at load.
-      if (report.cache_huge_fraction < 0.5 && anonymous_huge_pages_enabled()) {
+      // pages: decode streams it faster, for one memcpy at load. On 2 MiB pages too, the
+      // page cache can sit where it reads slower than fresh anonymous memory (a NUMA
+      // node's far memory; on this project's VM half of the cache files, read at 0.70-0.89x):
+      // the probe reads a sample of both, and a slow mapping is copied as well (the
+      // copy is then this process's own, no longer shared with other processes mapping
+      // the file).
+      bool copy = report.cache_huge_fraction < 0.5;
+      if (!copy && anonymous_huge_pages_enabled()) {
+        const MappingProbe probe = probe_mapping(copies, plan.n_bytes, pool);
+        report.cache_read_gbps = probe.mapped_gbps;
+        report.memory_read_gbps = probe.memory_gbps;
+        copy = mapping_reads_slow(probe.mapped_gbps, probe.memory_gbps);
+      }
+      if (copy && anonymous_huge_pages_enabled()) {
         if (Result<HugeBuffer> mem = HugeBuffer::allocate(plan.n_bytes, "interleaved weights"); mem.ok()) {
           interleaved_memory_ = std::move(mem).value();
           std::memcpy(interleaved_memory_.data(), copies, plan.n_bytes);

@@ -129,7 +129,10 @@ class Model {
     bool cache_built = false;      // the cache file was written by this call
     std::string cache_error;       // why the cache was not used, if it was asked for
     double cache_huge_fraction = 0;  // of the cache file mapped on 2 MiB pages
-    bool cache_copied_to_memory = false;  // that was under half: read into anonymous huge pages
+    bool cache_copied_to_memory = false;  // read into anonymous huge pages: under half was on
+                                          // them, or the mapping read slow (the probe below)
+    double cache_read_gbps = 0;   // the load's probe of the mapped cache (0: not probed)...
+    double memory_read_gbps = 0;  // ...and of the same bytes in anonymous memory
   };
   // With ModelLimits::refresh_page_cache_for_huge_pages: the fraction of the GGUF weights'
   // whole 2 MiB pages that load left mapped on 2 MiB pages; -1 when not refreshed (or
