@@ -68,9 +68,10 @@ double advise_weight_pages(const gguf::ModelFile& file, bool refresh) {
 // (base/read_probe.h): kProbeChunks chunks of 2 MiB spread over the copies, copied into an
 // anonymous buffer, then read alternately, the best of three reads each: 64 MiB a side,
 // so that each read evicts the other's bytes from a last-level cache of up to about 48 MiB
-// (a larger one serves both reads alike, and nothing is copied). About 30 ms. Copies under
-// four times the sample are not probed (both rates 0): a small model's reads weigh little,
-// and the sample would be much of it.
+// (a larger one serves both reads alike, and nothing is copied). 40-60 ms of load on the
+// Cascade Lake VM (docs/perf.md, session 28). Copies under four times the sample are not
+// probed (both rates 0): a small model's reads weigh little, and the sample would be much
+// of it.
 struct MappingProbe {
   double mapped_gbps = 0;
   double memory_gbps = 0;
@@ -122,14 +123,15 @@ Model::InterleaveReport Model::interleave_weights(const kernels::KernelTable& k,
       // the probe reads a sample of both, and a slow mapping is copied as well (the
       // copy is then this process's own, no longer shared with other processes mapping
       // the file).
+      const bool anon_huge = anonymous_huge_pages_enabled();
       bool copy = report.cache_huge_fraction < 0.5;
-      if (!copy && anonymous_huge_pages_enabled()) {
+      if (!copy && anon_huge) {
         const MappingProbe probe = probe_mapping(copies, plan.n_bytes, pool);
         report.cache_read_gbps = probe.mapped_gbps;
         report.memory_read_gbps = probe.memory_gbps;
         copy = mapping_reads_slow(probe.mapped_gbps, probe.memory_gbps);
       }
-      if (copy && anonymous_huge_pages_enabled()) {
+      if (copy && anon_huge) {
         if (Result<HugeBuffer> mem = HugeBuffer::allocate(plan.n_bytes, "interleaved weights"); mem.ok()) {
           interleaved_memory_ = std::move(mem).value();
           std::memcpy(interleaved_memory_.data(), copies, plan.n_bytes);
