@@ -319,10 +319,13 @@ void prepare_side_iq4_xs(const std::byte* xq, int64_t n, std::byte* side) {
 // Tiles that stream their group from memory (the first column tile of a group in calls of
 // 2 to kStreamCols activation rows: see kStreamCols for which calls) read each group block
 // once and use it for a few dot products, so they prefetch in software the lines
-// kPrefetchAhead bytes further on: q8_0 / q4_0 all of a block's 9 or 5 lines at its start,
-// q4_K / q6_K (37 and 53 lines a block) one next to each 64-byte load of quants and the
-// scales' lines in the block's later steps (held there: the two-argument prefetch_ahead). Every line of a thread's run of groups is prefetched (consecutive
-// prefetched addresses are never more than 64 bytes apart).
+// kPrefetchAhead bytes further on, one next to each 64-byte load of quants and the scales'
+// lines with the scales' loads (held there: the two-argument prefetch_ahead). q8_0 / q4_0 /
+// q5_0 / q4_1 / q5_1 prefetched a whole block (5-9 lines) at its start until session 29; on
+// the Cascade Lake host the spread form decoded qwen2.5-0.5b q8_0 / q5_0 and llama-3.2-1b
+// q4_0 files 1-8% faster, never slower (2 threads, alternating, 2 rounds). Every line of a
+// thread's run of groups is prefetched (consecutive prefetched addresses are never more
+// than 64 bytes apart).
 //
 // Measured in session 6, decode of one column, before the weights were on 2 MiB pages
 // (docs/perf.md, "Software prefetch in the decode tiles"): out of cache, one
@@ -338,19 +341,15 @@ void prepare_side_iq4_xs(const std::byte* xq, int64_t n, std::byte* side) {
 // kPrefetchAhead bytes per thread and call.
 constexpr size_t kPrefetchAhead = 8192;
 
-template <bool kPf>
-[[gnu::always_inline]] inline void prefetch_ahead(const std::byte* p) {
-  if constexpr (kPf) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead), _MM_HINT_T0);
-}
-
-// The same prefetch held between the load of `line` (a register loaded from the same block)
-// and that register's first use. GCC treats _mm_prefetch as free to move: with the default
-// tuning it hoisted a q4_K block's quant prefetches (and the scale lines') into one burst at
-// the block's start, undoing the spread form above. As an asm with the loaded register as an
-// operand it stays where it is written. Measured (session 29, Cascade Lake, 2 threads,
-// `lumen bench` tg64 alternating with the hoisted form, same logits): llama-3.2-1b Q4_K_M
-// 22.0 -> 23.5 tok/s, Q5_K_M 21.2 / 22.4 -> 23.2 / 24.2, IQ4_XS 24.3 / 26.0 -> 27.4 / 27.0,
-// qwen2.5-0.5b Q4_K_M 51.3 / 51.9 -> 53.4 / 54.4 (docs/perf.md, session 29).
+// The prefetch of p + kPrefetchAhead, held between the load of `line` (a register loaded
+// from the same block) and that register's first use. GCC treats _mm_prefetch as free to
+// move: with the default tuning it hoisted a q4_K block's quant prefetches (and the scale
+// lines') into one burst at the block's start, undoing the spread form. As an asm with the
+// loaded register as an operand it stays where it is written. Measured (session 29,
+// Cascade Lake, 2 threads, `lumen bench` tg64 alternating with the hoisted form, same
+// logits): llama-3.2-1b Q4_K_M 22.0 -> 23.5 tok/s, Q5_K_M 21.2 / 22.4 -> 23.2 / 24.2,
+// IQ4_XS 24.3 / 26.0 -> 27.4 / 27.0, qwen2.5-0.5b Q4_K_M 51.3 / 51.9 -> 53.4 / 54.4
+// (docs/perf.md, session 29).
 template <bool kPf>
 [[gnu::always_inline]] inline void prefetch_ahead(const std::byte* p, __m512i& line) {
   if constexpr (kPf)
@@ -406,8 +405,6 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
   for (int c = 0; c < C; ++c) acc[c] = acc_m[c] = _mm512_setzero_ps();
   for (int64_t ib = 0; ib < nb; ++ib) {
     const std::byte* gb = group + ib * kGroupBlock;
-    #pragma GCC unroll 16
-    for (size_t off = 0; off < kGroupBlock; off += 64) prefetch_ahead<kPf>(gb + off);  // 5, 6 or 9 lines
     const std::byte* xb = x + ib * sizeof(Act) + offsetof(Act, qs);
     // The embedded-broadcast dot product (dpbusd_bcast) but in the one-column q8_0 / q5_0 /
     // q5_1 tiles, which streamed their groups from memory 8-16% slower with it than with a
@@ -430,6 +427,7 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
       for (int k = 0; k < 4; ++k) {
         __m512i q = load512(gb + 64 * k);
         asm("" : "+v"(q));  // one load (see tile_q4_k)
+        prefetch_ahead<kPf>(gb + 64 * k, q);
         __m512i lo, hi;
         if constexpr (kBits == 4) {
           lo = _mm512_and_si512(q, m4);
@@ -452,12 +450,17 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
     } else {
       #pragma GCC unroll 8
       for (int g = 0; g < 8; ++g) {
-        const __m512i q = load512(gb + 64 * g);
+        __m512i q = load512(gb + 64 * g);
+        prefetch_ahead<kPf>(gb + 64 * g, q);
         #pragma GCC unroll 8
         for (int c = 0; c < C; ++c) s[c] = dot(s[c], q, xb + c * xs + 4 * g);
       }
     }
-    add_q8_block<C>(acc, side + ib * 8, ss, _mm512_cvtph_ps(load256(gb + kScales)), s);
+    // The block's lines after its quants (the fifth bits, the scales) prefetched with its scales' load.
+    __m512i dw = _mm512_castsi256_si512(load256(gb + kScales));
+    #pragma GCC unroll 4
+    for (size_t off = kBits == 8 ? 512 : 256; off < kGroupBlock; off += 64) prefetch_ahead<kPf>(gb + off, dw);
+    add_q8_block<C>(acc, side + ib * 8, ss, _mm512_cvtph_ps(_mm512_castsi512_si256(dw)), s);
     if constexpr (kMinInLoop)
       add_min_block<C>(acc_m, side + ib * 8, ss, _mm512_cvtph_ps(load256(gb + kScales + 32)));
   }
