@@ -10,7 +10,7 @@
 //
 //   * a group is one contiguous run of bytes, and a thread's share of a matrix is one
 //     contiguous run of groups: a single forward stream (prefetched in software, see
-//     prefetch_ahead);
+//     PrefetchCursor);
 //   * every 64-byte load holds the same 4 consecutive elements (or nibble pairs) of the 16
 //     rows, so one vpdpbusd with a broadcast activation dword advances all 16 rows and lane
 //     r of every accumulator is row r: no reduction, no gather;
@@ -319,13 +319,12 @@ void prepare_side_iq4_xs(const std::byte* xq, int64_t n, std::byte* side) {
 // Tiles that stream their group from memory (the first column tile of a group in calls of
 // 2 to kStreamCols activation rows: see kStreamCols for which calls) read each group block
 // once and use it for a few dot products, so they prefetch in software the lines
-// kPrefetchAhead bytes further on, one next to each 64-byte load of quants and the scales'
-// lines with the scales' loads (held there: the two-argument prefetch_ahead). q8_0 / q4_0 /
-// q5_0 / q4_1 / q5_1 prefetched a whole block (5-9 lines) at its start until session 29; on
-// the Cascade Lake host the spread form decoded qwen2.5-0.5b q8_0 / q5_0 and llama-3.2-1b
-// q4_0 files 1-8% faster, never slower (2 threads, alternating, 2 rounds). Every line of a
-// thread's run of groups is prefetched (consecutive prefetched addresses are never more
-// than 64 bytes apart).
+// kPrefetchAhead bytes further on (PrefetchCursor: at an even pace through each block, every
+// line once). Until session 30 it was one prefetch next to each 64-byte load of quants and
+// the scales' lines with the scales' loads; q8_0 / q4_0 / q5_0 / q4_1 / q5_1 prefetched a
+// whole block (5-9 lines) at its start until session 29, and on the Cascade Lake host the
+// spread form decoded qwen2.5-0.5b q8_0 / q5_0 and llama-3.2-1b q4_0 files 1-8% faster,
+// never slower (2 threads, alternating, 2 rounds).
 //
 // Measured in session 6, decode of one column, before the weights were on 2 MiB pages
 // (docs/perf.md, "Software prefetch in the decode tiles"): out of cache, one
@@ -341,20 +340,42 @@ void prepare_side_iq4_xs(const std::byte* xq, int64_t n, std::byte* side) {
 // kPrefetchAhead bytes per thread and call.
 constexpr size_t kPrefetchAhead = 8192;
 
-// The prefetch of p + kPrefetchAhead, held between the load of `line` (a register loaded
-// from the same block) and that register's first use. GCC treats _mm_prefetch as free to
-// move: with the default tuning it hoisted a q4_K block's quant prefetches (and the scale
-// lines') into one burst at the block's start, undoing the spread form. As an asm with the
-// loaded register as an operand it stays where it is written. Measured (session 29,
-// Cascade Lake, 2 threads, `lumen bench` tg64 alternating with the hoisted form, same
-// logits): llama-3.2-1b Q4_K_M 22.0 -> 23.5 tok/s, Q5_K_M 21.2 / 22.4 -> 23.2 / 24.2,
-// IQ4_XS 24.3 / 26.0 -> 27.4 / 27.0, qwen2.5-0.5b Q4_K_M 51.3 / 51.9 -> 53.4 / 54.4
-// (docs/perf.md, session 29).
+// The tiles' software prefetch, a cursor over the tile's run of group blocks: every line from
+// kPrefetchAhead bytes past the run's start onward, each once and in address order. Step s
+// of a block's N steps has used the block's first (s + 1) / N of its bytes and prefetches
+// every line below that point + kPrefetchAhead that it has not prefetched yet, so that the
+// prefetches keep an even pace through the quants and the scales alike (a block's scales
+// are its last lines), and a block that starts mid-line (q6_K, iq4_xs, q8_0, q4_0, q5_0
+// groups: 52.5, 34.5, 8.5, 4.5 and 5.5 lines) gets no line twice. Each prefetch is an asm
+// that names a register loaded in the same step: GCC treats _mm_prefetch as free to move,
+// and with the default tuning it had hoisted a q4_K block's prefetches into one burst at
+// the block's start (session 29); held this way they stay where they are written.
+// Measured (session 30, Cascade Lake, 2 threads, one column, 8192 x 16384 out of cache,
+// alternating with a plain read of the same bytes, medians of 6 rounds), the tile's rate as
+// a share of the plain read's, one prefetch beside each line's load -> the cursor: q6_K
+// 0.900 -> 0.962, q4_K 0.970 -> 0.987, iq4_xs 0.906 -> 0.996. End to end: docs/perf.md.
 template <bool kPf>
-[[gnu::always_inline]] inline void prefetch_ahead(const std::byte* p, __m512i& line) {
-  if constexpr (kPf)
-    asm("prefetcht0 %1" : "+v"(line) : "m"(*reinterpret_cast<const char*>(p + kPrefetchAhead)));
-}
+class PrefetchCursor {
+ public:
+  explicit PrefetchCursor(const std::byte* run) {
+    if constexpr (kPf) next_ = (reinterpret_cast<uintptr_t>(run) + kPrefetchAhead) & ~uintptr_t{63};
+  }
+
+  // Step `step` of kSteps of the block at gb (kBlockBytes long) is done; `line` is a
+  // register it loaded.
+  template <size_t kBlockBytes, int kSteps>
+  [[gnu::always_inline]] void step(const std::byte* gb, int step, __m512i& line) {
+    if constexpr (kPf) {
+      const uintptr_t want = reinterpret_cast<uintptr_t>(gb) + (static_cast<size_t>(step) + 1) * kBlockBytes / kSteps +
+                             kPrefetchAhead;
+      #pragma GCC unroll 1
+      for (; next_ < want; next_ += 64) asm("prefetcht0 %1" : "+v"(line) : "m"(*reinterpret_cast<const char*>(next_)));
+    }
+  }
+
+ private:
+  uintptr_t next_ = 0;
+};
 
 // Runs step(0) .. step(N - 1): written out in the one-column tiles (C == 1), a loop in the
 // wider ones (kWideUnroll: its unroll factor, 1 or 2). A one-column tile streams its
@@ -400,6 +421,7 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
   // q4_1 16.2 -> 15.3 ms, q5_1 18.3 -> 16.2 ms with the pass after).
   constexpr bool kMinInLoop = kMin && C <= 4;
   const __m512i m4 = _mm512_set1_epi8(15), m16 = _mm512_set1_epi8(16);
+  PrefetchCursor<kPf> pf(group);
   __m512 acc[C], acc_m[C];
   #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) acc[c] = acc_m[c] = _mm512_setzero_ps();
@@ -427,7 +449,7 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
       for (int k = 0; k < 4; ++k) {
         __m512i q = load512(gb + 64 * k);
         asm("" : "+v"(q));  // one load (see tile_q4_k)
-        prefetch_ahead<kPf>(gb + 64 * k, q);
+        pf.template step<kGroupBlock, 4>(gb, k, q);
         __m512i lo, hi;
         if constexpr (kBits == 4) {
           lo = _mm512_and_si512(q, m4);
@@ -451,15 +473,12 @@ void tile_q8(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, 
       #pragma GCC unroll 8
       for (int g = 0; g < 8; ++g) {
         __m512i q = load512(gb + 64 * g);
-        prefetch_ahead<kPf>(gb + 64 * g, q);
+        pf.template step<kGroupBlock, 8>(gb, g, q);
         #pragma GCC unroll 8
         for (int c = 0; c < C; ++c) s[c] = dot(s[c], q, xb + c * xs + 4 * g);
       }
     }
-    // The block's lines after its quants (the fifth bits, the scales) prefetched with its scales' load.
     __m512i dw = _mm512_castsi256_si512(load256(gb + kScales));
-    #pragma GCC unroll 4
-    for (size_t off = kBits == 8 ? 512 : 256; off < kGroupBlock; off += 64) prefetch_ahead<kPf>(gb + off, dw);
     add_q8_block<C>(acc, side + ib * 8, ss, _mm512_cvtph_ps(_mm512_castsi512_si256(dw)), s);
     if constexpr (kMinInLoop)
       add_min_block<C>(acc_m, side + ib * 8, ss, _mm512_cvtph_ps(load256(gb + kScales + 32)));
@@ -481,6 +500,7 @@ void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
   constexpr size_t kQh = kQ5 ? 512 : 0;  // the fifth bits' masks (in the quant sections)
   constexpr size_t kGroupBlock = kQ5 ? kQ5_KGroupBlock : kQ4_KGroupBlock;
   const __m512i m4 = _mm512_set1_epi8(15), m16 = _mm512_set1_epi8(16);
+  PrefetchCursor<kPf> pf(group);
   __m512 acc[C], acc_m[C];
   #pragma GCC unroll 4
   for (int c = 0; c < C; ++c) acc[c] = acc_m[c] = _mm512_setzero_ps();
@@ -499,7 +519,7 @@ void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
       for (int k = 0; k < 8; ++k) {
         const std::byte* qline = gb + (kQ5 ? 640 * cc + 128 + 64 * k : 512 * cc + 64 * k);
         __m512i q = load512(qline);
-        prefetch_ahead<kPf>(qline, q);
+        pf.template step<kGroupBlock, 32>(gb, 8 * cc + k, q);
         // One load in a register: folded into each op that uses it, the compiler loads the
         // line twice, and the load ports are what these tiles wait on.
         asm("" : "+v"(q));
@@ -513,7 +533,6 @@ void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
           // The fifth bits as two byte masks (lo, hi) read straight into mask registers:
           // 16 added under each (vpaddb with merge masking).
           const std::byte* hm = gb + 640 * cc + 16 * k;
-          if (k % 4 == 0) prefetch_ahead<kPf>(hm, q);
           __mmask64 klo, khi;
           std::memcpy(&klo, hm, 8);
           std::memcpy(&khi, hm + 8, 8);
@@ -538,9 +557,7 @@ void tile_q4_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
     });
     #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
-      __m512i mv = _mm512_cvtepu8_epi16(load256(gb + kQh + 2176 + 32 * j));
-      prefetch_ahead<kPf>(gb + kQh + 2048 + 64 * j, mv);  // scales, mins, d, dmin: 320 bytes
-      if (j == 3) prefetch_ahead<kPf>(gb + kQh + 2048 + 256, mv);
+      const __m512i mv = _mm512_cvtepu8_epi16(load256(gb + kQh + 2176 + 32 * j));
       #pragma GCC unroll 4
       for (int c = 0; c < C; ++c) summ[c] = _mm512_dpwssd_epi32(summ[c], mv, bcast_i32(side + c * ss + ib * 16 + 4 * j));
     }
@@ -556,6 +573,7 @@ template <int C, bool kPf>
 void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs, const std::byte* side,
                size_t ss, __mmask16 mask, float* y, int64_t ys) {
   const __m512i m63 = _mm512_set1_epi8(63), top = _mm512_set1_epi8(static_cast<char>(0xc0));
+  PrefetchCursor<kPf> pf(group);
   __m512 acc[C];
   #pragma GCC unroll 4
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
@@ -586,9 +604,7 @@ void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
         // Each line loaded once into a register: folded into each op that uses it, the
         // compiler loads it twice, and the load ports set these tiles' pace.
         asm("" : "+v"(pv), "+v"(qv), "+v"(rv));
-        prefetch_ahead<kPf>(q, pv);
-        prefetch_ahead<kPf>(q + 64, qv);
-        prefetch_ahead<kPf>(q + 128, rv);
+        pf.template step<kQ6_KGroupBlock, 16>(gb, 8 * h + k, pv);
         __m512i v[4];
         v[0] = _mm512_and_si512(pv, m63);
         v[1] = _mm512_and_si512(qv, m63);
@@ -609,8 +625,7 @@ void tile_q6_k(int64_t nb, const std::byte* group, const std::byte* x, size_t xs
       for (int c = 0; c < C; ++c) t[3][c] = _mm512_srai_epi32(t[3][c], 2);
       #pragma GCC unroll 4
       for (int qi = 0; qi < 4; ++qi) {
-        __m512i sc = _mm512_cvtepi8_epi32(load128(gb + 3072 + 16 * (8 * h + 2 * qi + kk)));
-        if (qi < 2 && 2 * hk + qi < 5) prefetch_ahead<kPf>(gb + 3072 + 64 * (2 * hk + qi), sc);  // scales, d: 288 bytes
+        const __m512i sc = _mm512_cvtepi8_epi32(load128(gb + 3072 + 16 * (8 * h + 2 * qi + kk)));
         #pragma GCC unroll 4
         for (int c = 0; c < C; ++c) sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(t[qi][c], sc));
       }
@@ -639,6 +654,7 @@ void tile_iq4_xs(int64_t nb, const std::byte* group, const std::byte* x, size_t 
   };
   const __m512i table = _mm512_xor_si512(_mm512_broadcast_i32x4(load128(kIq4nlValues)),
                                          _mm512_set1_epi8(static_cast<char>(0x80)));
+  PrefetchCursor<kPf> pf(group);
   __m512 acc[C];
   #pragma GCC unroll 4
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
@@ -660,7 +676,7 @@ void tile_iq4_xs(int64_t nb, const std::byte* group, const std::byte* x, size_t 
       for (int k = 0; k < 4; ++k) {
         __m512i q = load512(gb + (4 * sb + k) * 64);
         asm("" : "+v"(q));
-        prefetch_ahead<kPf>(gb + (4 * sb + k) * 64, q);
+        pf.template step<kIQ4_XSGroupBlock, 32>(gb, 4 * sb + k, q);
         __m512i lo, hi;
         if constexpr (kVbmi) {
           lo = lookup(table, q);
@@ -675,8 +691,7 @@ void tile_iq4_xs(int64_t nb, const std::byte* group, const std::byte* x, size_t 
           t_hi[c] = dpbusd_bcast(t_hi[c], hi, xq + c * xs + 16 + 4 * k);
         }
       }
-      __m512i sc = _mm512_cvtepi8_epi32(load128(gb + 2048 + 16 * sb));
-      if (sb < 3) prefetch_ahead<kPf>(gb + 2048 + 64 * sb, sc);  // scales, d: 160 bytes
+      const __m512i sc = _mm512_cvtepi8_epi32(load128(gb + 2048 + 16 * sb));
       #pragma GCC unroll 4
       for (int c = 0; c < C; ++c) sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(_mm512_add_epi32(t[c], t_hi[c]), sc));
     });
