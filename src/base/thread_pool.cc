@@ -3,17 +3,34 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "base/check.h"
 
 namespace lumen {
 namespace {
 
-// Spin iterations (pause: ~25 ns on Zen 4) before a worker sleeps or the caller yields:
-// ~50 us, which covers the gaps between the dispatches of one forward pass. Spinning
-// longer costs a busy machine CPU time it takes from our own threads: qwen2.5-0.5b q4_0
-// tg128, 2 threads, load average ~5 on 2 cores: 20000 -> 27-29 tok/s, 2000 -> 33-38.
-constexpr int kSpinIterations = 2000;
+// How long a worker spins (pause) after its last job before it sleeps, and the caller before
+// it yields while it waits: ~50 us covers the gaps between the dispatches of one forward
+// pass. A budget of time, not of pause instructions: a pause takes ~25 ns on Zen 4 but
+// ~7 ns on the Cascade Lake host, where 2000 of them (the budget until session 30) let the
+// worker fall asleep in the gap before qwen2.5-0.5b's attention output matmul, and each of
+// those calls then waited ~10 us for its wake-up (33 -> 44 us a call). Spinning longer
+// costs a busy machine CPU time it takes from our own threads: qwen2.5-0.5b q4_0 tg128, 2
+// threads, load average ~5 on 2 cores, Zen 4: 500 us -> 27-29 tok/s, 50 us -> 33-38.
+constexpr auto kSpinTime = std::chrono::microseconds(50);
+
+// Calls done() between pauses until it returns true (-> true) or kSpinTime has passed (->
+// false). The clock is read every 32 pauses.
+template <typename Done>
+bool spin_until(Done&& done) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpinTime;
+  for (int i = 1;; ++i) {
+    if (done()) return true;
+    _mm_pause();
+    if (i % 32 == 0 && std::chrono::steady_clock::now() >= deadline) return done();
+  }
+}
 
 constexpr int kNextBits = 24;
 constexpr int kCountBits = 22;
@@ -95,13 +112,9 @@ void ThreadPool::dispatch(RawFn fn, void* ctx, int64_t n, Mode mode, int64_t n_u
   }
   // Spin briefly (the others usually finish within microseconds), then yield so that an
   // oversubscribed machine can run the thread we are waiting for.
-  for (int spin = 0; n_done_.load(std::memory_order_acquire) != n_wait; ++spin) {
-    if (spin < kSpinIterations) {
-      _mm_pause();
-    } else {
-      std::this_thread::yield();
-    }
-  }
+  auto all_done = [&] { return n_done_.load(std::memory_order_acquire) == n_wait; };
+  if (!spin_until(all_done))
+    while (!all_done()) std::this_thread::yield();
 }
 
 void ThreadPool::work_on_chunks(uint64_t word, int thread_idx) {
@@ -175,12 +188,11 @@ void ThreadPool::worker_loop(int thread_idx) {
   // still seen as new.
   uint64_t seen_gen = 0;
   for (;;) {
-    uint64_t word = job_.load(std::memory_order_acquire);
-    for (int spin = 0; gen_of(word) == seen_gen && spin < kSpinIterations; ++spin) {
-      _mm_pause();
-      word = job_.load(std::memory_order_acquire);
-    }
-    if (gen_of(word) == seen_gen) {
+    uint64_t word = 0;
+    if (!spin_until([&] {
+          word = job_.load(std::memory_order_acquire);
+          return gen_of(word) != seen_gen;
+        })) {
       std::unique_lock<std::mutex> lock(mu_);
       n_sleeping_.fetch_add(1, std::memory_order_seq_cst);
       cv_.wait(lock, [&] {
