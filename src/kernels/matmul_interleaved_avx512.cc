@@ -364,12 +364,19 @@ class PrefetchCursor {
   // Step `step` of kSteps of the block at gb (kBlockBytes long) is done; `line` is a
   // register it loaded.
   template <size_t kBlockBytes, int kSteps>
-  [[gnu::always_inline]] void step(const std::byte* gb, int step, __m512i& line) {
+  [[gnu::always_inline]] void step(const std::byte* gb, int step, const __m512i& line) {
     if constexpr (kPf) {
       const uintptr_t want = reinterpret_cast<uintptr_t>(gb) + (static_cast<size_t>(step) + 1) * kBlockBytes / kSteps +
                              kPrefetchAhead;
-      #pragma GCC unroll 1
-      for (; next_ < want; next_ += 64) asm("prefetcht0 %1" : "+v"(line) : "m"(*reinterpret_cast<const char*>(next_)));
+      // At most this many lines a step; written out (a loop here kept GCC from unrolling
+      // the wider tiles' steps, which then spilled).
+      constexpr int kMaxLines = static_cast<int>((kBlockBytes / kSteps + 63) / 64) + 1;
+      #pragma GCC unroll 8
+      for (int i = 0; i < kMaxLines; ++i) {
+        if (next_ >= want) break;
+        asm volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(next_)), "v"(line));
+        next_ += 64;
+      }
     }
   }
 
