@@ -25,6 +25,24 @@ TEST(ThreadPool, RunCallsEveryThreadOnce) {
   }
 }
 
+// Jobs that come after the workers' spin budget has run out (they sleep) and jobs that come
+// within it (they spin), mixed: every job still runs on every thread, and none waits long.
+TEST(ThreadPool, JobsAfterSleepAndWithinSpinRunEverywhere) {
+  ThreadPool pool(3);
+  for (int rep = 0; rep < 20; ++rep) {
+    if (rep % 2 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // >> the 50 us spin
+    std::vector<std::atomic<int>> calls(3);
+    const auto t0 = std::chrono::steady_clock::now();
+    pool.run([&](int thread_idx, int) { calls[thread_idx].fetch_add(1); });
+    const auto waited = std::chrono::steady_clock::now() - t0;
+    for (int t = 0; t < 3; ++t) EXPECT_EQ(calls[t].load(), 1) << "rep=" << rep << " t=" << t;
+    EXPECT_LT(waited, std::chrono::seconds(2)) << "rep=" << rep;  // a lost wake-up would hang
+    std::atomic<int64_t> units{0};
+    pool.for_ranges(3, 3000, 10, [&](int64_t b, int64_t e, int) { units.fetch_add(e - b); });
+    EXPECT_EQ(units.load(), 3000) << "rep=" << rep;
+  }
+}
+
 TEST(ThreadPool, RunOnUsesOnlyActiveThreads) {
   ThreadPool pool(4);
   for (int n_active = 1; n_active <= 4; ++n_active) {
