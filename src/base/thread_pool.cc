@@ -15,9 +15,10 @@ namespace {
 // pass. A budget of time, not of pause instructions: a pause takes ~25 ns on Zen 4 but
 // ~7 ns on the Cascade Lake host, where 2000 of them (the budget until session 30) let the
 // worker fall asleep in the gap before qwen2.5-0.5b's attention output matmul, and each of
-// those calls then waited ~10 us for its wake-up (33 -> 44 us a call). Spinning longer
-// costs a busy machine CPU time it takes from our own threads: qwen2.5-0.5b q4_0 tg128, 2
-// threads, load average ~5 on 2 cores, Zen 4: 500 us -> 27-29 tok/s, 50 us -> 33-38.
+// those calls then waited ~10 us for its wake-up (44 us a call; 33 with the time budget).
+// Spinning longer costs a busy machine CPU time it takes from our own threads:
+// qwen2.5-0.5b q4_0 tg128, 2 threads, load average ~5 on 2 cores, Zen 4: 500 us -> 27-29
+// tok/s, 50 us -> 33-38.
 constexpr auto kSpinTime = std::chrono::microseconds(50);
 
 // Calls done() between pauses until it returns true (-> true) or kSpinTime has passed (->
