@@ -92,7 +92,8 @@ void ThreadPool::dispatch(RawFn fn, void* ctx, int64_t n, Mode mode, int64_t n_u
     max_grain_.store(std::max(grain, max_grain), std::memory_order_relaxed);
     // Near-equal contiguous ranges for the n active threads; the others start empty.
     for (int t = 0; t < n_threads_; ++t) {
-      const int64_t b = t < n ? n_units * t / n : n_units, e = t < n ? n_units * (t + 1) / n : n_units;
+      const int64_t b = t < n ? range_begin(n_units, static_cast<int>(n), t) : n_units;
+      const int64_t e = t < n ? range_begin(n_units, static_cast<int>(n), t + 1) : n_units;
       ranges_[t].word.store(range_word(gen, b, e), std::memory_order_relaxed);
     }
   }
@@ -116,6 +117,46 @@ void ThreadPool::dispatch(RawFn fn, void* ctx, int64_t n, Mode mode, int64_t n_u
   auto all_done = [&] { return n_done_.load(std::memory_order_acquire) == n_wait; };
   if (!spin_until(all_done))
     while (!all_done()) std::this_thread::yield();
+  // The new job word stopped a background job; wait until its workers are out of it.
+  if (bg_posted_) wait_background_out();
+}
+
+void ThreadPool::wait_background_out() {
+  auto out = [&] { return bg_running_.load(std::memory_order_seq_cst) == 0; };
+  if (!spin_until(out))
+    while (!out()) std::this_thread::yield();
+  bg_posted_ = false;
+}
+
+void ThreadPool::post_background(RawBackgroundFn fn, int n_active) {
+  bg_fn_ = fn;
+  const uint64_t gen = (gen_of(job_.load(std::memory_order_relaxed)) + 1) & 0xFFFF;
+  const uint64_t word = (gen << kGenShift) | (uint64_t{1} << kStrictShift) | (uint64_t{1} << kRangedShift) |
+                        (static_cast<uint64_t>(n_active) << kNextBits);
+  bg_posted_ = true;
+  job_.store(word, std::memory_order_seq_cst);  // publishes bg_fn_ / bg_blob_ too
+  if (n_sleeping_.load(std::memory_order_seq_cst) > 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cv_.notify_all();
+  }
+}
+
+void ThreadPool::end_background() {
+  if (!bg_posted_) return;
+  // A job of no work (strict, 0 threads) under a new generation: a worker still in the
+  // background function sees its stop turn true, and one that has yet to enter it skips it.
+  const uint64_t gen = (gen_of(job_.load(std::memory_order_relaxed)) + 1) & 0xFFFF;
+  job_.store((gen << kGenShift) | (uint64_t{1} << kStrictShift), std::memory_order_seq_cst);
+  wait_background_out();
+}
+
+void ThreadPool::run_background(uint64_t word, int thread_idx) {
+  // Counted in before the job is checked to be current, and the caller publishes a new word
+  // before it waits for the count to drop (both seq_cst): either this worker sees the new
+  // word and skips, or the caller sees it counted and waits for it.
+  bg_running_.fetch_add(1, std::memory_order_seq_cst);
+  if (job_.load(std::memory_order_seq_cst) == word) bg_fn_(bg_blob_, thread_idx, BackgroundStop(&job_, word));
+  bg_running_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 void ThreadPool::work_on_chunks(uint64_t word, int thread_idx) {
@@ -204,7 +245,9 @@ void ThreadPool::worker_loop(int thread_idx) {
     }
     seen_gen = gen_of(word);
     if (stop_.load()) return;
-    if (strict_of(word)) {
+    if (strict_of(word) && ranged_of(word)) {
+      if (thread_idx < count_of(word)) run_background(word, thread_idx);
+    } else if (strict_of(word)) {
       const int64_t n_active = count_of(word);
       if (thread_idx < n_active) {
         // The caller waits for every strict participant, so fn_/ctx_ are this job's.

@@ -17,6 +17,13 @@
 //                  (what the prefetchers want), and the threads still finish within one
 //                  claim (max_grain units) of each other, preempted or not.
 //
+// And one kind of work that the caller does not wait for:
+//   start_background  fn(ctx, thread_idx, stop) on the workers 1 .. n_active-1 while the
+//                  caller goes on with its own work (e.g. a worker reads the weights of the
+//                  next matmul into its cache while the caller runs attention). The next
+//                  dispatch ends it: fn polls `stop` and returns soon after it turns true,
+//                  and the dispatch returns only when no worker is left in fn.
+//
 // Job state lives in one 64-bit word, so claiming a chunk is one compare-and-swap that also
 // proves the job is still the one the worker thinks it is:
 //
@@ -35,12 +42,18 @@
 // mode, after seeing the new generation): the caller cannot publish another job before every
 // claimed chunk is done, so they cannot change underneath.
 //
-// Thread-safety: run() / for_chunks() must be called from one thread at a time.
+// A background job is a word with both the strict and the ranged bit set, n = its n_active.
+//
+// Thread-safety: run() / for_chunks() / start_background() must be called from one thread
+// at a time.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -116,6 +129,42 @@ class ThreadPool {
     dispatch(&invoke_range<F>, static_cast<void*>(&fn), n_active, Mode::kRanged, n_units, grain, max_grain);
   }
 
+  // Tells a background job to stop: true once the pool has published any other job (or is
+  // being destroyed). One relaxed load; poll it every microsecond or so.
+  class BackgroundStop {
+   public:
+    BackgroundStop(const std::atomic<uint64_t>* job, uint64_t word) : job_(job), word_(word) {}
+    bool operator()() const { return job_->load(std::memory_order_relaxed) != word_; }
+
+   private:
+    const std::atomic<uint64_t>* job_;
+    uint64_t word_;
+  };
+  static constexpr size_t kBackgroundCtxBytes = 192;
+
+  // Starts fn(ctx, thread_idx, stop) once on each worker 1 .. n_active-1 (not on the
+  // caller) and returns at once. ctx is copied. Ends the previous background job first.
+  // What fn reads must stay valid until the next dispatch, start_background() or
+  // end_background(), each of which returns only when no worker is left in fn.
+  template <typename Ctx>
+  void start_background(int n_active, void (*fn)(const Ctx& ctx, int thread_idx, const BackgroundStop& stop),
+                        const Ctx& ctx) {
+    static_assert(std::is_trivially_copyable_v<Ctx> && sizeof(BackgroundBlob<Ctx>) <= kBackgroundCtxBytes &&
+                  alignof(Ctx) <= alignof(std::max_align_t));
+    if (n_active > n_threads_) n_active = n_threads_;
+    if (n_active <= 1) return;
+    end_background();
+    const BackgroundBlob<Ctx> blob{fn, ctx};
+    std::memcpy(bg_blob_, &blob, sizeof(blob));
+    post_background(&invoke_background<Ctx>, n_active);
+  }
+  // Stops the background job, if any, and waits until no worker is left in it.
+  void end_background();
+
+  // The first unit of thread t's range when for_ranges shares n_units out over n_active
+  // threads (t == n_active: n_units).
+  static int64_t range_begin(int64_t n_units, int n_active, int t) { return n_units * t / n_active; }
+
   // How many threads work of this size deserves: one per min_work_per_thread units, at
   // least 1, at most n_threads(). Waking a thread costs about as much as a few hundred
   // thousand multiply-adds, so tiny ops stay on the calling thread.
@@ -157,6 +206,23 @@ class ThreadPool {
   static void invoke_range(void* ctx, int64_t begin, int64_t end, int thread_idx) {
     (*static_cast<Fn*>(ctx))(begin, end, thread_idx);
   }
+  template <typename Ctx>
+  struct BackgroundBlob {
+    void (*fn)(const Ctx&, int, const BackgroundStop&);
+    Ctx ctx;
+  };
+  using RawBackgroundFn = void (*)(const std::byte* blob, int thread_idx, const BackgroundStop& stop);
+  template <typename Ctx>
+  static void invoke_background(const std::byte* blob, int thread_idx, const BackgroundStop& stop) {
+    BackgroundBlob<Ctx> b;
+    std::memcpy(&b, blob, sizeof(b));
+    b.fn(b.ctx, thread_idx, stop);
+  }
+  void post_background(RawBackgroundFn fn, int n_active);
+  // A worker's part of the background job published as `word`.
+  void run_background(uint64_t word, int thread_idx);
+  // Waits until no worker is in a background job (after a new word was published).
+  void wait_background_out();
 
   // n: chunks (dynamic) or active threads (strict, ranged); ranged: n_units units shared
   // out `grain` to `max_grain` at a time.
@@ -182,6 +248,12 @@ class ThreadPool {
   std::atomic<RawFn> fn_{nullptr};
   std::atomic<void*> ctx_{nullptr};
   std::atomic<int> n_sleeping_{0};
+  // Background job: its function and copied context, written by the caller only while no
+  // worker can be reading them (end_background() first); workers inside it.
+  RawBackgroundFn bg_fn_ = nullptr;
+  alignas(std::max_align_t) std::byte bg_blob_[kBackgroundCtxBytes];
+  std::atomic<int> bg_running_{0};
+  bool bg_posted_ = false;  // caller's side: a background job may still run
   std::atomic<bool> stop_{false};
   std::mutex mu_;                     // only for sleeping / waking workers
   std::condition_variable cv_;

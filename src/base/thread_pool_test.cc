@@ -235,5 +235,98 @@ TEST(ThreadPool, ForRangesStealsAroundASlowThread) {
   EXPECT_GE(by_caller.load(), 900);  // all but the worker's first piece or two
 }
 
+// ---- background jobs ----
+
+struct BackgroundProbe {
+  std::atomic<int>* calls;   // [thread_idx]: how often fn ran there
+  std::atomic<int>* inside;  // workers in fn now
+  std::atomic<int>* bad_ctx; // a call whose ctx was not the one it was started with
+  int id;
+  int copies[20];            // all == id
+  bool until_stopped;        // run until stop(), else return at once
+};
+
+void background_probe(const BackgroundProbe& b, int thread_idx, const ThreadPool::BackgroundStop& stop) {
+  b.inside->fetch_add(1);
+  b.calls[thread_idx].fetch_add(1);
+  for (int c : b.copies)
+    if (c != b.id) b.bad_ctx->fetch_add(1);
+  while (b.until_stopped && !stop()) std::this_thread::yield();
+  b.inside->fetch_sub(1);
+}
+
+BackgroundProbe probe(std::atomic<int>* calls, std::atomic<int>* inside, std::atomic<int>* bad, int id, bool until) {
+  BackgroundProbe b{calls, inside, bad, id, {}, until};
+  std::fill(std::begin(b.copies), std::end(b.copies), id);
+  return b;
+}
+
+// Runs once on each worker below n_active (never on the caller), and the next job of any
+// kind (or end_background) returns only when no worker is left inside it.
+TEST(ThreadPool, BackgroundRunsOnActiveWorkersUntilTheNextJob) {
+  for (int n : {2, 3, 4}) {
+    ThreadPool pool(n);
+    for (int n_active : {1, 2, n}) {
+      for (int rep = 0; rep < 50; ++rep) {
+        std::vector<std::atomic<int>> calls(n);
+        std::atomic<int> inside{0}, bad{0};
+        pool.start_background(n_active, &background_probe, probe(calls.data(), &inside, &bad, rep, true));
+        // Wait until every worker that should is inside (a sleeping one needs waking).
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (inside.load() < n_active - 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+        ASSERT_EQ(inside.load(), n_active > 1 ? n_active - 1 : 0) << "n=" << n << " n_active=" << n_active;
+        switch (rep % 4) {  // end it four ways
+          case 0: pool.run([](int, int) {}); break;
+          case 1: pool.for_chunks(n, 7, [](int64_t, int) {}); break;
+          case 2: pool.for_ranges(n, 100, 3, [](int64_t, int64_t, int) {}); break;
+          default: pool.end_background(); break;
+        }
+        EXPECT_EQ(inside.load(), 0) << "a worker still in the background job after the next job returned";
+        EXPECT_EQ(calls[0].load(), 0) << "the caller ran a background job";
+        for (int t = 1; t < n; ++t) EXPECT_EQ(calls[t].load(), t < n_active ? 1 : 0) << "n=" << n << " t=" << t;
+        EXPECT_EQ(bad.load(), 0);
+        if (rep % 8 == 7) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // let the workers sleep
+      }
+    }
+  }
+}
+
+// Background jobs back to back, some ended by the next one before a worker got to it: no
+// call ever sees another job's context, none runs twice, and jobs in between still run.
+TEST(ThreadPool, BackgroundJobsBackToBackNeverMixContexts) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> calls(3);
+  std::atomic<int> inside{0}, bad{0};
+  for (int rep = 0; rep < 2000; ++rep) {
+    pool.start_background(3, &background_probe, probe(calls.data(), &inside, &bad, rep, rep % 3 == 0));
+    if (rep % 5 == 0) {
+      std::atomic<int> seen{0};
+      pool.run([&](int, int) { seen.fetch_add(1); });
+      ASSERT_EQ(seen.load(), 3);
+      ASSERT_EQ(inside.load(), 0);
+    }
+  }
+  pool.end_background();
+  EXPECT_EQ(inside.load(), 0);
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(calls[0].load(), 0);
+  EXPECT_LE(calls[1].load(), 2000);
+}
+
+// Destroying the pool ends a background job that would otherwise never return.
+TEST(ThreadPool, DestructorEndsABackgroundJob) {
+  std::vector<std::atomic<int>> calls(2);
+  std::atomic<int> inside{0}, bad{0};
+  {
+    ThreadPool pool(2);
+    pool.start_background(2, &background_probe, probe(calls.data(), &inside, &bad, 7, true));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (inside.load() < 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    ASSERT_EQ(inside.load(), 1);
+  }
+  EXPECT_EQ(inside.load(), 0);
+  EXPECT_EQ(calls[1].load(), 1);
+}
+
 }  // namespace
 }  // namespace lumen

@@ -89,7 +89,142 @@ size_t scratch_bytes_for(const MatmulKernels& mk, int64_t n_in, int64_t n_tokens
   return bytes + extra;
 }
 
+// How matmul_fused shares one call's output rows out: units of unit_rows rows (a panel, an
+// interleaved group, or kRowGroup rows), the targets' back to back (target ti has units
+// [unit_begin[ti], unit_begin[ti + 1])), over n_active threads, as ranges (decode) or
+// chunks (prefill; see the comment at the top).
+struct RowPlan {
+  const MatmulKernels* mk = nullptr;
+  const InterleavedKernels* ik = nullptr;  // the interleaved copies, if every target has one
+  bool panels = false;
+  bool ranged = false;
+  int n_active = 1;
+  int64_t n_in = 0;
+  int64_t n_out_total = 0;
+  int64_t unit_rows = 0;
+  int64_t unit_begin[kMaxFusedTargets + 1] = {};
+  int64_t n_units() const { return unit_begin[kMaxFusedTargets]; }
+};
+
+RowPlan plan_rows(const KernelTable& k, const ThreadPool& pool, std::span<const MatmulTarget> targets,
+                  int64_t n_tokens) {
+  LUMEN_CHECK(!targets.empty() && targets.size() <= kMaxFusedTargets);
+  RowPlan pl;
+  const TensorView& w0 = *targets[0].w;
+  pl.mk = find_matmul_kernels(k, w0.dtype);
+  LUMEN_CHECK_MSG(pl.mk != nullptr, "matmul: unsupported weight dtype");
+  pl.n_in = w0.ne[0];
+  for (const MatmulTarget& t : targets) {
+    LUMEN_CHECK(t.w->dtype == w0.dtype && t.w->ne[0] == pl.n_in);
+    pl.n_out_total += t.w->n_rows();
+  }
+  LUMEN_DCHECK(pl.n_in % dtype_info(w0.dtype).block_size == 0);
+  // The interleaved copies when every target has one in these kernels' layout (the model
+  // makes them for all matrices of a dtype or none).
+  pl.ik = interleaved_for(*pl.mk, w0);
+  for (const MatmulTarget& t : targets)
+    if (interleaved_for(*pl.mk, *t.w) != pl.ik) pl.ik = nullptr;
+  pl.panels = pl.ik == nullptr && use_panels(*pl.mk, n_tokens);
+  pl.ranged = !pl.panels && !(pl.ik != nullptr && n_tokens >= kInterleavedGroupChunkCols);
+  const double macs = static_cast<double>(pl.n_out_total) * pl.n_in * std::max<int64_t>(n_tokens, 1);
+  pl.n_active = pool.threads_for(macs, kMinMacsPerThread);
+  pl.unit_rows = pl.panels ? pl.mk->panel.rows : pl.ik != nullptr ? pl.ik->rows : kRowGroup;
+  for (size_t i = 0; i < kMaxFusedTargets; ++i) {
+    const int64_t n_rows = i < targets.size() ? targets[i].w->n_rows() : 0;
+    pl.unit_begin[i + 1] = pl.unit_begin[i] + (n_rows + pl.unit_rows - 1) / pl.unit_rows;
+  }
+  return pl;
+}
+
+// What a worker of matmul_warm reads: its range's first bytes, target by target.
+struct WarmRanges {
+  const std::byte* base[kMaxFusedTargets];  // a target's first unit
+  size_t unit_bytes[kMaxFusedTargets];
+  size_t target_bytes[kMaxFusedTargets];    // all of it (the last unit may be short)
+  int64_t unit_begin[kMaxFusedTargets + 1];
+  int n_active;
+};
+
+// Calls fn(target, offset, n_bytes) for the runs of weight bytes worker thread_idx reads:
+// the start of its range (ThreadPool::range_begin), target by target, kMatmulWarmBytes in
+// all at most; false as soon as fn does.
+template <typename Fn>
+void for_warm_runs(const WarmRanges& wr, int thread_idx, Fn&& fn) {
+  const int64_t n_units = wr.unit_begin[kMaxFusedTargets];
+  int64_t u = ThreadPool::range_begin(n_units, wr.n_active, thread_idx);
+  const int64_t u_end = ThreadPool::range_begin(n_units, wr.n_active, thread_idx + 1);
+  size_t budget = kMatmulWarmBytes;
+  for (size_t ti = 0; ti < kMaxFusedTargets && u < u_end && budget > 0; ++ti) {
+    if (u >= wr.unit_begin[ti + 1]) continue;
+    const size_t off = static_cast<size_t>(u - wr.unit_begin[ti]) * wr.unit_bytes[ti];
+    const size_t end = std::min(wr.target_bytes[ti],
+                                static_cast<size_t>(std::min(u_end, wr.unit_begin[ti + 1]) - wr.unit_begin[ti]) *
+                                    wr.unit_bytes[ti]);
+    if (off >= end) break;
+    const size_t n = std::min(budget, end - off);
+    if (!fn(ti, off, n)) return;
+    budget -= n;
+    u = wr.unit_begin[ti + 1];
+  }
+}
+
+void warm_ranges(const WarmRanges& wr, int thread_idx, const ThreadPool::BackgroundStop& stop) {
+  uint64_t sink = 0;
+  for_warm_runs(wr, thread_idx, [&](size_t ti, size_t off, size_t n) {
+    // One load per cache line, in address order (the out-of-order core keeps a dozen in
+    // flight and the L2 streamer joins in); a look at `stop` every 1 KiB.
+    const std::byte* p = wr.base[ti] + off;
+    for (size_t i = 0; i < n; i += 64) {
+      if (i % 1024 == 0 && stop()) return false;
+      uint64_t v;
+      std::memcpy(&v, p + i, sizeof(v));
+      sink ^= v;
+    }
+    return true;
+  });
+  asm volatile("" : : "r"(sink));
+}
+
+// matmul_warm's plan; false where it does nothing.
+bool plan_warm(const KernelTable& k, const ThreadPool& pool, std::span<const MatmulTarget> targets, int64_t n_tokens,
+               WarmRanges* wr) {
+  const RowPlan pl = plan_rows(k, pool, targets, n_tokens);
+  if (!pl.ranged || pl.n_active <= 1) return false;
+  *wr = WarmRanges{};
+  for (size_t i = 0; i <= kMaxFusedTargets; ++i) wr->unit_begin[i] = pl.unit_begin[i];
+  wr->n_active = pl.n_active;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const TensorView& w = *targets[i].w;
+    wr->base[i] = pl.ik != nullptr ? w.interleaved : w.data;
+    wr->unit_bytes[i] = pl.ik != nullptr ? pl.ik->group_bytes(pl.n_in) : pl.unit_rows * w.row_stride_bytes();
+    wr->target_bytes[i] = pl.ik != nullptr ? w.interleaved_n_bytes : w.n_rows() * w.row_stride_bytes();
+  }
+  return true;
+}
+
 }  // namespace
+
+void matmul_warm(const KernelTable& k, ThreadPool& pool, std::span<const MatmulTarget> targets, int64_t n_tokens) {
+  WarmRanges wr;
+  if (plan_warm(k, pool, targets, n_tokens, &wr)) pool.start_background(wr.n_active, &warm_ranges, wr);
+}
+
+std::vector<MatmulWarmRun> matmul_warm_runs(const KernelTable& k, const ThreadPool& pool,
+                                            std::span<const MatmulTarget> targets, int64_t n_tokens, int thread_idx) {
+  std::vector<MatmulWarmRun> runs;
+  WarmRanges wr;
+  if (thread_idx < 1 || !plan_warm(k, pool, targets, n_tokens, &wr) || thread_idx >= wr.n_active) return runs;
+  for_warm_runs(wr, thread_idx, [&](size_t ti, size_t off, size_t n) {
+    runs.push_back({ti, off, n});
+    return true;
+  });
+  return runs;
+}
+
+void matmul_warm(const KernelTable& k, ThreadPool& pool, const TensorView& w, int64_t n_tokens) {
+  const MatmulTarget target{&w, nullptr};
+  matmul_warm(k, pool, std::span<const MatmulTarget>(&target, 1), n_tokens);
+}
 
 bool matmul_supports(DType w_dtype) {
   const TypeRow* row = find_type_row(w_dtype);
@@ -117,26 +252,14 @@ void matmul(const KernelTable& k, ThreadPool& pool, const TensorView& w, const f
 
 void matmul_fused(const KernelTable& k, ThreadPool& pool, std::span<const MatmulTarget> targets,
                   const float* x, int64_t n_tokens, std::byte* scratch) {
-  LUMEN_CHECK(!targets.empty() && targets.size() <= kMaxFusedTargets);
+  const RowPlan pl = plan_rows(k, pool, targets, n_tokens);
+  if (n_tokens <= 0 || pl.n_out_total <= 0) return;
   const TensorView& w0 = *targets[0].w;
-  const MatmulKernels* mk = find_matmul_kernels(k, w0.dtype);
-  LUMEN_CHECK_MSG(mk != nullptr, "matmul: unsupported weight dtype");
-  const int64_t n_in = w0.ne[0];
-  int64_t n_out_total = 0;
-  for (const MatmulTarget& t : targets) {
-    LUMEN_CHECK(t.w->dtype == w0.dtype && t.w->ne[0] == n_in);
-    n_out_total += t.w->n_rows();
-  }
-  LUMEN_DCHECK(n_in % dtype_info(w0.dtype).block_size == 0);
-  if (n_tokens <= 0 || n_out_total <= 0) return;
-  // The interleaved copies when every target has one in these kernels' layout (the model
-  // makes them for all matrices of a dtype or none).
-  const InterleavedKernels* ik = interleaved_for(*mk, w0);
-  for (const MatmulTarget& t : targets)
-    if (interleaved_for(*mk, *t.w) != ik) ik = nullptr;
-  const bool panels = ik == nullptr && use_panels(*mk, n_tokens);
-  const double macs = static_cast<double>(n_out_total) * n_in * n_tokens;
-  const int n_active = pool.threads_for(macs, kMinMacsPerThread);
+  const MatmulKernels* mk = pl.mk;
+  const InterleavedKernels* ik = pl.ik;
+  const bool panels = pl.panels;
+  const int64_t n_in = pl.n_in;
+  const int n_active = pl.n_active;
 
   // 1. Convert every activation row once to the dot-product type (Q8_0 / Q8_K / F16 /
   //    BF16), plus the panel side data, so the weights never have to be touched per token.
@@ -210,15 +333,10 @@ void matmul_fused(const KernelTable& k, ThreadPool& pool, std::span<const Matmul
     }
   };
 
-  // Units of unit_rows rows (a panel, an interleaved group, or kRowGroup rows), the targets'
-  // back to back: target ti has units
-  // [unit_begin[ti], unit_begin[ti + 1]).
-  const int64_t unit_rows = panels ? mk->panel.rows : ik != nullptr ? ik->rows : kRowGroup;
-  int64_t unit_begin[kMaxFusedTargets + 1];
-  unit_begin[0] = 0;
-  for (size_t i = 0; i < targets.size(); ++i)
-    unit_begin[i + 1] = unit_begin[i] + (targets[i].w->n_rows() + unit_rows - 1) / unit_rows;
-  const int64_t n_units = unit_begin[targets.size()];
+  // Units (RowPlan): target ti has units [unit_begin[ti], unit_begin[ti + 1]).
+  const int64_t unit_rows = pl.unit_rows;
+  const int64_t* unit_begin = pl.unit_begin;
+  const int64_t n_units = pl.n_units();
   auto run_units = [&](int64_t u0, int64_t u1, int thread_idx) {
     for (size_t ti = 0; ti < targets.size(); ++ti) {
       const int64_t b = std::max(u0, unit_begin[ti]), e = std::min(u1, unit_begin[ti + 1]);
@@ -227,7 +345,7 @@ void matmul_fused(const KernelTable& k, ThreadPool& pool, std::span<const Matmul
       run_rows(ti, (b - unit_begin[ti]) * unit_rows, std::min(n_out, (e - unit_begin[ti]) * unit_rows), thread_idx);
     }
   };
-  if (panels || (ik != nullptr && n_tokens >= kInterleavedGroupChunkCols)) {
+  if (!pl.ranged) {
     // Many activation rows: one panel, or a few interleaved groups (whole pairs; at least
     // 4 chunks per thread, so that the threads end close together), per chunk, meeting
     // the whole batch while they are in cache.

@@ -67,6 +67,27 @@ inline constexpr size_t kMaxFusedTargets = 4;
 void matmul_fused(const KernelTable& k, ThreadPool& pool, std::span<const MatmulTarget> targets,
                   const float* x, int64_t n_tokens, std::byte* scratch);
 
+// Starts the pool's workers reading the weights that they will stream first in the next
+// matmul_fused() of these targets with n_tokens rows: each worker the first
+// kMatmulWarmBytes of its own range, into its cache. Returns at once, so that the reads
+// overlap what the caller does before that matmul (attention, the MLP's activation), when
+// the memory would otherwise sit idle; the next dispatch on the pool ends them. Does
+// nothing where that matmul would run on one thread or in chunks (prefill). y is not used.
+void matmul_warm(const KernelTable& k, ThreadPool& pool, std::span<const MatmulTarget> targets, int64_t n_tokens);
+void matmul_warm(const KernelTable& k, ThreadPool& pool, const TensorView& w, int64_t n_tokens);
+// A quarter of a 1 MiB L2 (Zen 4, Cascade Lake): the lines stay there until the matmul
+// reaches them. A worker fills ~20 us gaps at ~11 GB/s, so it rarely gets that far.
+inline constexpr size_t kMatmulWarmBytes = 256 * 1024;
+// What matmul_warm has worker thread_idx read (for tests): runs of bytes of the targets'
+// interleaved copies (or of their data, without copies), in order.
+struct MatmulWarmRun {
+  size_t target;  // index into targets
+  size_t offset;  // bytes from the start of its (interleaved) data
+  size_t n_bytes;
+};
+std::vector<MatmulWarmRun> matmul_warm_runs(const KernelTable& k, const ThreadPool& pool,
+                                            std::span<const MatmulTarget> targets, int64_t n_tokens, int thread_idx);
+
 // out [n_ids][ne0] = dequantized rows ids[i] of W (embedding lookup).
 void get_rows(const TensorView& w, const int32_t* ids, int64_t n_ids, float* out);
 

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cstring>
 #include <cmath>
+#include <chrono>
 #include <numeric>
+#include <thread>
 #include <random>
 #include <span>
 #include <vector>
@@ -142,6 +144,106 @@ TEST(KernelsMatmul, InterleavedCopiesEqualTheFileLayout) {
   if (best_kernel_table().name != std::string("scalar")) {
     EXPECT_GT(n_checked, 0) << "no interleaved kernels";
   }
+}
+
+// matmul_warm: each worker of a decode matmul reads the start of its own range, never past
+// a target's bytes, kMatmulWarmBytes at most, the workers' runs disjoint; the caller and
+// single-thread or chunked (prefill) calls read nothing. The reads themselves (in the
+// background, left to finish before the matmul) stay inside the weights (ASan build) and
+// change no result.
+TEST(KernelsMatmul, WarmReadsTheStartOfEachWorkersRange) {
+  std::mt19937 rng(43);
+  int n_checked = 0;
+  ThreadPool pool1(1), pool2(2), pool3(3), pool5(5);
+  for (const KernelTable* table : available_kernel_tables()) {
+    for (DType dt : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+      const MatmulKernels* mk = find_matmul_kernels(*table, dt);
+      if (mk == nullptr) continue;
+      const InterleavedKernels& ik = mk->interleaved;
+      const int64_t n_in = dtype_info(dt).block_size == 32 ? 32 * 64 : 256 * 8;
+      const int64_t rows = ik.layout != nullptr ? ik.rows : 16;
+      // Big enough that a worker's range holds more than kMatmulWarmBytes, and a second
+      // target that a range runs into.
+      const int64_t n_out[2] = {(static_cast<int64_t>(3 * kMatmulWarmBytes) / static_cast<int64_t>(row_bytes(dt, n_in))) + 5,
+                                rows + 1};
+      for (bool interleaved : {false, true}) {
+        if (interleaved && ik.layout == nullptr) continue;
+        std::vector<std::byte> wdata[2], copies[2];
+        TensorView w[2];
+        size_t target_bytes[2];
+        for (int i = 0; i < 2; ++i) {
+          wdata[i] = testing::random_weights(rng, dt, n_out[i], n_in);
+          w[i] = make_weight(dt, n_in, n_out[i], wdata[i]);
+          target_bytes[i] = wdata[i].size();
+          if (!interleaved) continue;
+          const size_t bytes = ((n_out[i] + ik.rows - 1) / ik.rows) * ik.group_bytes(n_in);
+          copies[i].resize(bytes);
+          ik.pack(n_in, wdata[i].data(), row_bytes(dt, n_in), n_out[i], copies[i].data());
+          w[i].interleaved = copies[i].data();
+          w[i].interleaved_layout = ik.layout;
+          w[i].interleaved_n_bytes = bytes;
+          target_bytes[i] = bytes;
+        }
+        for (int64_t n_tokens : {1, 9}) {
+          const std::vector<float> x = testing::random_floats(rng, n_in * n_tokens);
+          std::vector<std::byte> scratch(matmul_scratch_bytes(dt, n_in, n_tokens, 5));
+          std::vector<float> want[2], got[2];
+          for (int i = 0; i < 2; ++i) want[i].resize(n_out[i] * n_tokens);
+          const bool chunked = !interleaved && mk->panel.rows > 0 && n_tokens >= mk->panel.min_cols;
+          const MatmulTarget want_t[2] = {{&w[0], want[0].data()}, {&w[1], want[1].data()}};
+          matmul_fused(*table, pool1, want_t, x.data(), n_tokens, scratch.data());
+          EXPECT_TRUE(matmul_warm_runs(*table, pool1, want_t, n_tokens, 1).empty());
+          for (ThreadPool* pool : {&pool2, &pool3, &pool5}) {
+            SCOPED_TRACE(std::string(table->name) + " " + std::string(dtype_name(dt)) +
+                         (interleaved ? " interleaved" : " file layout") + " n_tokens=" + std::to_string(n_tokens) +
+                         " threads=" + std::to_string(pool->n_threads()));
+            for (int i = 0; i < 2; ++i) got[i].assign(n_out[i] * n_tokens, -1.0f);
+            const MatmulTarget got_t[2] = {{&w[0], got[0].data()}, {&w[1], got[1].data()}};
+            EXPECT_TRUE(matmul_warm_runs(*table, *pool, got_t, n_tokens, 0).empty()) << "the caller reads nothing";
+            std::vector<std::pair<size_t, size_t>> seen[2];  // [target]: (begin, end) of every run
+            for (int t = 1; t < pool->n_threads(); ++t) {
+              const std::vector<MatmulWarmRun> runs = matmul_warm_runs(*table, *pool, got_t, n_tokens, t);
+              // Workers past the call's thread count (small work) read nothing.
+              if (chunked) {
+                EXPECT_TRUE(runs.empty()) << "a prefill-shaped (panel) call";
+                continue;
+              }
+              if (t == 1) {
+                ASSERT_FALSE(runs.empty());
+              }
+              size_t total = 0;
+              for (const MatmulWarmRun& r : runs) {
+                ASSERT_LT(r.target, 2u);
+                EXPECT_GT(r.n_bytes, 0u);
+                EXPECT_LE(r.offset + r.n_bytes, target_bytes[r.target]) << "worker " << t << " reads past its target";
+                total += r.n_bytes;
+                seen[r.target].push_back({r.offset, r.offset + r.n_bytes});
+              }
+              EXPECT_LE(total, kMatmulWarmBytes);
+              if (pool->n_threads() == 2) {  // its range: half of > 3 budgets
+                EXPECT_EQ(total, kMatmulWarmBytes) << "a range longer than the budget reads all of it";
+              }
+            }
+            for (auto& s : seen) {
+              std::sort(s.begin(), s.end());
+              for (size_t i = 1; i < s.size(); ++i) EXPECT_LE(s[i - 1].second, s[i].first) << "workers' runs overlap";
+            }
+            matmul_warm(*table, *pool, got_t, n_tokens);
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+            matmul_fused(*table, *pool, got_t, x.data(), n_tokens, scratch.data());
+            for (int i = 0; i < 2; ++i) EXPECT_EQ(got[i], want[i]) << "target " << i;
+            ++n_checked;
+          }
+          // Many activation rows: chunked or panels when the table has them; no warm-up then.
+          if (interleaved) {
+            const MatmulTarget t2[2] = {{&w[0], nullptr}, {&w[1], nullptr}};
+            EXPECT_TRUE(matmul_warm_runs(*table, pool2, t2, 64, 1).empty());
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(n_checked, 0);
 }
 
 TEST(KernelsMatmul, ScratchSizes) {

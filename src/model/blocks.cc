@@ -62,6 +62,13 @@ void matmul_group(const kernels::KernelTable& k, ThreadPool& pool,
   }
 }
 
+void matmul_group_warm(const kernels::KernelTable& k, ThreadPool& pool,
+                       std::initializer_list<kernels::MatmulTarget> targets, int64_t n_tokens) {
+  const kernels::MatmulTarget* run_end = targets.begin() + 1;
+  while (run_end != targets.end() && run_end->w->dtype == targets.begin()->w->dtype) ++run_end;
+  kernels::matmul_warm(k, pool, std::span<const kernels::MatmulTarget>(targets.begin(), run_end), n_tokens);
+}
+
 Workspace make_workspace(const HParams& hp, const std::vector<LayerSpec>& specs, const ModelWeights& w,
                          const ModelLimits& limits) {
   Workspace ws;
@@ -223,6 +230,7 @@ void attention_block(Pass& p, int32_t il, const float* xn, float* out) {
   } else {
     kernels::matmul(p.k, p.pool, l.wq, xn, T, ws.q.data(), scratch);
   }
+  kernels::matmul_warm(p.k, p.pool, l.wo, T);  // during the attention below
   if (l.bq) kernels::add_bias(ws.q.data(), l.bq, T, Q);
   if (own_kv && l.bk) kernels::add_bias(ws.k.data(), l.bk, T, KV);
   if (own_kv && l.bv) kernels::add_bias(ws.v.data(), l.bv, T, KV);
@@ -273,6 +281,22 @@ void attention_block(Pass& p, int32_t il, const float* xn, float* out) {
   if (l.bo) kernels::add_bias(out, l.bo, T, hp.n_embd);
 }
 
+void warm_attention_input(Pass& p, int32_t il) {
+  const LayerSpec& s = p.specs[il];
+  const LayerWeights& l = p.w.layers[il];
+  if (s.mla) return;
+  if (s.kv_source_layer < 0) matmul_group_warm(p.k, p.pool, {{&l.wq, nullptr}, {&l.wk, nullptr}, {&l.wv, nullptr}}, p.n_tokens);
+  else kernels::matmul_warm(p.k, p.pool, l.wq, p.n_tokens);
+}
+
+void warm_mlp_input(Pass& p, int32_t il) {
+  const LayerSpec& s = p.specs[il];
+  const LayerWeights& l = p.w.layers[il];
+  if (s.moe) return;
+  if (s.mlp == MlpKind::kGelu) kernels::matmul_warm(p.k, p.pool, l.w_up, p.n_tokens);
+  else matmul_group_warm(p.k, p.pool, {{&l.w_gate, nullptr}, {&l.w_up, nullptr}}, p.n_tokens);
+}
+
 void mlp_block(Pass& p, int32_t il, const float* xn, float* out) {
   const LayerSpec& s = p.specs[il];
   const LayerWeights& l = p.w.layers[il];
@@ -284,12 +308,14 @@ void mlp_block(Pass& p, int32_t il, const float* xn, float* out) {
     case MlpKind::kSiluGated:  // down(silu(xn Wgate^T) * (xn Wup^T))
     case MlpKind::kGeluGated:  // down(gelu(xn Wgate^T) * (xn Wup^T))
       matmul_group(p.k, p.pool, {{&l.w_gate, ws.gate.data()}, {&l.w_up, ws.up.data()}}, xn, T, scratch);
+      kernels::matmul_warm(p.k, p.pool, l.w_down, T);  // during the activation below
       if (l.b_up) kernels::add_bias(ws.up.data(), l.b_up, T, F);
       if (s.mlp == MlpKind::kSiluGated) kernels::silu_mul(p.k, ws.gate.data(), ws.up.data(), T * F);
       else kernels::gelu_mul(p.k, ws.gate.data(), ws.up.data(), T * F);
       break;
     case MlpKind::kGelu:  // down(gelu(xn Wup^T + b_up))
       kernels::matmul(p.k, p.pool, l.w_up, xn, T, ws.gate.data(), scratch);
+      kernels::matmul_warm(p.k, p.pool, l.w_down, T);
       if (l.b_up) kernels::add_bias(ws.gate.data(), l.b_up, T, F);
       kernels::gelu_mul(p.k, ws.gate.data(), nullptr, T * F);
       break;

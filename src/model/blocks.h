@@ -185,6 +185,16 @@ void matmul_group(const kernels::KernelTable& k, ThreadPool& pool,
                   std::initializer_list<kernels::MatmulTarget> targets, const float* x, int64_t n_tokens,
                   std::byte* scratch);
 
+// kernels::matmul_warm of the first matmul_fused call that matmul_group makes for these
+// targets (their first run of one dtype).
+void matmul_group_warm(const kernels::KernelTable& k, ThreadPool& pool,
+                       std::initializer_list<kernels::MatmulTarget> targets, int64_t n_tokens);
+// The workers start reading the weights of the first matmul of layer il's attention_block
+// (q, k, v) / mlp_block (gate, up) while the caller does the residual add and norm before
+// it. Nothing for a block of another kind (MLA, MoE).
+void warm_attention_input(Pass& p, int32_t il);
+void warm_mlp_input(Pass& p, int32_t il);
+
 // Logits of the batch's logit rows: the output norm, the output matrix (+ bias), final
 // soft-capping. [R][n_vocab], in the workspace. Also the output-normed hidden states of
 // the batch's embd_rows into ws.embd.

@@ -41,11 +41,13 @@ std::span<const float> forward_llama(Pass& p) {
     norm(p, NormKind::kRms, ws.x.data(), l.attn_norm, l.attn_norm_b, T, ws.xn.data());
     p.tap("attn_norm", il, ws.xn.data(), T * E);
     attention_block(p, il, ws.xn.data(), ws.y.data());
+    warm_mlp_input(p, il);  // during the add and norm
     kernels::add_in_place(p.k, ws.x.data(), ws.y.data(), T * E);  // residual
 
     norm(p, NormKind::kRms, ws.x.data(), l.ffn_norm, l.ffn_norm_b, T, ws.xn.data());
     if (p.specs[il].moe) moe_mlp(p, il, ws.xn.data(), ws.y.data());
     else mlp_block(p, il, ws.xn.data(), ws.y.data());
+    if (il + 1 < p.hp.n_layer) warm_attention_input(p, il + 1);
     kernels::add_in_place(p.k, ws.x.data(), ws.y.data(), T * E);  // residual
     p.tap("layer_out", il, ws.x.data(), T * E);
   }
