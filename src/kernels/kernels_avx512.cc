@@ -16,8 +16,9 @@
 //                               for bit the AVX2 vec_dot
 //   f32 / f16 / bf16, row ops   the AVX2 kernels: 16-lane versions measured slower on Zen 4
 //                               (512-bit ops are double-pumped there), and vdpbf16ps would
-//                               flush subnormals; except exp_sum (softmax_avx512.cc: bit for
-//                               bit the AVX2 one, bound by the latency of its exp chain)
+//                               flush subnormals; except exp_sum and silu_mul
+//                               (softmax_avx512.cc: bit for bit the AVX2 ones, bound by the
+//                               latency of their exp chain)
 #include "kernels/kernel_table.h"
 
 namespace lumen::kernels {

@@ -870,5 +870,39 @@ TEST(KernelsParity, ExpSumSameBitsAsAvx2) {
   log.report();
 }
 
+// silu_mul of the avx512 table: bit for bit the avx2 table's (softmax_avx512.cc), for every
+// length's tail (groups of 16, 0-15 left) and gates from tiny to past expf's clamps (-87.3,
+// 88.7: silu of a very negative gate is -0 or 0, of a large one the gate itself).
+TEST(KernelsParity, SiluMulSameBitsAsAvx2) {
+  const KernelTable* avx2 = nullptr;
+  for (const KernelTable* t : available_kernel_tables())
+    if (std::string(t->name) == "avx2") avx2 = t;
+  if (avx2 == nullptr) GTEST_SKIP() << "no AVX2 on this host";
+  std::mt19937 rng(29);
+  FailureLog log;
+  int n_checked = 0;
+  for (const KernelTable* t : available_kernel_tables()) {
+    if (t->silu_mul == avx2->silu_mul || std::string(t->name) == "scalar") continue;
+    for (int64_t n = 0; n <= 1100; n += n < 80 ? 1 : 97) {
+      for (float spread : {0.01f, 3.0f, 100.0f}) {
+        std::vector<float> g = testing::random_floats(rng, n, spread);
+        const std::vector<float> up = testing::random_floats(rng, n, 2.0f);
+        if (n > 4) g[1] = -87.29f, g[2] = -87.31f, g[3] = 88.8f, g[4] = -1e-30f;
+        std::vector<float> a = g, b = g;
+        t->silu_mul(a.data(), up.data(), n);
+        avx2->silu_mul(b.data(), up.data(), n);
+        log.check(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0,
+                  std::string(t->name) + " silu_mul n=" + std::to_string(n) + " spread=" + std::to_string(spread), 1,
+                  0);
+        ++n_checked;
+      }
+    }
+  }
+  if (cpu_features().has_avx512_vnni()) {
+    EXPECT_GT(n_checked, 0) << "the avx512 table's silu_mul is the avx2 one";
+  }
+  log.report();
+}
+
 }  // namespace
 }  // namespace lumen::kernels

@@ -34,12 +34,14 @@ std::span<const float> forward_gemma(Pass& p) {
     norm(p, NormKind::kRms, ws.x.data(), l.attn_norm, nullptr, T, ws.xn.data());
     p.tap("attn_norm", il, ws.xn.data(), T * E);
     attention_block(p, il, ws.xn.data(), ws.y.data());
+    warm_mlp_input(p, il);  // during the norms and the add
     if (s.post_attn_norm) norm(p, NormKind::kRms, ws.y.data(), l.attn_post_norm, nullptr, T, ws.y.data());
     kernels::add_in_place(p.k, ws.x.data(), ws.y.data(), T * E);  // residual
 
     norm(p, NormKind::kRms, ws.x.data(), l.ffn_norm, nullptr, T, ws.xn.data());
     mlp_block(p, il, ws.xn.data(), ws.y.data());
     if (s.post_ffn_norm) norm(p, NormKind::kRms, ws.y.data(), l.ffn_post_norm, nullptr, T, ws.y.data());
+    if (il + 1 < p.hp.n_layer) warm_attention_input(p, il + 1);
     kernels::add_in_place(p.k, ws.x.data(), ws.y.data(), T * E);  // residual
     p.tap("layer_out", il, ws.x.data(), T * E);
   }

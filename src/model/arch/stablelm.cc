@@ -35,11 +35,13 @@ std::span<const float> forward_stablelm(Pass& p) {
       kernels::add_in_place(p.k, ws.x.data(), ws.y.data(), T * E);
       kernels::add_in_place(p.k, ws.x.data(), ws.y2.data(), T * E);
     } else {
+      warm_mlp_input(p, il);  // during the add and norm
       kernels::add_in_place(p.k, ws.x.data(), ws.y.data(), T * E);  // residual
       norm(p, NormKind::kLayer, ws.x.data(), l.ffn_norm, l.ffn_norm_b, T, ws.xn.data());
       mlp_block(p, il, ws.xn.data(), ws.y.data());
       kernels::add_in_place(p.k, ws.x.data(), ws.y.data(), T * E);  // residual
     }
+    if (il + 1 < p.hp.n_layer) warm_attention_input(p, il + 1);  // during the next norm
     p.tap("layer_out", il, ws.x.data(), T * E);
   }
   return output_logits(p);
